@@ -1,0 +1,37 @@
+"""sdkit: run Stable-Diffusion-class ONNX models on whatever GPU (or CPU) a machine has.
+
+    import sdkit
+    model = sdkit.load_model("taef2_decoder.onnx")
+    compiled = sdkit.compile(model)              # backend="auto": the best one here
+    image = compiled.run({"latent": latent})["image"]
+"""
+
+from __future__ import annotations
+
+from sdkit._version import __version__
+from sdkit.api import BackendInfo, backends, check, compile, load_model
+from sdkit.backend import Availability, Backend, CompiledModel, SupportReport, TensorInfo
+from sdkit.device import Device
+from sdkit.errors import SdkitError
+from sdkit.model import Graph, Model, WeightSet
+from sdkit.options import Options
+
+__all__ = [
+    "Availability",
+    "Backend",
+    "BackendInfo",
+    "CompiledModel",
+    "Device",
+    "Graph",
+    "Model",
+    "Options",
+    "SdkitError",
+    "SupportReport",
+    "TensorInfo",
+    "WeightSet",
+    "__version__",
+    "backends",
+    "check",
+    "compile",
+    "load_model",
+]

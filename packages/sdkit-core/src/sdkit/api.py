@@ -1,0 +1,115 @@
+"""The public Python API: ``backends()``, ``load_model()``, ``compile()``, ``check()``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdkit.backend import CompiledModel, SupportReport
+from sdkit.device import Device
+from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.model import PICKLED_SUFFIXES, Model
+from sdkit.options import make_options
+from sdkit.plugins import get_plugins
+from sdkit.selection import choose, get_backend, probe
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What ``sdkit.backends()`` reports for one registered backend."""
+
+    name: str
+    plugin: str
+    available: bool
+    reason: str
+    install_hint: str
+    version: str
+    priority: int
+    devices: list[str] = field(default_factory=list)
+    description: str = ""
+
+
+def backends() -> list[BackendInfo]:
+    """Every registered backend, available or not, with the reason and devices."""
+    plugins = get_plugins()
+    infos = []
+    for name, cls in plugins.backends.items():
+        instance = get_backend(name)
+        availability = probe(instance)
+        devices: list[str] = []
+        if availability.ok:
+            try:
+                devices = [str(d) for d in instance.devices()]
+            except Exception as exc:
+                availability = type(availability)(False, f"devices() failed: {exc}", availability.install_hint)
+        infos.append(
+            BackendInfo(
+                name=name,
+                plugin=plugins.backends.owner(name),
+                available=availability.ok,
+                reason=availability.reason,
+                install_hint=availability.install_hint,
+                version=availability.version,
+                priority=cls.priority,
+                devices=devices,
+                description=cls.description,
+            )
+        )
+    return sorted(infos, key=lambda b: (-b.priority, b.name))
+
+
+def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """Load a model with the first registered loader whose ``sniff`` accepts ``path``."""
+    path = Path(path)
+    if path.suffix.lower() in PICKLED_SUFFIXES:
+        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
+    if not path.exists():
+        raise ModelFormatError(f"model not found: {path}")
+    registry = get_plugins().loaders
+    loaders = sorted((cls() for _, cls in registry.items()), key=lambda loader: -getattr(loader, "priority", 0))
+    for loader in loaders:
+        if loader.sniff(path):
+            return loader.load(path, **kwargs)
+    names = ", ".join(registry.names())
+    raise ModelFormatError(f"no model loader recognises {path} (loaders: {names})")
+
+
+def _as_model(model: Model | str | os.PathLike[str]) -> Model:
+    if isinstance(model, Model):
+        return model
+    loaded = load_model(model)
+    if not isinstance(loaded, Model):
+        raise SdkitError(f"{model} is not a single-graph model; use sdkit.load_pipeline")
+    return loaded
+
+
+def compile(  # noqa: A001 - the public name the contract gives
+    model: Model | str | os.PathLike[str],
+    backend: str = "auto",
+    device: str | Device | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
+) -> CompiledModel:
+    """Compile ``model`` for a backend (``"auto"`` chooses) and device.
+
+    ``input_shapes`` fixes symbolic input dims before compiling; without it, backends
+    that need static shapes compile per call signature. Options: ``precision``
+    (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
+    """
+    model = _as_model(model)
+    graph = model.graph
+    if input_shapes:
+        graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
+    choice = choose(graph, backend, device)
+    opts = make_options(options, choice.backend.extra_options)
+    return choice.backend.compile(graph, model.weights, choice.device, opts)
+
+
+def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:
+    """``check()`` of one backend, or of every available backend with ``"auto"``."""
+    model = _as_model(model)
+    names = [backend] if backend != "auto" else [b.name for b in backends() if b.available]
+    return {name: get_backend(name).check(model.graph) for name in names}

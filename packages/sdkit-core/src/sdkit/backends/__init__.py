@@ -1,0 +1,1 @@
+"""Backends that ship with core."""

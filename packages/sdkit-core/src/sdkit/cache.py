@@ -1,0 +1,146 @@
+"""The on-disk compiled-artifact cache.
+
+Key: graph hash, backend name and version, device, options, input shapes, and the weights
+hash where the backend cannot refit, plus sdkit's version and the cache format. An entry is
+a folder with the backend's files and a manifest of their sha256 sums; an entry whose
+manifest is missing, does not match its key, or whose files do not match their sums is
+deleted and rebuilt, never trusted. Writes go to a temporary folder renamed into place, so
+a crash leaves no half-written entry behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sdkit.errors import CacheError
+
+FORMAT = 1
+MANIFEST = "sdkit-manifest.json"
+T = TypeVar("T")
+
+
+def cache_root() -> Path:
+    """``SDKIT_CACHE_DIR`` or the platform's user cache folder, ``.../sdkit``."""
+    env = os.environ.get("SDKIT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sdkit", appauthor=False))
+
+
+def _file_sums(folder: Path) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            sums[path.relative_to(folder).as_posix()] = digest.hexdigest()
+    return sums
+
+
+def make_key(
+    *,
+    graph_hash: str,
+    backend: str,
+    backend_version: str,
+    device: str,
+    options: Mapping[str, Any],
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    weights_hash: str | None = None,
+) -> dict[str, Any]:
+    """The fields that decide whether a compiled artifact can be reused."""
+    from sdkit import __version__
+
+    return {
+        "format": FORMAT,
+        "sdkit": __version__,
+        "graph": graph_hash,
+        "backend": backend,
+        "backend_version": backend_version,
+        "device": device,
+        "options": dict(options),
+        "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+        "weights": weights_hash,
+    }
+
+
+def key_digest(key: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class ArtifactCache:
+    """Folders of compiled artifacts under ``root/<backend>/<digest>``."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or cache_root()) / "artifacts"
+
+    def entry_dir(self, key: Mapping[str, Any]) -> Path:
+        return self.root / str(key.get("backend", "any")) / key_digest(key)
+
+    def lookup(self, key: Mapping[str, Any]) -> Path | None:
+        """The entry's folder if it is present and intact; a damaged entry is removed."""
+        folder = self.entry_dir(key)
+        if not folder.is_dir():
+            return None
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+            intact = manifest.get("key") == json.loads(json.dumps(key, default=str)) and manifest.get("files") == _file_sums(folder)
+        except (OSError, ValueError):
+            intact = False
+        if not intact:
+            self.invalidate(key)
+            return None
+        return folder
+
+    def store(self, key: Mapping[str, Any], build: Callable[[Path], None]) -> Path:
+        """Run ``build(tmp_folder)`` and move the result into place with its manifest."""
+        folder = self.entry_dir(key)
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        except OSError as exc:
+            raise CacheError(f"cannot write the artifact cache at {self.root}: {exc}") from None
+        try:
+            build(tmp)
+            manifest = {"key": json.loads(json.dumps(key, default=str)), "files": _file_sums(tmp)}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return folder
+
+    def invalidate(self, key: Mapping[str, Any]) -> None:
+        shutil.rmtree(self.entry_dir(key), ignore_errors=True)
+
+    def load_or_build(
+        self,
+        key: Mapping[str, Any],
+        build: Callable[[Path], None],
+        load: Callable[[Path], T],
+    ) -> tuple[T, bool]:
+        """Load a cached entry, or build, store and load it. Returns (value, was_cached).
+        An entry that fails to load is treated as corrupt: removed and rebuilt once."""
+        folder = self.lookup(key)
+        if folder is not None:
+            try:
+                return load(folder), True
+            except Exception:
+                self.invalidate(key)
+        folder = self.store(key, build)
+        return load(folder), False
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

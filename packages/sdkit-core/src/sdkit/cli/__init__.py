@@ -1,0 +1,1 @@
+"""The ``sdkit`` command line."""

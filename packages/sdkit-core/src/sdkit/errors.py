@@ -1,0 +1,123 @@
+"""The error hierarchy: every failure a user can cause is an ``SdkitError``.
+
+Each error carries what the user needs to act on it (which node, which input, which
+install command). The CLI prints ``str(error)`` on one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class SdkitError(Exception):
+    """Root of every error sdkit raises on purpose."""
+
+
+class PluginLoadError(SdkitError):
+    """A plugin failed to import or register (raised only with ``SDKIT_STRICT_PLUGINS=1``)."""
+
+
+class DuplicateNameError(SdkitError):
+    """Two plugins registered the same backend, loader or scheduler name."""
+
+
+class BackendUnavailableError(SdkitError):
+    """A backend's runtime is missing or unusable on this machine."""
+
+    def __init__(self, backend: str, reason: str, install_hint: str = "") -> None:
+        self.backend = backend
+        self.reason = reason
+        self.install_hint = install_hint
+        message = f"backend {backend!r} is unavailable: {reason}"
+        if install_hint:
+            message += f" ({install_hint})"
+        super().__init__(message)
+
+
+class NoBackendError(SdkitError):
+    """Automatic choice found no usable backend; lists every candidate and why."""
+
+    def __init__(self, rejected: Sequence[tuple[str, str]]) -> None:
+        self.rejected = list(rejected)
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.rejected)
+        super().__init__(f"no backend can run this model ({reasons or 'no backend is registered'})")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """A ' (did you mean X?)' suffix, or an empty string when nothing is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class UnknownNameError(SdkitError):
+    """A name (backend, scheduler, device kind...) that nothing registered."""
+
+    kind = "name"
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(
+            f"unknown {self.kind} {name!r}{did_you_mean(name, self.known)}; "
+            f"known: {', '.join(self.known) or 'none'}"
+        )
+
+
+class UnknownBackendError(UnknownNameError):
+    kind = "backend"
+
+
+class UnknownSchedulerError(UnknownNameError):
+    kind = "scheduler"
+
+
+@dataclass(frozen=True)
+class UnsupportedNode:
+    """One node a backend cannot run, and why."""
+
+    node: str
+    op_type: str
+    domain: str
+    opset: int
+    reason: str
+
+    def __str__(self) -> str:
+        domain = f"{self.domain}." if self.domain else ""
+        return f"{self.node or '<unnamed>'} ({domain}{self.op_type}, opset {self.opset}): {self.reason}"
+
+
+class UnsupportedModelError(SdkitError):
+    """A backend cannot run a model; lists every offending node at once."""
+
+    def __init__(self, backend: str, problems: Sequence[UnsupportedNode | str]) -> None:
+        self.backend = backend
+        self.problems = list(problems)
+        shown = "; ".join(str(p) for p in self.problems[:20])
+        more = f"; and {len(self.problems) - 20} more" if len(self.problems) > 20 else ""
+        super().__init__(f"backend {backend!r} cannot run this model: {shown}{more}")
+
+
+class UnsupportedOperatorError(UnsupportedModelError):
+    """Every problem is an operator the backend lacks."""
+
+
+class ModelFormatError(SdkitError):
+    """A model or weights file is missing, truncated, malformed or of a refused format."""
+
+
+class InputError(SdkitError):
+    """Inputs do not match the model: unknown or missing names, wrong shapes or dtypes."""
+
+
+class OptionError(SdkitError):
+    """Unknown or invalid compile options."""
+
+
+class DeviceError(SdkitError):
+    """A device string that does not parse, or a device the backend does not have."""
+
+
+class CacheError(SdkitError):
+    """The compiled-artifact cache could not be read or written."""

@@ -1,0 +1,288 @@
+"""The model: an ONNX graph with its weights stripped (``Graph``) plus a ``WeightSet``.
+
+Keeping weights apart from the graph is what lets a compiled engine be refit with a user's
+checkpoint, a LoRA merge or a VAE swap instead of rebuilt: the graph hash, and with it the
+compiled artifact, stays the same when only weights change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from sdkit.backend import Dim, TensorInfo
+from sdkit.errors import InputError, ModelFormatError
+
+# Pickle-based formats: never loaded (arbitrary code execution on load).
+PICKLED_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle")
+_STRIPPED = "sdkit:weightset"  # external-data location marking a stripped initializer
+_PROTO_LIMIT = 2_000_000_000  # protobuf's 2 GiB message limit, with headroom
+
+
+def _np_dtype(elem_type: int) -> np.dtype[Any]:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _value_info(vi: onnx.ValueInfoProto) -> TensorInfo:
+    tensor = vi.type.tensor_type
+    dims: list[Dim] = []
+    for d in tensor.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorInfo(vi.name, _np_dtype(tensor.elem_type), tuple(dims))
+
+
+class WeightSet(Mapping[str, np.ndarray]):
+    """Weights by ONNX initializer name. Immutable; ``updated`` returns a new set."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        self._arrays: dict[str, np.ndarray] = dict(arrays or {})
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __repr__(self) -> str:
+        return f"WeightSet({len(self)} tensors, {self.nbytes / 1e6:.1f} MB)"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._arrays.values())
+
+    def hash(self) -> str:
+        """Content hash over names, dtypes, shapes and bytes (sorted by name)."""
+        digest = hashlib.sha256()
+        for name in sorted(self._arrays):
+            array = np.ascontiguousarray(self._arrays[name])
+            digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+            digest.update(memoryview(array).cast("B"))
+        return digest.hexdigest()
+
+    def updated(self, changes: Mapping[str, np.ndarray], strict: bool = True) -> WeightSet:
+        """A new set with ``changes`` applied. With ``strict``, every name must exist with
+        the same shape and dtype, so a mistyped or mis-shaped weight is an error."""
+        if strict:
+            for name, array in changes.items():
+                if name not in self._arrays:
+                    raise InputError(f"weight {name!r} is not in the model")
+                old = self._arrays[name]
+                if tuple(array.shape) != old.shape or np.asarray(array).dtype != old.dtype:
+                    raise InputError(
+                        f"weight {name!r} has shape {tuple(array.shape)} {np.asarray(array).dtype}, "
+                        f"the model expects {old.shape} {old.dtype}"
+                    )
+        merged = dict(self._arrays)
+        merged.update({k: np.asarray(v) for k, v in changes.items()})
+        return WeightSet(merged)
+
+    @classmethod
+    def load_safetensors(cls, path: str | os.PathLike[str]) -> WeightSet:
+        """Read a ``.safetensors`` file (names are ONNX initializer names)."""
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        path = Path(path)
+        if path.suffix.lower() in PICKLED_SUFFIXES:
+            raise ModelFormatError(f"{path.name}: pickled checkpoints are refused; convert to .safetensors")
+        if not path.is_file():
+            raise ModelFormatError(f"weights file not found: {path}")
+        try:
+            return cls(load_file(str(path)))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ModelFormatError(f"{path.name} is not a valid safetensors file: {exc}") from None
+
+    def save_safetensors(self, path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in self._arrays.items()}, str(path), metadata=metadata)
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """An ONNX ModelProto whose initializers carry names, dtypes and dims but no data."""
+
+    proto: onnx.ModelProto
+
+    @cached_property
+    def hash(self) -> str:
+        return hashlib.sha256(self.proto.SerializeToString(deterministic=True)).hexdigest()
+
+    @cached_property
+    def initializer_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.proto.graph.initializer)
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        """Graph inputs that are not initializers."""
+        return [_value_info(v) for v in self.proto.graph.input if v.name not in self.initializer_names]
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return [_value_info(v) for v in self.proto.graph.output]
+
+    def opset(self, domain: str = "") -> int:
+        for entry in self.proto.opset_import:
+            if entry.domain in (domain, "ai.onnx" if domain == "" else domain):
+                return int(entry.version)
+        return 0
+
+    @property
+    def nodes(self) -> list[onnx.NodeProto]:
+        return list(self.proto.graph.node)
+
+    def with_input_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
+        """Fix symbolic input dims from concrete shapes (same symbol, same size everywhere)."""
+        by_name = {i.name: i for i in self.inputs}
+        symbols: dict[str, int] = {}
+        for name, shape in shapes.items():
+            if name not in by_name:
+                raise InputError(f"unknown input {name!r}; the model's inputs are {', '.join(by_name)}")
+            info = by_name[name]
+            if len(shape) != len(info.shape):
+                raise InputError(f"input {name!r}: shape {list(shape)} has rank {len(shape)}, expected {len(info.shape)}")
+            for want, got in zip(info.shape, shape, strict=True):
+                if isinstance(want, int) and want != got:
+                    raise InputError(f"input {name!r}: shape {list(shape)} does not fit {list(info.shape)}")
+                if isinstance(want, str) and want:
+                    if symbols.setdefault(want, int(got)) != int(got):
+                        raise InputError(f"dimension {want!r} given as both {symbols[want]} and {got}")
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        for vi in proto.graph.input:
+            if vi.name in self.initializer_names:
+                continue
+            given = shapes.get(vi.name)
+            for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
+                if given is not None:
+                    dim.Clear()
+                    dim.dim_value = int(given[axis])
+                elif dim.HasField("dim_param") and dim.dim_param in symbols:
+                    size = symbols[dim.dim_param]
+                    dim.Clear()
+                    dim.dim_value = size
+        return Graph(proto)
+
+    def to_onnx(self, weights: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+        """A complete ModelProto with ``weights`` filled in (for runtimes that parse ONNX)."""
+        missing = [n for n in self.initializer_names if n not in weights]
+        if missing:
+            raise InputError(f"weights are missing {len(missing)} initializer(s), e.g. {missing[0]!r}")
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(numpy_helper.from_array(np.asarray(weights[t.name]), t.name) for t in self.proto.graph.initializer)
+        return proto
+
+    def save(self, path: str | os.PathLike[str], weights: Mapping[str, np.ndarray]) -> Path:
+        """Write an ``.onnx`` file; weights go to ``<name>.data`` beside it when large."""
+        path = Path(path)
+        proto = self.to_onnx(weights)
+        large = sum(np.asarray(w).nbytes for w in weights.values()) > _PROTO_LIMIT // 2
+        onnx.save_model(
+            proto,
+            str(path),
+            save_as_external_data=large,
+            all_tensors_to_one_file=True,
+            location=path.name + ".data",
+            size_threshold=1024,
+        )
+        return path
+
+    def infer_shapes(self, weights: Mapping[str, np.ndarray] | None = None) -> Graph:
+        """Run ONNX shape inference (with constant data propagation where weights are given)."""
+        source = self.to_onnx(weights) if weights is not None else self.proto
+        try:
+            inferred = onnx.shape_inference.infer_shapes(source, strict_mode=False, data_prop=True)
+        except Exception as exc:  # onnx raises several internal types
+            raise ModelFormatError(f"shape inference failed: {exc}") from None
+        return strip_weights(inferred)[0]
+
+
+def strip_weights(proto: onnx.ModelProto) -> tuple[Graph, WeightSet]:
+    """Split a loaded ModelProto into a weightless Graph and a WeightSet."""
+    arrays: dict[str, np.ndarray] = {}
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(proto)
+    del stripped.graph.initializer[:]
+    for tensor in proto.graph.initializer:
+        try:
+            arrays[tensor.name] = numpy_helper.to_array(tensor)
+        except Exception as exc:
+            raise ModelFormatError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
+        meta = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
+        meta.data_location = TensorProto.EXTERNAL
+        entry = meta.external_data.add()
+        entry.key, entry.value = "location", _STRIPPED
+        stripped.graph.initializer.append(meta)
+    return Graph(stripped), WeightSet(arrays)
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """A Graph and the WeightSet it runs with."""
+
+    graph: Graph
+    weights: WeightSet
+    path: Path | None = None
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self.graph.inputs
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self.graph.outputs
+
+    def with_weights(self, weights: Mapping[str, np.ndarray], strict: bool = True) -> Model:
+        """The same graph with some or all weights replaced (checked by name and shape)."""
+        return Model(self.graph, self.weights.updated(weights, strict=strict), self.path)
+
+    @classmethod
+    def from_proto(cls, proto: onnx.ModelProto, path: Path | None = None) -> Model:
+        graph, weights = strip_weights(proto)
+        return cls(graph, weights, path)
+
+
+def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | None = None) -> Model:
+    """Load an ``.onnx`` file (external data included); optionally override weights from a
+    ``.safetensors`` file keyed by initializer name."""
+    path = Path(path)
+    if path.suffix.lower() in PICKLED_SUFFIXES:
+        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
+    if not path.exists():
+        raise ModelFormatError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelFormatError(f"{path} is a directory, not an .onnx file")
+    try:
+        proto = onnx.load_model(str(path), load_external_data=True)
+    except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
+        raise ModelFormatError(f"{path.name} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelFormatError(f"{path.name} is not an ONNX model (empty graph)")
+    try:
+        if proto.ByteSize() < _PROTO_LIMIT:
+            onnx.checker.check_model(proto)
+    except Exception as exc:
+        raise ModelFormatError(f"{path.name} is not a valid ONNX model: {str(exc).splitlines()[0]}") from None
+    model = Model.from_proto(proto, path)
+    if weights is not None:
+        model = model.with_weights(WeightSet.load_safetensors(weights))
+    return model

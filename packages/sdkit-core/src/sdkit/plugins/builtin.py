@@ -1,0 +1,24 @@
+"""Core's own implementations, registered through the same hooks as third parties."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sdkit.plugins.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry
+
+
+@hookimpl
+def sdkit_register_backends(registry: BackendRegistry) -> None:
+    from sdkit.backends.reference import ReferenceBackend
+
+    registry.add(ReferenceBackend)
+
+
+@hookimpl
+def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
+    from sdkit.loaders import OnnxLoader
+
+    registry.add(OnnxLoader)

@@ -1,0 +1,53 @@
+"""sdkit's hook specifications (pluggy project ``sdkit``, entry-point group ``sdkit``).
+
+Registration hooks collect; core decides. A plugin's hook module must stay import-light:
+no vendor SDK (tensorrt, openvino, coremltools, migraphx, libggml) at import time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, SchedulerRegistry
+
+PROJECT = "sdkit"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def sdkit_register_backends(registry: BackendRegistry) -> None:
+    """Add Backend classes with ``registry.add(BackendClass)``.
+
+    Called once per process, after every plugin is loaded. Register classes, not instances:
+    core instantiates them lazily. Names must be unique across plugins.
+    """
+
+
+@hookspec
+def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
+    """Add model loaders with ``registry.add(LoaderClass)``.
+
+    A loader has a ``name``, a cheap ``sniff(path) -> bool`` and ``load(path, **kwargs)``.
+    ``sdkit.load_model`` asks loaders in priority order and uses the first that sniffs true.
+    """
+
+
+@hookspec
+def sdkit_register_schedulers(registry: SchedulerRegistry) -> None:
+    """Add diffusion schedulers (samplers) with ``registry.add(SchedulerClass)``.
+
+    A scheduler class has a ``name`` and ``aliases`` (the names A1111 and ComfyUI users know).
+    """
+
+
+@hookspec(historic=True)
+def sdkit_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Let a plugin publish hooks of its own (``pluginmanager.add_hookspecs(module)``).
+
+    Historic: a plugin registered later still receives the call. sdkit-ggml uses it for
+    ``sdkit_ggml_register_converters(registry)``.
+    """

@@ -1,0 +1,94 @@
+"""Registries handed to the registration hooks. They record which plugin added what, so a
+duplicate name is rejected naming both plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Generic, Protocol, TypeVar
+
+from sdkit.backend import Backend
+from sdkit.errors import DuplicateNameError
+
+
+class _Named(Protocol):
+    name: str
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> class, with the plugin that registered each name."""
+
+    kind = "item"
+
+    def __init__(self) -> None:
+        self._items: dict[str, type[T]] = {}
+        self._owners: dict[str, str] = {}
+        self._aliases: dict[str, str] = {}
+        self.current_plugin = "<unknown>"
+
+    def add(self, cls: type[T]) -> type[T]:
+        """Register ``cls`` under ``cls.name`` (and ``cls.aliases`` if it has any)."""
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{cls!r} has no 'name' string attribute")
+        aliases: Iterable[str] = getattr(cls, "aliases", ())
+        for key in (name, *aliases):
+            owner = self._owners.get(key) or self._owners.get(self._aliases.get(key, ""))
+            if owner is not None:
+                raise DuplicateNameError(
+                    f"{self.kind} name {key!r} is registered by both plugin {owner!r} and plugin {self.current_plugin!r}"
+                )
+        self._items[name] = cls
+        self._owners[name] = self.current_plugin
+        for alias in aliases:
+            self._aliases[alias] = name
+        return cls
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def resolve(self, name: str) -> str | None:
+        """Canonical name for ``name`` or one of its aliases (case-insensitive)."""
+        if name in self._items:
+            return name
+        if name in self._aliases:
+            return self._aliases[name]
+        lowered = name.lower()
+        for key in (*self._items, *self._aliases):
+            if key.lower() == lowered:
+                return self._aliases.get(key, key)
+        return None
+
+    def get(self, name: str) -> type[T] | None:
+        canonical = self.resolve(name)
+        return self._items[canonical] if canonical else None
+
+    def owner(self, name: str) -> str:
+        return self._owners[name]
+
+    def aliases(self) -> dict[str, str]:
+        return dict(self._aliases)
+
+    def drop_plugin(self, plugin: str) -> None:
+        """Forget everything a (failed) plugin registered."""
+        for name in [n for n, o in self._owners.items() if o == plugin]:
+            del self._items[name], self._owners[name]
+            for alias in [a for a, n in self._aliases.items() if n == name]:
+                del self._aliases[alias]
+
+    def items(self) -> list[tuple[str, type[T]]]:
+        return list(self._items.items())
+
+
+class BackendRegistry(Registry[Backend]):
+    kind = "backend"
+
+
+class LoaderRegistry(Registry[Any]):
+    kind = "model loader"
+
+
+class SchedulerRegistry(Registry[Any]):
+    kind = "scheduler"

@@ -1,0 +1,112 @@
+"""Backend choice: explicit > SDKIT_BACKEND / config preference > probe ok and check clean
+> priority. Registration never decides; pluggy's call order plays no part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sdkit.backend import Availability, Backend, SupportReport
+from sdkit.config import backend_preference
+from sdkit.device import Device
+from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, UnknownBackendError
+from sdkit.model import Graph
+from sdkit.plugins import get_plugins
+
+_instances: dict[str, Backend] = {}
+_probes: dict[str, Availability] = {}
+
+
+def get_backend(name: str) -> Backend:
+    """The (cached) instance of a registered backend, by name."""
+    registry = get_plugins().backends
+    cls = registry.get(name)
+    if cls is None:
+        raise UnknownBackendError(name, registry.names())
+    canonical = cls.name
+    if canonical not in _instances or type(_instances[canonical]) is not cls:
+        _instances[canonical] = cls()
+    return _instances[canonical]
+
+
+def probe(backend: Backend) -> Availability:
+    """``backend.probe()`` once per process; an exception in a probe is an unavailable backend."""
+    if backend.name not in _probes:
+        try:
+            _probes[backend.name] = backend.probe()
+        except Exception as exc:
+            _probes[backend.name] = Availability(False, f"probe failed: {type(exc).__name__}: {exc}")
+    return _probes[backend.name]
+
+
+def forget_probes() -> None:
+    _instances.clear()
+    _probes.clear()
+
+
+def pick_device(backend: Backend, device: str | Device | None) -> Device:
+    """The requested device if the backend has it, else its first device."""
+    devices = backend.devices()
+    if device is None:
+        if not devices:
+            raise DeviceError(f"backend {backend.name!r} lists no devices")
+        return devices[0]
+    wanted = Device.parse(device)
+    for have in devices:
+        if wanted.matches(have):
+            return have
+    listed = ", ".join(str(d) for d in devices) or "none"
+    raise DeviceError(f"backend {backend.name!r} has no device {wanted}; its devices: {listed}")
+
+
+@dataclass
+class Choice:
+    backend: Backend
+    device: Device
+    report: SupportReport | None = None
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+
+def candidates() -> list[str]:
+    """Every registered backend: preferred ones first, then by priority (high first)."""
+    registry = get_plugins().backends
+    preferred = [p for p in backend_preference() if p.lower() != "auto"]
+    for name in preferred:
+        if registry.get(name) is None:
+            raise UnknownBackendError(name, registry.names())
+    preferred = [registry.resolve(p) or p for p in preferred]
+    rest = sorted((n for n in registry.names() if n not in preferred), key=lambda n: (-(registry.get(n).priority or 0), n))  # type: ignore[union-attr]
+    return preferred + rest
+
+
+def choose(graph: Graph | None, backend: str = "auto", device: str | Device | None = None) -> Choice:
+    """Pick the backend and device to compile ``graph`` with."""
+    if backend != "auto":
+        chosen = get_backend(backend)
+        availability = probe(chosen)
+        if not availability.ok:
+            raise BackendUnavailableError(chosen.name, availability.reason, availability.install_hint)
+        return Choice(chosen, pick_device(chosen, device))
+    rejected: list[tuple[str, str]] = []
+    for name in candidates():
+        candidate = get_backend(name)
+        availability = probe(candidate)
+        if not availability.ok:
+            rejected.append((name, availability.reason or "unavailable"))
+            continue
+        try:
+            picked = pick_device(candidate, device)
+        except DeviceError as exc:
+            rejected.append((name, str(exc)))
+            continue
+        report = None
+        if graph is not None:
+            try:
+                report = candidate.check(graph)
+            except Exception as exc:
+                rejected.append((name, f"check failed: {exc}"))
+                continue
+            if not report.ok:
+                rejected.append((name, report.summary()))
+                continue
+        return Choice(candidate, picked, report, rejected)
+    raise NoBackendError(rejected)

@@ -1,0 +1,202 @@
+"""Any sdkit backend as an ``onnx.backend.base.Backend``, for ``onnx.backend.test``.
+
+Exclusions live in a data file, grouped by reason:
+
+    ## ggml has no float64 tensors
+    test_.*_double_
+    test_cast_FLOAT_to_DOUBLE
+
+A line starting ``##`` opens a group and states its reason; each following non-empty line
+is a regular expression searched in the test name; a lone ``#`` starts a comment. Every
+pattern must sit under a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import unittest
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdkit.device import Device
+from sdkit.errors import SdkitError
+
+_ONNX_DEVICES = {"CPU": "cpu", "CUDA": "cuda"}
+
+
+def load_exclusions(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """(pattern, reason) pairs from an exclusion file."""
+    pairs: list[tuple[str, str]] = []
+    reason = ""
+    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or (line.startswith("#") and not line.startswith("##")):
+            continue
+        if line.startswith("##"):
+            reason = line[2:].strip()
+            if not reason:
+                raise ValueError(f"{path}:{number}: a '##' group needs a reason")
+            continue
+        if not reason:
+            raise ValueError(f"{path}:{number}: pattern {line!r} has no '##' reason above it")
+        re.compile(line)
+        pairs.append((line, reason))
+    return pairs
+
+
+def onnx_backend(name: str, device: str | None = None, **options: Any) -> type:
+    """An ``onnx.backend.base.Backend`` subclass that compiles through sdkit backend ``name``."""
+    import onnx
+    from onnx.backend.base import Backend as OnnxBackend
+    from onnx.backend.base import BackendRep
+
+    import sdkit
+    from sdkit.model import Model
+
+    fixed = Device.parse(device) if device else None
+
+    class Rep(BackendRep):  # type: ignore[misc]
+        def __init__(self, compiled: sdkit.CompiledModel) -> None:
+            self.compiled = compiled
+
+        def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+            names = [i.name for i in self.compiled.inputs]
+            if isinstance(inputs, dict):
+                feeds = dict(inputs)
+            else:
+                values = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+                feeds = dict(zip(names, values, strict=False))
+            outputs = self.compiled.run(feeds)
+            return tuple(outputs[o.name] for o in self.compiled.outputs)
+
+    class SdkitOnnxBackend(OnnxBackend):  # type: ignore[misc]
+        backend_name = name
+
+        @classmethod
+        def _device(cls, onnx_device: str) -> Device:
+            kind = str(onnx_device).split(":")[0].upper()
+            return fixed or Device(_ONNX_DEVICES.get(kind, kind.lower()))
+
+        @classmethod
+        def supports_device(cls, device: str) -> bool:
+            kind = _ONNX_DEVICES.get(str(device).split(":")[0].upper())
+            if kind is None:
+                return False
+            if fixed is not None:
+                return fixed.kind == kind
+            return kind == "cpu"
+
+        @classmethod
+        def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+            return True  # strict: an unsupported node must fail or be excluded, never skip
+
+        @classmethod
+        def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> Rep:
+            loaded = Model.from_proto(model)
+            compiled = sdkit.compile(loaded, backend=name, device=cls._device(device), **options)
+            return Rep(compiled)
+
+        @classmethod
+        def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+            return cls.prepare(model, device).run(inputs)
+
+    SdkitOnnxBackend.__name__ = f"SdkitOnnxBackend_{name}"
+    return SdkitOnnxBackend
+
+
+@dataclass
+class ConformanceResult:
+    """Outcome of a conformance run: names per outcome, with the first line of each error."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    excluded: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def executed(self) -> int:
+        return len(self.passed) + len(self.failed)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.passed)} passed, {len(self.failed)} failed, {len(self.excluded)} excluded, "
+            f"{len(self.skipped)} skipped in {self.seconds:.1f}s"
+        )
+
+
+def _test_name(test: unittest.TestCase) -> str:
+    return test.id().rsplit(".", 1)[-1]
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def run_conformance(
+    name: str,
+    exclusions: str | os.PathLike[str] | None = None,
+    include: Sequence[str] = (),
+    device: str | None = None,
+    kinds: Sequence[str] = ("Node",),
+    **options: Any,
+) -> ConformanceResult:
+    """Run ``onnx.backend.test.BackendTest`` (node cases by default) against backend ``name``.
+
+    ``include``: only test names matching one of these regexes. Returns per-case outcomes;
+    the caller asserts ``failed`` is empty and ``executed`` is above its minimum.
+    """
+    import onnx.backend.test
+
+    backend = onnx_backend(name, device=device, **options)
+    suite_builder = onnx.backend.test.BackendTest(backend, None)
+    excluded_patterns = load_exclusions(exclusions) if exclusions else []
+    for pattern in include:
+        suite_builder.include(pattern)
+    for pattern, _ in excluded_patterns:
+        suite_builder.exclude(pattern)
+    compiled_excl = [re.compile(p) for p, _ in excluded_patterns]
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for case_name, case in suite_builder.test_cases.items():
+        if any(case_name == f"OnnxBackend{kind}ModelTest" for kind in kinds):
+            suite.addTests(loader.loadTestsFromTestCase(case))
+    result = unittest.TestResult()
+    start = time.perf_counter()
+    suite.run(result)
+    outcome = ConformanceResult(seconds=time.perf_counter() - start)
+    bad: dict[str, str] = {}
+    for test, trace in [*result.failures, *result.errors]:
+        bad[_test_name(test)] = _first_line(trace)
+    for test, reason in result.skipped:
+        test_name = _test_name(test)
+        if any(p.search(test_name) for p in compiled_excl):
+            outcome.excluded.append(test_name)
+        else:
+            outcome.skipped[test_name] = reason
+    outcome.failed = bad
+    skipped = set(outcome.excluded) | set(outcome.skipped)
+    outcome.passed = [
+        _test_name(t) for t in _iter_tests(suite) if _test_name(t) not in bad and _test_name(t) not in skipped
+    ]
+    return outcome
+
+
+def _iter_tests(suite: unittest.TestSuite) -> list[unittest.TestCase]:
+    tests: list[unittest.TestCase] = []
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            tests.extend(_iter_tests(item))
+        else:
+            tests.append(item)
+    return tests
+
+
+__all__ = ["ConformanceResult", "SdkitError", "load_exclusions", "onnx_backend", "run_conformance"]
