@@ -168,6 +168,7 @@ def run_conformance(
     for case_name, case in suite_builder.test_cases.items():
         if any(case_name == f"OnnxBackend{kind}ModelTest" for kind in kinds):
             suite.addTests(loader.loadTestsFromTestCase(case))
+    all_names = [_test_name(t) for t in _iter_tests(suite)]
     result = unittest.TestResult()
     start = time.perf_counter()
     suite.run(result)
@@ -183,9 +184,7 @@ def run_conformance(
             outcome.skipped[test_name] = reason
     outcome.failed = bad
     skipped = set(outcome.excluded) | set(outcome.skipped)
-    outcome.passed = [
-        _test_name(t) for t in _iter_tests(suite) if _test_name(t) not in bad and _test_name(t) not in skipped
-    ]
+    outcome.passed = [n for n in all_names if n not in bad and n not in skipped]
     return outcome
 
 
