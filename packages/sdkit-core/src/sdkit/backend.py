@@ -37,11 +37,15 @@ class Availability:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """A graph input or output: name, numpy dtype and shape (ints, symbolic names or None)."""
+    """A graph input or output: name, numpy dtype and shape (ints, symbolic names or None).
+
+    ``kind`` is ``"tensor"`` for ordinary tensors; ``"sequence"``, ``"optional"`` or ``"map"``
+    for the other ONNX value types (their dtype and shape are not checked)."""
 
     name: str
     dtype: np.dtype[Any]
     shape: tuple[Dim, ...]
+    kind: str = "tensor"
 
     def describe(self) -> str:
         dims = ",".join("?" if d is None else str(d) for d in self.shape)
@@ -141,6 +145,9 @@ def check_feeds(inputs: Sequence[TensorInfo], feeds: Mapping[str, Any]) -> dict[
     out: dict[str, np.ndarray] = {}
     for name, info in expected.items():
         value = feeds[name]
+        if info.kind != "tensor":
+            out[name] = value
+            continue
         array = np.asarray(value)
         if array.dtype != info.dtype:
             raise InputError(f"input {name!r} has dtype {array.dtype}, the model expects {info.dtype}")
@@ -161,5 +168,5 @@ def check_feeds(inputs: Sequence[TensorInfo], feeds: Mapping[str, Any]) -> dict[
                     raise InputError(
                         f"dimension {want!r} is {seen[0]} in input {seen[1]!r} but {got} in input {name!r}"
                     )
-        out[name] = np.ascontiguousarray(array)
+        out[name] = array if array.flags.c_contiguous else np.array(array, order="C")
     return out

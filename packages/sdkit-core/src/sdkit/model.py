@@ -33,6 +33,10 @@ def _np_dtype(elem_type: int) -> np.dtype[Any]:
 
 
 def _value_info(vi: onnx.ValueInfoProto) -> TensorInfo:
+    kind = vi.type.WhichOneof("value")
+    if kind != "tensor_type":
+        names = {"sequence_type": "sequence", "optional_type": "optional", "map_type": "map"}
+        return TensorInfo(vi.name, np.dtype(object), (), names.get(str(kind), str(kind)))
     tensor = vi.type.tensor_type
     dims: list[Dim] = []
     for d in tensor.shape.dim:

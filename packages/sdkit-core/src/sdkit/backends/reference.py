@@ -43,7 +43,7 @@ class ReferenceCompiled(CompiledModel):
             results = self._evaluator.run(None, feeds)
         except Exception as exc:  # shape errors inside numpy kernels and the like
             raise InputError(f"reference backend failed to run: {type(exc).__name__}: {exc}") from None
-        return {o.name: np.asarray(r) for o, r in zip(self.outputs, results, strict=True)}
+        return {o.name: np.asarray(r) if o.kind == "tensor" else r for o, r in zip(self.outputs, results, strict=True)}
 
     def refit(self, weights: WeightSet) -> None:
         missing = self.graph.initializer_names - set(weights)
