@@ -105,7 +105,9 @@ def compile(  # noqa: A001 - the public name the contract gives
         graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
     choice = choose(graph, backend, device)
     opts = make_options(options, choice.backend.extra_options)
-    return choice.backend.compile(graph, model.weights, choice.device, opts)
+    compiled = choice.backend.compile(graph, model.weights, choice.device, opts)
+    compiled.backend_name = choice.backend.name
+    return compiled
 
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:

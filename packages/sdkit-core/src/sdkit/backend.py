@@ -77,6 +77,7 @@ class CompiledModel(abc.ABC):
     inputs: Sequence[TensorInfo]
     outputs: Sequence[TensorInfo]
     device: Device = CPU
+    backend_name: str = ""  # set by sdkit.compile
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the model on ``{input name: array}``; returns ``{output name: array}``."""

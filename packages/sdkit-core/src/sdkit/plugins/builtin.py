@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def sdkit_register_backends(registry: BackendRegistry) -> None:
-    from sdkit.backends.reference import ReferenceBackend
+    from sdkit.reference import ReferenceBackend
 
     registry.add(ReferenceBackend)
 

@@ -1,1 +1,0 @@
-"""Backends that ship with core."""

@@ -1,0 +1,46 @@
+"""``sdkit backends [--json]``: every backend, available or why not, with devices and version."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import sdkit
+from sdkit.plugins import get_plugins
+
+HELP = "list every backend: available or why not, devices, version"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def report() -> dict[str, object]:
+    plugins = get_plugins()
+    return {
+        "sdkit": sdkit.__version__,
+        "backends": [dataclasses.asdict(b) for b in sdkit.backends()],
+        "plugins": [dataclasses.asdict(p) for p in plugins.loaded],
+        "plugin_failures": [dataclasses.asdict(f) for f in plugins.failures],
+        "disabled_plugins": list(plugins.disabled),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    data = report()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    rows = [("backend", "plugin", "available", "version", "devices / reason")]
+    for b in data["backends"]:  # type: ignore[attr-defined]
+        detail = ", ".join(b["devices"]) if b["available"] else b["reason"] + (f" ({b['install_hint']})" if b["install_hint"] else "")
+        rows.append((b["name"], b["plugin"], "yes" if b["available"] else "no", b["version"] or "-", detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    for failure in data["plugin_failures"]:  # type: ignore[attr-defined]
+        print(f"plugin {failure['name']!r} ({failure['distribution']}) failed to {failure['stage']}: {failure['error']}")
+    for name in data["disabled_plugins"]:  # type: ignore[attr-defined]
+        print(f"plugin {name!r} disabled by SDKIT_DISABLE_PLUGINS")
+    return 0

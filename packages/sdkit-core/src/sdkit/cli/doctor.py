@@ -1,0 +1,66 @@
+"""``sdkit doctor``: everything needed to understand why a backend is or is not used here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+import sdkit
+from sdkit.cache import cache_root
+from sdkit.config import config_path
+from sdkit.errors import SdkitError
+from sdkit.plugins import get_plugins
+from sdkit.selection import choose
+
+HELP = "diagnose this installation: plugins, backends, cache, configuration"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    return None
+
+
+def _folder_size(path: os.PathLike[str] | str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def run(args: argparse.Namespace) -> int:
+    plugins = get_plugins()
+    print(f"sdkit {sdkit.__version__} on Python {platform.python_version()} ({sys.executable})")
+    print(f"platform: {platform.platform()} {platform.machine()}")
+    print("plugins:")
+    print("  core (sdkit-core, built in)")
+    for info in plugins.loaded:
+        print(f"  {info.name} ({info.distribution} {info.version})")
+    for failure in plugins.failures:
+        print(f"  {failure.name} ({failure.distribution}): FAILED to {failure.stage}: {failure.error}")
+    for name in plugins.disabled:
+        print(f"  {name}: disabled by SDKIT_DISABLE_PLUGINS")
+    print("backends:")
+    for b in sdkit.backends():
+        if b.available:
+            print(f"  {b.name}: ok {b.version} devices: {', '.join(b.devices)}")
+        else:
+            hint = f"; fix: {b.install_hint}" if b.install_hint else ""
+            print(f"  {b.name}: unavailable: {b.reason}{hint}")
+    try:
+        choice = choose(None)
+        print(f"automatic choice: {choice.backend.name} on {choice.device}")
+    except SdkitError as exc:
+        print(f"automatic choice: none ({exc})")
+    root = cache_root()
+    size = _folder_size(root) if root.exists() else 0
+    print(f"cache: {root} ({size / 1e6:.1f} MB)")
+    path = config_path()
+    print(f"config: {path} ({'present' if path.is_file() else 'absent'})")
+    env = {k: v for k, v in os.environ.items() if k.startswith("SDKIT_")}
+    print("environment: " + (", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no SDKIT_* variables"))
+    return 0
