@@ -1,0 +1,116 @@
+"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x pipeline.
+
+```
+model_index.json
+text_encoder/model.onnx        input_ids -> last_hidden_state
+unet/model.onnx                sample, timestep, encoder_hidden_states -> out_sample
+vae_decoder/model.onnx         latent_sample -> sample
+vae_encoder/model.onnx         sample -> latent_parameters (or latent_sample); img2img only
+tokenizer/                     vocab.json + merges.txt (or tokenizer.json), tokenizer_config.json
+scheduler/scheduler_config.json
+```
+
+Each ``<component>/config.json`` is optional; from it come the VAE's scaling factor and
+downsampling factor and the UNet's default sample size (SD defaults otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdkit.errors import ModelFormatError
+
+REQUIRED = ("text_encoder", "unet", "vae_decoder")
+OPTIONAL = ("vae_encoder",)
+COMPONENTS = (*REQUIRED, *OPTIONAL)
+
+
+def is_pipeline_dir(path: Path) -> bool:
+    """The cheap sniff: a directory holding ``model_index.json``."""
+    return path.is_dir() and (path / "model_index.json").is_file()
+
+
+def _json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFormatError(f"{what} {path} cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{what} {path} does not hold a JSON object")
+    return data
+
+
+def _optional_json(path: Path) -> dict[str, Any]:
+    return _json(path, "config") if path.is_file() else {}
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """What a pipeline folder holds, checked before anything is compiled."""
+
+    root: Path
+    index: dict[str, Any]
+    model_files: dict[str, Path]
+    tokenizer_dir: Path
+    scheduler_config: dict[str, Any]
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def vae_scaling_factor(self) -> float:
+        config = self.configs.get("vae_decoder") or self.configs.get("vae_encoder") or {}
+        return float(config.get("scaling_factor", 0.18215))
+
+    @property
+    def vae_scale_factor(self) -> int:
+        """Pixels per latent cell: 2 ** (number of VAE blocks - 1); 8 for every SD VAE."""
+        config = self.configs.get("vae_decoder") or self.configs.get("vae_encoder") or {}
+        blocks = config.get("block_out_channels")
+        return 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
+
+    @property
+    def default_size(self) -> int:
+        """The UNet's native image size: sample_size latents (64 for SD 1.x, 96 for SD 2.x-768)."""
+        sample = self.configs.get("unet", {}).get("sample_size", 64)
+        return int(sample if isinstance(sample, int) else sample[0]) * self.vae_scale_factor
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def has_vae_encoder(self) -> bool:
+        return "vae_encoder" in self.model_files
+
+
+def read_layout(path: str | Path) -> PipelineLayout:
+    """Check ``path`` is a diffusers ONNX pipeline with every file it needs."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise ModelFormatError(f"pipeline not found: {root}")
+    if not root.is_dir():
+        raise ModelFormatError(f"{root} is a file, not a pipeline folder (a folder with model_index.json)")
+    if not (root / "model_index.json").is_file():
+        raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
+    index = _json(root / "model_index.json", "pipeline index")
+    class_name = str(index.get("_class_name", ""))
+    if "XL" in class_name or "Flux" in class_name or "text_encoder_2" in index:
+        raise ModelFormatError(
+            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x pipeline; only those are supported"
+        )
+    files: dict[str, Path] = {}
+    for component in COMPONENTS:
+        file = root / component / "model.onnx"
+        if file.is_file():
+            files[component] = file
+        elif component in REQUIRED:
+            raise ModelFormatError(f"{root.name}: missing model file {component}/model.onnx")
+    tokenizer_dir = root / "tokenizer"
+    if not tokenizer_dir.is_dir():
+        raise ModelFormatError(f"{root.name}: missing tokenizer/ folder")
+    scheduler_file = root / "scheduler" / "scheduler_config.json"
+    scheduler_config = _json(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
+    configs = {c: _optional_json(root / c / "config.json") for c in COMPONENTS}
+    return PipelineLayout(root, index, files, tokenizer_dir, scheduler_config, configs)

@@ -1,0 +1,308 @@
+"""Stable Diffusion 1.x/2.x, txt2img and img2img, on any backend.
+
+The loop is diffusers' ``StableDiffusionPipeline`` / ``StableDiffusionImg2ImgPipeline``: CLIP text
+embeddings for the prompt and the negative prompt, classifier-free guidance
+(``uncond + scale * (cond - uncond)`` when ``guidance_scale > 1``), a scheduler from
+``sdkit.schedulers`` stepping the latents, the VAE decoding ``latents / scaling_factor``. Every
+model runs through ``sdkit.compile`` on the backend chosen for its component; random numbers come
+from ``sdkit.pipelines.rng`` (documented, backend-independent).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sdkit.backend import CompiledModel
+from sdkit.errors import InputError, ModelFormatError
+from sdkit.pipelines.components import Component, input_info, output_named
+from sdkit.pipelines.images import GenerationParameters, decoded_to_float, float_to_pil, load_init_image
+from sdkit.pipelines.rng import NoiseStream, seed_list
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from sdkit.pipelines.layout import PipelineLayout
+    from sdkit.pipelines.tokenizer import ClipTokenizer
+
+StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
+
+
+def _batch_dim(compiled: CompiledModel, name: str) -> int | None:
+    """The fixed batch size of input ``name`` (None when the batch axis is dynamic)."""
+    info = input_info(compiled, name)
+    if info is None or not info.shape:
+        return None
+    first = info.shape[0]
+    return first if isinstance(first, int) and first > 0 else None
+
+
+def run_batched(
+    compiled: CompiledModel,
+    feeds: Mapping[str, np.ndarray],
+    batched: tuple[str, ...],
+    output: tuple[str, ...],
+    component: str,
+) -> np.ndarray:
+    """Run ``compiled`` once, or in chunks when its graph fixes a smaller batch size."""
+    batch = feeds[batched[0]].shape[0]
+    chunk = _batch_dim(compiled, batched[0]) or batch
+    if batch % chunk:
+        raise InputError(f"the {component} model takes batches of {chunk}; {batch} cannot be split into them")
+    parts = []
+    for start in range(0, batch, chunk):
+        part = {k: (v[start : start + chunk] if k in batched else v) for k, v in feeds.items()}
+        parts.append(np.asarray(output_named(compiled.run(part), output, component)))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def _as_int(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
+        raise InputError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class StableDiffusionPipeline:
+    """A loaded SD 1.x/2.x pipeline. Create with ``sdkit.load_pipeline``."""
+
+    def __init__(self, layout: PipelineLayout, components: dict[str, Component], tokenizer: ClipTokenizer) -> None:
+        self.layout = layout
+        self.components = components
+        self.tokenizer = tokenizer
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    def backends(self) -> dict[str, str | None]:
+        """The backend each component ran on (None until it first ran)."""
+        return {name: c.backend_name for name, c in self.components.items()}
+
+    def close(self) -> None:
+        for component in self.components.values():
+            component.release()
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def encode_prompts(self, prompts: list[str]) -> np.ndarray:
+        """Text embeddings ``[len(prompts), 77, hidden]`` from the text encoder."""
+        ids = self.tokenizer(prompts)
+        with self.components["text_encoder"].session() as compiled:
+            info = input_info(compiled, "input_ids") or compiled.inputs[0]
+            feeds = {info.name: ids.astype(info.dtype)}
+            hidden = run_batched(compiled, feeds, (info.name,), ("last_hidden_state",), "text_encoder")
+        return np.asarray(hidden, dtype=np.float32)
+
+    def encode_image(self, image: np.ndarray, noise: NoiseStream, count: int) -> np.ndarray:
+        """VAE-encoded init image for each of ``count`` images, before ``scaling_factor``."""
+        encoder = self.components.get("vae_encoder")
+        if encoder is None:
+            raise ModelFormatError(f"{self.name}: img2img needs vae_encoder/model.onnx, which this pipeline lacks")
+        with encoder.session() as compiled:
+            info = input_info(compiled, "sample") or compiled.inputs[0]
+            out = run_batched(
+                compiled, {info.name: image}, (info.name,), ("latent_parameters", "latent_sample"), "vae_encoder"
+            )
+        out = np.repeat(np.asarray(out, dtype=np.float32), count, axis=0)
+        channels = self.latent_channels
+        if out.shape[1] == 2 * channels:  # posterior parameters: sample with our own noise
+            mean, logvar = out[:, :channels], np.clip(out[:, channels:], -30.0, 20.0)
+            return mean + np.exp(0.5 * logvar) * noise.normal(mean.shape)
+        if out.shape[1] != channels:
+            raise ModelFormatError(
+                f"the vae_encoder returns {out.shape[1]} channels; expected {channels} or {2 * channels}"
+            )
+        return out
+
+    def decode(self, latents: np.ndarray) -> np.ndarray:
+        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
+        with self.components["vae_decoder"].session() as compiled:
+            info = input_info(compiled, "latent_sample") or compiled.inputs[0]
+            scaled = (latents / self.layout.vae_scaling_factor).astype(np.float32)
+            decoded = run_batched(compiled, {info.name: scaled}, (info.name,), ("sample",), "vae_decoder")
+        return decoded_to_float(np.asarray(decoded, dtype=np.float32))
+
+    @property
+    def latent_channels(self) -> int:
+        config = self.layout.configs.get("unet", {})
+        return int(config.get("in_channels", 4))
+
+    def _timestep_feed(self, compiled: CompiledModel, t: float, batch: int) -> np.ndarray:
+        info = input_info(compiled, "timestep")
+        if info is None:
+            raise ModelFormatError(f"{self.name}: the unet has no 'timestep' input")
+        value = np.round(t) if np.issubdtype(info.dtype, np.integer) else t
+        if not info.shape:
+            return np.asarray(value, dtype=info.dtype)
+        sample = input_info(compiled, "sample")
+        first = info.shape[0]
+        if isinstance(first, int) and first > 0:
+            length = first
+        elif sample is not None and sample.shape and first == sample.shape[0]:
+            length = batch
+        else:
+            length = 1
+        return np.full((length,), value, dtype=info.dtype)
+
+    def _denoise(
+        self,
+        *,
+        compiled: CompiledModel,
+        scheduler: Any,
+        latents: np.ndarray,
+        embeddings: np.ndarray,
+        guidance_scale: float,
+        noise: NoiseStream,
+        callback: StepCallback | None,
+    ) -> np.ndarray:
+        guided = guidance_scale > 1.0
+        timesteps = [float(t) for t in np.asarray(scheduler.timesteps).reshape(-1)]
+        for index, t in enumerate(timesteps):
+            model_input = np.asarray(scheduler.scale_model_input(latents, scheduler.timesteps[index]), dtype=np.float32)
+            if guided:
+                model_input = np.concatenate([model_input, model_input], axis=0)
+            feeds = {
+                "sample": model_input,
+                "timestep": self._timestep_feed(compiled, t, model_input.shape[0]),
+                "encoder_hidden_states": embeddings,
+            }
+            batched = ("sample", "encoder_hidden_states")
+            if feeds["timestep"].ndim and feeds["timestep"].shape[0] == model_input.shape[0] > 1:
+                batched = (*batched, "timestep")
+            prediction = run_batched(compiled, feeds, batched, ("out_sample",), "unet").astype(np.float32)
+            if guided:
+                uncond, cond = np.split(prediction, 2, axis=0)
+                prediction = uncond + guidance_scale * (cond - uncond)
+            latents = np.asarray(
+                scheduler.step(prediction, scheduler.timesteps[index], latents, noise=noise.normal), dtype=np.float32
+            )
+            if callback is not None:
+                callback(index, len(timesteps), latents)
+        return latents
+
+    # -- the public call ------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        negative_prompt: str = "",
+        seed: int | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        steps: int = 20,
+        guidance_scale: float = 7.5,
+        sampler: str = "euler_a",
+        schedule: str | None = None,
+        init_image: Any = None,
+        strength: float = 0.8,
+        num_images: int = 1,
+        callback: StepCallback | None = None,
+        latents: np.ndarray | None = None,
+        output_type: str = "pil",
+    ) -> Any:
+        """Generate ``num_images`` images (txt2img, or img2img with ``init_image``).
+
+        ``seed=None`` picks a random seed; image ``i`` uses ``seed + i``. ``sampler`` is an sdkit
+        scheduler name or a UI label (``"DPM++ 2M Karras"``); ``schedule`` (``normal``, ``karras``...)
+        overrides the one a label implies. ``latents`` replaces the initial noise draw (txt2img:
+        unscaled initial latents; img2img: the noise added to the encoded image), shape
+        ``[num_images, 4, height/8, width/8]`` float32. ``callback(step, total, latents)`` runs after
+        every step. Returns PIL images (``output_type="pil"``), each with the A1111-style
+        ``info["parameters"]`` text, or a ``[N, H, W, 3]`` float32 array in [0, 1] (``"np"``).
+        """
+        from sdkit.schedulers import create_scheduler, resolve
+
+        if not isinstance(prompt, str) or not isinstance(negative_prompt or "", str):
+            raise InputError("prompt and negative_prompt must be strings")
+        if output_type not in ("pil", "np"):
+            raise InputError(f"output_type must be 'pil' or 'np', not {output_type!r}")
+        steps = _as_int(steps, "steps", 1)
+        num_images = _as_int(num_images, "num_images", 1)
+        if not math.isfinite(float(guidance_scale)):
+            raise InputError(f"guidance_scale must be a finite number, got {guidance_scale!r}")
+        seed = secrets.randbits(32) if seed is None else seed
+        seeds = seed_list(seed, num_images)
+        image = None
+        if init_image is not None:
+            if not 0.0 < float(strength) <= 1.0:
+                raise InputError(f"strength must be in (0, 1], got {strength!r}")
+            image, width, height = load_init_image(init_image, width, height)
+        width = self._check_size(width, "width")
+        height = self._check_size(height, "height")
+        canonical, implied = resolve(sampler)
+        schedule = schedule or implied or "normal"
+        scheduler = create_scheduler(canonical, schedule=schedule, config=self.layout.scheduler_config or None)
+        factor = self.layout.vae_scale_factor
+        shape = (num_images, self.latent_channels, height // factor, width // factor)
+        if latents is not None:
+            latents = np.asarray(latents)
+            if latents.shape != shape or latents.dtype != np.float32:
+                raise InputError(f"latents must be float32 {list(shape)}, got {latents.dtype}{list(latents.shape)}")
+        noise = NoiseStream(seeds)
+
+        negative = negative_prompt or ""
+        embeddings = self.encode_prompts([negative, prompt]) if guidance_scale > 1.0 else self.encode_prompts([prompt])
+        embeddings = np.repeat(embeddings, num_images, axis=0)  # [uncond x N, cond x N]
+
+        if image is None:
+            scheduler.set_timesteps(steps)
+            start = latents if latents is not None else noise.normal(shape)
+            current = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
+        else:
+            encoded = self.encode_image(image, noise, num_images) * np.float32(self.layout.vae_scaling_factor)
+            scheduler.set_timesteps(steps, strength=float(strength))
+            if len(np.asarray(scheduler.timesteps).reshape(-1)) == 0:
+                raise InputError(f"strength {strength} with {steps} steps leaves no step to run; raise either")
+            start = latents if latents is not None else noise.normal(shape)
+            first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
+            current = np.asarray(scheduler.add_noise(encoded.astype(np.float32), start, first), dtype=np.float32)
+
+        with self.components["unet"].session() as unet:
+            current = self._denoise(
+                compiled=unet,
+                scheduler=scheduler,
+                latents=current,
+                embeddings=embeddings,
+                guidance_scale=float(guidance_scale),
+                noise=noise,
+                callback=callback,
+            )
+        pixels = self.decode(current)
+        if output_type == "np":
+            return pixels
+        images = float_to_pil(pixels)
+        for i, pil in enumerate(images):
+            params = GenerationParameters(
+                prompt,
+                negative,
+                steps,
+                canonical,
+                schedule,
+                float(guidance_scale),
+                seeds[i],
+                width,
+                height,
+                self.name,
+                float(strength) if image is not None else None,
+            )
+            pil.info["parameters"] = params.a1111_text()
+            pil.info["sdkit_parameters"] = params
+        return images
+
+    def _check_size(self, value: Any, what: str) -> int:
+        if value is None:
+            return self.layout.default_size
+        size = _as_int(value, what, 8)
+        multiple = max(8, self.layout.vae_scale_factor)
+        if size % multiple:
+            raise InputError(f"{what} must be a multiple of {multiple}, got {size}")
+        return size
+
+    def __call__(self, prompt: str, **kwargs: Any) -> list[Image.Image]:
+        result: list[Image.Image] = self.generate(prompt, **kwargs)
+        return result
