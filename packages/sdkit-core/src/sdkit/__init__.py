@@ -15,6 +15,7 @@ from sdkit.device import Device
 from sdkit.errors import SdkitError
 from sdkit.model import Graph, Model, WeightSet
 from sdkit.options import Options
+from sdkit.pipelines import load_pipeline
 
 __all__ = [
     "Availability",
@@ -34,4 +35,5 @@ __all__ = [
     "check",
     "compile",
     "load_model",
+    "load_pipeline",
 ]

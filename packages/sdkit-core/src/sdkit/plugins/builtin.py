@@ -20,5 +20,7 @@ def sdkit_register_backends(registry: BackendRegistry) -> None:
 @hookimpl
 def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
     from sdkit.loaders import OnnxLoader
+    from sdkit.pipelines.loading import DiffusersOnnxLoader
 
     registry.add(OnnxLoader)
+    registry.add(DiffusersOnnxLoader)
