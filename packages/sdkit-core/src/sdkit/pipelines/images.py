@@ -73,7 +73,8 @@ def load_init_image(image: Any, width: int | None, height: int | None) -> tuple[
 
 def decoded_to_float(decoded: np.ndarray) -> np.ndarray:
     """VAE output ``[N, 3, H, W]`` in [-1, 1] -> ``[N, H, W, 3]`` float32 in [0, 1]."""
-    return np.clip(decoded / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 1).astype(np.float32)
+    pixels: np.ndarray = np.clip(decoded / 2 + 0.5, 0.0, 1.0).transpose(0, 2, 3, 1).astype(np.float32)
+    return pixels
 
 
 def float_to_pil(images: np.ndarray) -> list[Image.Image]:

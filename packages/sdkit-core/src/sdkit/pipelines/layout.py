@@ -17,6 +17,7 @@ downsampling factor and the UNet's default sample size (SD defaults otherwise).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ class PipelineLayout:
         return "vae_encoder" in self.model_files
 
 
-def read_layout(path: str | Path) -> PipelineLayout:
+def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     """Check ``path`` is a diffusers ONNX pipeline with every file it needs."""
     root = Path(path).expanduser()
     if not root.exists():

@@ -60,6 +60,13 @@ def run_batched(
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
 
+def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:
+    """The initial-noise draw, or the caller's ``latents`` in its place. The stream advances either
+    way, so the per-step noise after it is the same with or without explicit latents."""
+    drawn = noise.normal(shape)
+    return drawn if latents is None else latents
+
+
 def _as_int(value: Any, what: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
         raise InputError(f"{what} must be an integer >= {minimum}, got {value!r}")
@@ -111,7 +118,8 @@ class StableDiffusionPipeline:
         channels = self.latent_channels
         if out.shape[1] == 2 * channels:  # posterior parameters: sample with our own noise
             mean, logvar = out[:, :channels], np.clip(out[:, channels:], -30.0, 20.0)
-            return mean + np.exp(0.5 * logvar) * noise.normal(mean.shape)
+            sample: np.ndarray = mean + np.exp(0.5 * logvar) * noise.normal(mean.shape)
+            return sample
         if out.shape[1] != channels:
             raise ModelFormatError(
                 f"the vae_encoder returns {out.shape[1]} channels; expected {channels} or {2 * channels}"
@@ -170,7 +178,7 @@ class StableDiffusionPipeline:
                 "timestep": self._timestep_feed(compiled, t, model_input.shape[0]),
                 "encoder_hidden_states": embeddings,
             }
-            batched = ("sample", "encoder_hidden_states")
+            batched: tuple[str, ...] = ("sample", "encoder_hidden_states")
             if feeds["timestep"].ndim and feeds["timestep"].shape[0] == model_input.shape[0] > 1:
                 batched = (*batched, "timestep")
             prediction = run_batched(compiled, feeds, batched, ("out_sample",), "unet").astype(np.float32)
@@ -210,7 +218,8 @@ class StableDiffusionPipeline:
         ``seed=None`` picks a random seed; image ``i`` uses ``seed + i``. ``sampler`` is an sdkit
         scheduler name or a UI label (``"DPM++ 2M Karras"``); ``schedule`` (``normal``, ``karras``...)
         overrides the one a label implies. ``latents`` replaces the initial noise draw (txt2img:
-        unscaled initial latents; img2img: the noise added to the encoded image), shape
+        unscaled initial latents; img2img: the noise added to the encoded image; the seeded stream still
+        advances past that draw), shape
         ``[num_images, 4, height/8, width/8]`` float32. ``callback(step, total, latents)`` runs after
         every step. Returns PIL images (``output_type="pil"``), each with the A1111-style
         ``info["parameters"]`` text, or a ``[N, H, W, 3]`` float32 array in [0, 1] (``"np"``).
@@ -251,14 +260,14 @@ class StableDiffusionPipeline:
 
         if image is None:
             scheduler.set_timesteps(steps)
-            start = latents if latents is not None else noise.normal(shape)
+            start = _initial_noise(noise, shape, latents)
             current = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
         else:
             encoded = self.encode_image(image, noise, num_images) * np.float32(self.layout.vae_scaling_factor)
             scheduler.set_timesteps(steps, strength=float(strength))
             if len(np.asarray(scheduler.timesteps).reshape(-1)) == 0:
                 raise InputError(f"strength {strength} with {steps} steps leaves no step to run; raise either")
-            start = latents if latents is not None else noise.normal(shape)
+            start = _initial_noise(noise, shape, latents)
             first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
             current = np.asarray(scheduler.add_noise(encoded.astype(np.float32), start, first), dtype=np.float32)
 

@@ -1,0 +1,130 @@
+"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion pipeline.
+
+The PNG carries the generation parameters in a ``parameters`` text chunk, AUTOMATIC1111 style,
+so other tools read them back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdkit.cli.common import add_option_arguments, options_from
+from sdkit.cli.progress import interactive
+from sdkit.errors import InputError
+
+HELP = "generate images with a Stable Diffusion pipeline (txt2img, or img2img with --init-image)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help="what to draw")
+    parser.add_argument("--model", "-m", required=True, help="a diffusers/optimum ONNX pipeline folder")
+    parser.add_argument("--output", "-o", default=None, help="PNG to write (default: sdkit-SEED.png)")
+    parser.add_argument("--negative", default="", help="negative prompt")
+    parser.add_argument("--steps", type=int, default=20, help="sampling steps (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+    parser.add_argument("--sampler", default="euler_a", help="sampler name or UI label (default: %(default)s)")
+    parser.add_argument("--schedule", default=None, help="sigma schedule: normal, karras, ... (default: the sampler's)")
+    parser.add_argument("--cfg", type=float, default=7.5, help="classifier-free guidance scale (default: %(default)s)")
+    parser.add_argument("--width", type=int, default=None, help="image width, a multiple of 8 (default: the model's)")
+    parser.add_argument("--height", type=int, default=None, help="image height, a multiple of 8 (default: the model's)")
+    parser.add_argument("--init-image", default=None, help="img2img: the image to start from")
+    parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
+    parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        help="backend for every component, or per component: unet=ggml,text_encoder=reference,default=auto",
+    )
+    parser.add_argument("--device", default=None, help="device for every component, or per component like --backend")
+    parser.add_argument("--memory", choices=("keep", "offload"), default="keep", help="memory policy (default: keep)")
+    add_option_arguments(parser)
+
+
+def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] | None:
+    """``ggml`` -> ``"ggml"``; ``unet=ggml,default=auto`` -> ``{"unet": "ggml", "default": "auto"}``."""
+    if text is None or "=" not in text:
+        return text
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InputError(f"{flag} expects NAME or COMPONENT=NAME,..., got {text!r}")
+        mapping[name.strip()] = value.strip()
+    return mapping
+
+
+def output_paths(output: str | None, seed: int, count: int) -> list[Path]:
+    base = Path(output) if output else Path(f"sdkit-{seed}.png")
+    if base.suffix.lower() != ".png":
+        raise InputError(f"the output must be a .png file, got {base}")
+    if count == 1:
+        return [base]
+    return [base.with_name(f"{base.stem}-{i}{base.suffix}") for i in range(count)]
+
+
+class StepBar:
+    """The per-step progress bar: tqdm on a terminal, nothing in pipes."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def __call__(self, step: int, total: int, latents: np.ndarray) -> None:
+        if not interactive():
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="sampling", unit="step", leave=False, file=sys.stderr)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    import sdkit
+    from sdkit.pipelines import save_png
+
+    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    paths = output_paths(args.output, seed, max(args.num_images, 1))
+    start = time.perf_counter()
+    pipe = sdkit.load_pipeline(
+        args.model,
+        backend=per_component_argument(args.backend, "--backend") or "auto",
+        device=per_component_argument(args.device, "--device"),
+        memory=args.memory,
+        **options_from(args),
+    )
+    bar = StepBar()
+    try:
+        images = pipe.generate(
+            args.prompt,
+            negative_prompt=args.negative,
+            seed=seed,
+            width=args.width,
+            height=args.height,
+            steps=args.steps,
+            guidance_scale=args.cfg,
+            sampler=args.sampler,
+            schedule=args.schedule,
+            init_image=args.init_image,
+            strength=args.strength,
+            num_images=args.num_images,
+            callback=bar,
+        )
+    finally:
+        bar.close()
+    for image, path in zip(images, paths, strict=True):
+        save_png(image, path, image.info["sdkit_parameters"])
+        print(f"saved {path}")
+    backends = ", ".join(f"{name}={backend}" for name, backend in pipe.backends().items() if backend)
+    print(f"seed {seed}; {time.perf_counter() - start:.1f} s; backends: {backends}")
+    return 0

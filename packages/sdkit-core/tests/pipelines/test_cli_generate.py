@@ -1,0 +1,138 @@
+"""``sdkit generate``: PNG with A1111-style parameters, read back with PIL; one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from sdkit.cli.main import main
+from sdkit.pipelines.images import GenerationParameters
+
+
+def test_generate_writes_png_with_parameters(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cat.png"
+    argv = [
+        "generate",
+        "a red cat",
+        "--model",
+        str(tiny_dir),
+        "-o",
+        str(out),
+        "--negative",
+        "blurry",
+        "--steps",
+        "2",
+        "--seed",
+        "1",
+        "--sampler",
+        "DPM++ 2M Karras",
+        "--cfg",
+        "7",
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--backend",
+        "reference",
+    ]
+    assert main(argv) == 0
+    with Image.open(out) as image:
+        assert image.size == (32, 32)
+        assert image.format == "PNG"
+        text = image.info["parameters"]
+    lines = text.split("\n")
+    assert lines[0] == "a red cat"
+    assert lines[1] == "Negative prompt: blurry"
+    assert lines[2].startswith(
+        "Steps: 2, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, "
+        f"Size: 32x32, Model: {tiny_dir.name}"
+    )
+    assert "saved" in capsys.readouterr().out
+
+
+def test_img2img_from_the_command_line(tiny_dir: Path, tmp_path: Path, golden: dict[str, np.ndarray]) -> None:
+    init = tmp_path / "init.png"
+    Image.fromarray(golden["init_image"]).save(init)
+    out = tmp_path / "out.png"
+    argv = [
+        "generate",
+        "a dog",
+        "--model",
+        str(tiny_dir),
+        "-o",
+        str(out),
+        "--init-image",
+        str(init),
+        "--strength",
+        "0.5",
+        "--steps",
+        "2",
+        "--seed",
+        "3",
+        "--backend",
+        "reference",
+        "--memory",
+        "offload",
+        "--num-images",
+        "2",
+    ]
+    assert main(argv) == 0
+    for i in range(2):
+        with Image.open(tmp_path / f"out-{i}.png") as image:
+            assert image.size == (32, 32)
+            assert f"Seed: {3 + i}," in image.info["parameters"]
+            assert "Denoising strength: 0.5" in image.info["parameters"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--width", "100"], "width must be a multiple of 8"),
+        (["--steps", "0"], "steps must be an integer >= 1"),
+        (["--sampler", "nosuch"], "nosuch"),
+        (["--backend", "unet=reference,oops"], "--backend expects"),
+    ],
+)
+def test_bad_requests_are_one_line(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], match: str
+) -> None:
+    argv = [
+        "generate",
+        "a cat",
+        "--model",
+        str(tiny_dir),
+        "-o",
+        str(tmp_path / "x.png"),
+        "--backend",
+        "reference",
+        *extra,
+    ]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sdkit: error: ")
+    assert match in err
+    assert "\n" not in err
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("model", ["missing", "empty"])
+def test_not_a_pipeline_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["generate", "a cat", "--model", str(tmp_path / model)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sdkit: error: ")
+    assert "\n" not in err
+
+
+def test_a1111_text_format() -> None:
+    params = GenerationParameters("a cat", "ugly", 20, "euler_a", "karras", 7.0, 1, 64, 64, "tiny")
+    assert params.a1111_text() == (
+        "a cat\nNegative prompt: ugly\n"
+        "Steps: 20, Sampler: Euler a, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 64x64, "
+        "Model: tiny, Software: sdkit"
+    )
+    assert "Negative prompt" not in GenerationParameters("a", "", 1, "ddim", "normal", 7.5, 2, 8, 8, "m").a1111_text()
