@@ -1,0 +1,8 @@
+"""The schedulers sdkit ships, in the order ``scheduler_names()`` lists them."""
+
+from __future__ import annotations
+
+from sdkit.schedulers.base import Scheduler
+from sdkit.schedulers.k_samplers import Euler, EulerAncestral, Heun
+
+BUILTIN_SCHEDULERS: tuple[type[Scheduler], ...] = (Euler, EulerAncestral, Heun)
