@@ -29,7 +29,7 @@ def test_generate_writes_png_with_parameters(
         "--seed",
         "1",
         "--sampler",
-        "DPM++ 2M Karras",
+        "Euler Karras",
         "--cfg",
         "7",
         "--width",
@@ -48,8 +48,7 @@ def test_generate_writes_png_with_parameters(
     assert lines[0] == "a red cat"
     assert lines[1] == "Negative prompt: blurry"
     assert lines[2].startswith(
-        "Steps: 2, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, "
-        f"Size: 32x32, Model: {tiny_dir.name}"
+        f"Steps: 2, Sampler: Euler, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 32x32, Model: {tiny_dir.name}"
     )
     assert "saved" in capsys.readouterr().out
 
@@ -73,6 +72,8 @@ def test_img2img_from_the_command_line(tiny_dir: Path, tmp_path: Path, golden: d
         "2",
         "--seed",
         "3",
+        "--cfg",
+        "1",
         "--backend",
         "reference",
         "--memory",

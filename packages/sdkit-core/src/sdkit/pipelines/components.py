@@ -22,6 +22,7 @@ from sdkit.backend import CompiledModel, TensorInfo
 from sdkit.device import Device
 from sdkit.errors import InputError, OptionError
 from sdkit.model import Model, load_onnx
+from sdkit.pipelines.pruning import keep_outputs
 
 MemoryPolicy = Literal["keep", "offload"]
 MEMORY_POLICIES: tuple[str, ...] = ("keep", "offload")
@@ -51,6 +52,7 @@ class Component:
     device: str | Device | None = None
     options: Mapping[str, Any] | None = None
     policy: MemoryPolicy = "keep"
+    outputs: tuple[str, ...] = ()  # the outputs the pipeline reads; others are pruned away
 
     def __post_init__(self) -> None:
         if self.policy not in MEMORY_POLICIES:
@@ -59,7 +61,8 @@ class Component:
         self._backend_name: str | None = None
 
     def _load(self) -> Model:
-        return load_onnx(self.path)
+        model = load_onnx(self.path)
+        return keep_outputs(model, self.outputs) if self.outputs else model
 
     def _compile(self, model: Model) -> CompiledModel:
         from sdkit.api import compile as compile_model

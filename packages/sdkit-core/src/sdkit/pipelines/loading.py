@@ -14,6 +14,9 @@ from sdkit.pipelines.layout import is_pipeline_dir, read_layout
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 from sdkit.pipelines.tokenizer import ClipTokenizer
 
+# What the pipeline reads from each component (optimum's output names).
+READ_OUTPUTS = {"text_encoder": ("last_hidden_state",), "unet": (), "vae_decoder": (), "vae_encoder": ()}
+
 
 def load_pipeline(
     path: str | os.PathLike[str],
@@ -37,7 +40,7 @@ def load_pipeline(
     devices = per_component(device, COMPONENT_NAMES, "device", None)
     tokenizer = ClipTokenizer(layout.tokenizer_dir)
     components = {
-        name: Component(name, file, backends[name], devices[name], options, memory)  # type: ignore[arg-type]
+        name: Component(name, file, backends[name], devices[name], options, memory, READ_OUTPUTS[name])  # type: ignore[arg-type]
         for name, file in layout.model_files.items()
     }
     pipeline = StableDiffusionPipeline(layout, components, tokenizer)

@@ -243,8 +243,7 @@ class StableDiffusionPipeline:
             image, width, height = load_init_image(init_image, width, height)
         width = self._check_size(width, "width")
         height = self._check_size(height, "height")
-        canonical, implied = resolve(sampler)
-        schedule = schedule or implied or "normal"
+        canonical, schedule = resolve(sampler, schedule)
         scheduler = create_scheduler(canonical, schedule=schedule, config=self.layout.scheduler_config or None)
         factor = self.layout.vae_scale_factor
         shape = (num_images, self.latent_channels, height // factor, width // factor)
