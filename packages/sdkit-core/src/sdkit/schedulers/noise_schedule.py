@@ -133,14 +133,21 @@ def exponential_sigmas(sigma_min: float, sigma_max: float, n: int) -> F64:
 
 
 def sigma_to_t(sigmas: F64, log_train_sigmas: F32) -> F64:
-    """Fractional training timestep of each sigma (piecewise-linear in log sigma), float64."""
-    log_sigma = np.log(np.maximum(sigmas, 1e-10))
-    dists = log_sigma[np.newaxis, :] - log_train_sigmas[:, np.newaxis]
-    low = np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=log_train_sigmas.shape[0] - 2)
-    high = low + 1
-    low_log, high_log = log_train_sigmas[low], log_train_sigmas[high]
+    """Fractional training timestep of each sigma (piecewise-linear in log sigma), float64.
+
+    One sigma at a time, as diffusers does: numpy's log of a scalar and of an array can
+    differ in the last bit (SIMD), which moves a timestep by ~1e-5.
+    """
+    return np.array([_one_sigma_to_t(sigma, log_train_sigmas) for sigma in sigmas], dtype=np.float64)
+
+
+def _one_sigma_to_t(sigma: np.float64, log_train_sigmas: F32) -> float:
+    log_sigma = np.log(np.maximum(sigma, 1e-10))
+    dists = log_sigma - log_train_sigmas[:, np.newaxis]
+    low = int(np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=log_train_sigmas.shape[0] - 2)[0])
+    low_log, high_log = log_train_sigmas[low], log_train_sigmas[low + 1]
     w = np.clip((low_log - log_sigma) / (low_log - high_log), 0, 1)
-    return np.asarray((1 - w) * low + w * high, dtype=np.float64)
+    return float((1 - w) * low + w * (low + 1))
 
 
 # Scalar float32 transcendentals as torch computes them on a 0-d CPU tensor (libm's
