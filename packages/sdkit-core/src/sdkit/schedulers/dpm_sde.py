@@ -3,15 +3,23 @@ DPMSolverSDEScheduler.
 
 Every step but the last takes two model evaluations: one at sigma and one at the midpoint
 (in log sigma) sigma_mid, so ``timesteps`` interleaves the step timesteps with midpoint ones.
-Each half adds noise. diffusers draws that noise from a torchsde Brownian tree; here it
-comes from the ``noise`` callable, one standard-normal draw per half-step. The update
-formulas are diffusers' (checked with the same draws injected into diffusers); the one
-difference is statistical: a Brownian tree correlates the two draws of a step (the full
-interval contains the half one), independent draws do not.
+Each half adds noise. diffusers (like k-diffusion) draws it from a torchsde Brownian tree
+W over sigma: the first half adds the normalised increment of W over [sigma_mid, sigma],
+the second the one over [sigma_next, sigma], which contains the first, so the two are
+correlated. Here the same construction is built from two standard-normal draws of the
+``noise`` callable per step (z1, z2):
+
+    first half:  z1
+    second half: (sqrt(sigma - sigma_mid) * z1 + sqrt(sigma_mid - sigma_next) * z2) / sqrt(sigma - sigma_next)
+
+which has exactly the Brownian tree's joint distribution (not its values: torchsde's
+tree is seeded differently). The golden test injects these same noises into diffusers'
+DPMSolverSDEScheduler, so its update formulas are checked as they are.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -61,6 +69,7 @@ class DPMPPSDE(SigmaScheduler):
         self._timesteps = all_timesteps
         self._start: F32 | None = None  # the sample at the start of a two-stage step
         self._mid_sigma = np.float32(0.0)
+        self._first_draw: F32 | None = None  # z1 of the current step
 
     def _scale(self, sample: F32) -> F32:
         sigma = self._sigmas[self._index] if self._start is None else self._mid_sigma
@@ -88,9 +97,25 @@ class DPMPPSDE(SigmaScheduler):
         sigma_down = np.sqrt(sigma_to * sigma_to - sigma_up * sigma_up)
         t_down = _t(sigma_down)
         prev = _sigma(t_down) / _sigma(t) * sample - noise_schedule.expm1_32(t - t_down) * denoised
-        prev = prev + self._draw(noise, sample.shape) * np.float32(1.0) * sigma_up
+        prev = (
+            prev
+            + self._brownian_noise(noise, sample.shape, first_half, sigma_from, sigma_to) * np.float32(1.0) * sigma_up
+        )
         if first_half:
             self._start, self._mid_sigma = sample, _sigma(t_next)
         else:
             self._start = None
         return f32(prev)
+
+    def _brownian_noise(
+        self, noise: NoiseFn | None, shape: tuple[int, ...], first_half: bool, sigma: np.float32, sigma_to: np.float32
+    ) -> F32:
+        """Normalised Brownian increment over [sigma_to, sigma] (see the module docstring)."""
+        drawn = self._draw(noise, shape)
+        if first_half:
+            self._first_draw = drawn
+            return drawn
+        assert self._first_draw is not None
+        first, mid = self._first_draw.astype(np.float64), float(self._mid_sigma)
+        whole = math.sqrt(float(sigma) - mid) * first + math.sqrt(mid - float(sigma_to)) * drawn.astype(np.float64)
+        return f32(whole / math.sqrt(float(sigma) - float(sigma_to)))
