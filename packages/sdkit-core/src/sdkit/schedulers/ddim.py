@@ -56,7 +56,7 @@ class DDIM(DiscreteScheduler):
     """Deterministic DDIM (eta = 0, as A1111's and ComfyUI's default)."""
 
     name = "ddim"
-    aliases: ClassVar[tuple[str, ...]] = ("DDIM", "ddim_uniform")
+    aliases: ClassVar[tuple[str, ...]] = ("DDIM",)
     diffusers_class = "DDIMScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
         "beta_start": 0.0001,
