@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import SCHEDULES, create_scheduler, noise_from_seed, scheduler_class, scheduler_names
 from sdkit.schedulers.base import SD15_CONFIG

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sdkit.errors import OptionError, SdkitError, UnknownSchedulerError
 from sdkit.schedulers import create_scheduler, resolve, resolve_schedule, scheduler_names
 

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
 from sdkit.plugins import Plugins, hookimpl
 from sdkit.schedulers import Scheduler, create_scheduler, resolve, scheduler_names
 from sdkit.schedulers.k_samplers import Euler
