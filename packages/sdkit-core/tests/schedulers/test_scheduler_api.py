@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.errors import InputError, OptionError
+from sdkit.errors import InputError, OptionError, UnknownSchedulerError
 from sdkit.schedulers import SCHEDULES, create_scheduler, noise_from_seed, scheduler_class, scheduler_names
 from sdkit.schedulers.base import SD15_CONFIG
 
@@ -119,11 +119,29 @@ def test_diffusers_config_extras_are_accepted() -> None:
         ("euler", {"trained_betas": [0.1, 0.2]}, "trained_betas"),
         ("dpmpp_2m", {"solver_type": "heun"}, "solver_type"),
         ("euler", {"interpolation_type": "log_linear"}, "interpolation_type"),
+        ("euler", {"beta_start": "abc"}, "beta_start"),
+        ("euler", {"beta_end": float("nan")}, "beta_end"),
+        ("euler", {"steps_offset": 1.5}, "steps_offset"),
+        ("ddim", {"clip_sample": "yes"}, "clip_sample"),
+        ("euler", {"trained_betas": ["x"] * 1000}, "trained_betas"),
+        ("euler", {"num_train_timesteps": True}, "num_train_timesteps"),
+        ("lcm", {"original_inference_steps": None}, "original_inference_steps"),
     ],
 )
 def test_bad_config_is_an_option_error(name: str, config_change: dict[str, Any], message: str) -> None:
     with pytest.raises(OptionError, match=message):
         create_scheduler(name, config={**SD15_CONFIG, **config_change})
+
+
+def test_config_and_schedule_types_are_checked() -> None:
+    with pytest.raises(OptionError, match="must be a dict"):
+        create_scheduler("euler", config=[1, 2])  # type: ignore[arg-type]
+    with pytest.raises(UnknownSchedulerError):
+        create_scheduler("euler", schedule=5)  # type: ignore[arg-type]
+    assert (
+        create_scheduler("euler", config={**SD15_CONFIG, "num_train_timesteps": 1000.0}).config.num_train_timesteps
+        == 1000
+    )
 
 
 @pytest.mark.parametrize(("steps", "strength"), [(0, 1.0), (1001, 1.0), (True, 1.0), (2.5, 1.0), (10, 1.5), (10, 0.0)])
