@@ -94,16 +94,13 @@ class SchedulerConfig:
         known = {f.name for f in fields(cls)} - {"extra"}
         values: dict[str, Any] = {}
         for key in known & merged.keys():
-            value = merged[key]
-            if key == "trained_betas" and value is not None:
-                value = tuple(float(b) for b in value)
-            values[key] = value
+            values[key] = _checked_value(key, merged[key])
         config = cls(**values, extra={k: v for k, v in merged.items() if k not in known})
         config._check()
         return config
 
     def _check(self) -> None:
-        if not isinstance(self.num_train_timesteps, int) or self.num_train_timesteps < 2:
+        if self.num_train_timesteps < 2:
             raise OptionError(f"num_train_timesteps must be an integer >= 2, got {self.num_train_timesteps!r}")
         if self.prediction_type not in PREDICTION_TYPES:
             raise OptionError(
@@ -114,6 +111,34 @@ class SchedulerConfig:
                 f"timestep_spacing {self.timestep_spacing!r} is not supported; "
                 f"use one of {', '.join(noise_schedule.TIMESTEP_SPACINGS)}"
             )
+
+
+_INT_KEYS = ("num_train_timesteps", "steps_offset", "original_inference_steps")
+_FLOAT_KEYS = ("beta_start", "beta_end", "clip_sample_range", "timestep_scaling")
+_OPTIONAL_FLOAT_KEYS = ("sigma_min", "sigma_max")
+_BOOL_KEYS = ("clip_sample", "set_alpha_to_one")
+_STR_KEYS = ("beta_schedule", "prediction_type", "timestep_spacing")
+
+
+def _checked_value(key: str, value: Any) -> Any:
+    """``value`` if it has the type ``key`` needs (JSON numbers accepted), else OptionError."""
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if key in _INT_KEYS and number and float(value).is_integer():
+        return int(value)
+    if (key in _FLOAT_KEYS or key in _OPTIONAL_FLOAT_KEYS) and number and np.isfinite(value):
+        return float(value)
+    if key in _OPTIONAL_FLOAT_KEYS and value is None:
+        return None
+    if (key in _BOOL_KEYS and isinstance(value, (bool, np.bool_))) or (key in _STR_KEYS and isinstance(value, str)):
+        return value
+    if key == "trained_betas":
+        if value is None:
+            return None
+        try:
+            return tuple(float(b) for b in value)
+        except (TypeError, ValueError):
+            pass
+    raise OptionError(f"scheduler config {key}={value!r} has the wrong type")
 
 
 def noise_from_seed(seed: int) -> NoiseFn:
@@ -172,6 +197,8 @@ class Scheduler(ABC):
             raise OptionError(
                 f"sampler {self.name!r} does not support schedule {schedule!r}; use one of {', '.join(self.schedules)}"
             )
+        if config is not None and not isinstance(config, Mapping):
+            raise OptionError(f"scheduler config must be a dict (scheduler_config.json), got {type(config).__name__}")
         data = dict(SD15_CONFIG if config is None else config)
         if prediction_type is not None:
             data["prediction_type"] = prediction_type

@@ -20,17 +20,25 @@ F32 = NDArray[np.float32]
 class SigmaScheduler(Scheduler):
     """Shared by samplers that work on k-diffusion sigmas (x = x0 + sigma * eps)."""
 
+    # Whether config sigma_min / sigma_max bound Karras and exponential schedules (only
+    # EulerDiscreteScheduler reads them; the other diffusers classes have no such setting).
+    config_sigma_range: ClassVar[bool] = False
+    # The precision diffusers computes this class's timestep spacing in.
+    spacing_dtype: ClassVar[type[np.floating[Any]]] = np.float32
+
     def _sigma_schedule(self, steps: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(timesteps, sigmas) without the final zero, both float64, for the chosen schedule."""
         cfg = self.config
         timesteps = noise_schedule.spaced_timesteps(
-            cfg.timestep_spacing, steps, cfg.num_train_timesteps, cfg.steps_offset
+            cfg.timestep_spacing, steps, cfg.num_train_timesteps, cfg.steps_offset, self.spacing_dtype
         )
         train_sigmas = noise_schedule.training_sigmas(self.alphas_cumprod)
         sigmas = noise_schedule.interpolate_sigmas(timesteps, train_sigmas)
         if self.schedule in ("karras", "exponential"):
-            sigma_min = cfg.sigma_min if cfg.sigma_min is not None else float(sigmas[-1])
-            sigma_max = cfg.sigma_max if cfg.sigma_max is not None else float(sigmas[0])
+            sigma_min, sigma_max = float(sigmas[-1]), float(sigmas[0])
+            if self.config_sigma_range:
+                sigma_min = cfg.sigma_min if cfg.sigma_min is not None else sigma_min
+                sigma_max = cfg.sigma_max if cfg.sigma_max is not None else sigma_max
             if self.schedule == "karras":
                 sigmas = noise_schedule.karras_sigmas(sigma_min, sigma_max, steps)
             else:
@@ -63,6 +71,7 @@ class SigmaScheduler(Scheduler):
 
 class Euler(SigmaScheduler):
     name = "euler"
+    config_sigma_range = True
     aliases: ClassVar[tuple[str, ...]] = ("Euler", "k_euler", "euler_discrete")
     diffusers_class = "EulerDiscreteScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {

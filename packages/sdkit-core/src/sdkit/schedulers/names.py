@@ -63,9 +63,9 @@ def _lookup_sampler(key: str, table: dict[str, str]) -> str | None:
 
 def resolve_schedule(schedule: str) -> str:
     """Canonical schedule name, or UnknownSchedulerError with a suggestion."""
-    canonical = SCHEDULE_ALIASES.get(normalize(schedule))
+    canonical = SCHEDULE_ALIASES.get(normalize(schedule)) if isinstance(schedule, str) else None
     if canonical is None:
-        raise UnknownSchedulerError(schedule, SCHEDULES)
+        raise UnknownSchedulerError(str(schedule), SCHEDULES)
     return canonical
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,21 +95,23 @@ def spaced_timesteps(
     num_inference_steps: int,
     num_train_timesteps: int,
     steps_offset: int,
+    dtype: type[np.floating[Any]] = np.float32,
 ) -> F64:
-    """The k-diffusion schedulers' (Euler, Heun, DPM SDE) timestep spacings, descending, float64
-    (callers cast: Euler and Heun keep float32, DPMSolverSDE float64)."""
+    """The k-diffusion schedulers' timestep spacings, descending, returned as float64.
+
+    ``dtype`` is the precision diffusers computes them in: float32 for Euler and Heun,
+    float64 for DPMSolverSDE (799.2 and float32(799.2) interpolate different sigmas).
+    """
     n, total = num_inference_steps, num_train_timesteps
     if spacing == "linspace":
-        # diffusers asks numpy for float32 here; keep that rounding.
-        return np.asarray(np.linspace(0, total - 1, n, dtype=np.float32)[::-1], dtype=np.float64)
-    if spacing == "leading":
-        ratio = total // n
-        leading = (np.arange(0, n) * ratio).round()[::-1].astype(np.float32)
-        return np.asarray(leading, dtype=np.float64) + steps_offset
-    if spacing == "trailing":
-        trailing = np.arange(total, 0, -total / n).round().astype(np.float32)
-        return np.asarray(trailing, dtype=np.float64) - 1
-    raise OptionError(f"timestep_spacing {spacing!r} is not supported; use one of {', '.join(TIMESTEP_SPACINGS)}")
+        spaced = np.linspace(0, total - 1, n, dtype=dtype)[::-1]
+    elif spacing == "leading":
+        spaced = (np.arange(0, n) * (total // n)).round()[::-1].astype(dtype) + steps_offset
+    elif spacing == "trailing":
+        spaced = np.arange(total, 0, -total / n).round().astype(dtype) - 1
+    else:
+        raise OptionError(f"timestep_spacing {spacing!r} is not supported; use one of {', '.join(TIMESTEP_SPACINGS)}")
+    return np.asarray(spaced, dtype=np.float64)
 
 
 def interpolate_sigmas(timesteps: NDArray[np.floating] | NDArray[np.integer], train_sigmas: F32) -> F64:
@@ -130,11 +133,36 @@ def exponential_sigmas(sigma_min: float, sigma_max: float, n: int) -> F64:
 
 
 def sigma_to_t(sigmas: F64, log_train_sigmas: F32) -> F64:
-    """Fractional training timestep of each sigma (piecewise-linear in log sigma), float64."""
-    log_sigma = np.log(np.maximum(sigmas, 1e-10))
-    dists = log_sigma[np.newaxis, :] - log_train_sigmas[:, np.newaxis]
-    low = np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=log_train_sigmas.shape[0] - 2)
-    high = low + 1
-    low_log, high_log = log_train_sigmas[low], log_train_sigmas[high]
+    """Fractional training timestep of each sigma (piecewise-linear in log sigma), float64.
+
+    One sigma at a time, as diffusers does: numpy's log of a scalar and of an array can
+    differ in the last bit (SIMD), which moves a timestep by ~1e-5.
+    """
+    return np.array([_one_sigma_to_t(sigma, log_train_sigmas) for sigma in sigmas], dtype=np.float64)
+
+
+def _one_sigma_to_t(sigma: np.float64, log_train_sigmas: F32) -> float:
+    log_sigma = np.log(np.maximum(sigma, 1e-10))
+    dists = log_sigma - log_train_sigmas[:, np.newaxis]
+    low = int(np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=log_train_sigmas.shape[0] - 2)[0])
+    low_log, high_log = log_train_sigmas[low], log_train_sigmas[low + 1]
     w = np.clip((low_log - log_sigma) / (low_log - high_log), 0, 1)
-    return np.asarray((1 - w) * low + w * high, dtype=np.float64)
+    return float((1 - w) * low + w * (low + 1))
+
+
+# Scalar float32 transcendentals as torch computes them on a 0-d CPU tensor (libm's
+# correctly rounded expf/logf). numpy's SIMD float32 exp/log may be 1-2 ulp off, which
+# the solvers amplify past 1e-6; rounding the float64 result once reproduces libm.
+def log32(x: float | np.floating[Any]) -> np.float32:
+    value = float(x)
+    return cast(np.float32, np.float32(-math.inf if value == 0.0 else math.log(value)))
+
+
+def exp32(x: float | np.floating[Any]) -> np.float32:
+    value = float(x)
+    return cast(np.float32, np.float32(math.inf if value > 700.0 else math.exp(value)))
+
+
+def expm1_32(x: float | np.floating[Any]) -> np.float32:
+    value = float(x)
+    return cast(np.float32, np.float32(math.inf if value > 700.0 else math.expm1(value)))
