@@ -80,7 +80,8 @@ def test() -> int:
 
 
 def existing_tests() -> list[str]:
-    return [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
+    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
+    return [*tests, "examples/sdkit-onnxruntime/tests"]
 
 
 def main() -> int:
