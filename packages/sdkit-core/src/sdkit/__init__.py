@@ -1,9 +1,9 @@
 """sdkit: run Stable-Diffusion-class ONNX models on whatever GPU (or CPU) a machine has.
 
-    import sdkit
-    model = sdkit.load_model("taef2_decoder.onnx")
-    compiled = sdkit.compile(model)              # backend="auto": the best one here
-    image = compiled.run({"latent": latent})["image"]
+import sdkit
+model = sdkit.load_model("taef2_decoder.onnx")
+compiled = sdkit.compile(model)              # backend="auto": the best one here
+image = compiled.run({"latent": latent})["image"]
 """
 
 from __future__ import annotations

@@ -94,7 +94,9 @@ class ArtifactCache:
             return None
         try:
             manifest = json.loads((folder / MANIFEST).read_text())
-            intact = manifest.get("key") == json.loads(json.dumps(key, default=str)) and manifest.get("files") == _file_sums(folder)
+            intact = manifest.get("key") == json.loads(json.dumps(key, default=str)) and manifest.get(
+                "files"
+            ) == _file_sums(folder)
         except (OSError, ValueError):
             intact = False
         if not intact:
@@ -116,7 +118,7 @@ class ArtifactCache:
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
+            tmp.replace(folder)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -34,7 +34,8 @@ def load_config() -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        return data
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SdkitError(f"config file {path} is invalid: {exc}") from None
 

@@ -23,7 +23,7 @@ VENDOR_KINDS: dict[str, str] = {
     "blas": "cpu",
 }
 
-_DEVICE_RE = re.compile(r"^([a-z][a-z0-9_]*)(?::(\d+))?$")
+_DEVICE_RE = re.compile(r"^([a-z][a-z_]*)(?::(\d+))?$")
 _VENDOR_RE = re.compile(r"^([A-Za-z_]+?)[._:]?(\d+)?$")
 
 

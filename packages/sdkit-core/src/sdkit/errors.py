@@ -60,8 +60,7 @@ class UnknownNameError(SdkitError):
         self.name = name
         self.known = sorted(known)
         super().__init__(
-            f"unknown {self.kind} {name!r}{did_you_mean(name, self.known)}; "
-            f"known: {', '.join(self.known) or 'none'}"
+            f"unknown {self.kind} {name!r}{did_you_mean(name, self.known)}; known: {', '.join(self.known) or 'none'}"
         )
 
 

@@ -77,7 +77,7 @@ class WeightSet(Mapping[str, np.ndarray]):
         for name in sorted(self._arrays):
             array = np.ascontiguousarray(self._arrays[name])
             digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-            digest.update(memoryview(array).cast("B"))
+            digest.update(array.tobytes() if array.dtype.hasobject else memoryview(array).cast("B"))  # type: ignore[arg-type]
         return digest.hexdigest()
 
     def updated(self, changes: Mapping[str, np.ndarray], strict: bool = True) -> WeightSet:
@@ -161,13 +161,14 @@ class Graph:
                 raise InputError(f"unknown input {name!r}; the model's inputs are {', '.join(by_name)}")
             info = by_name[name]
             if len(shape) != len(info.shape):
-                raise InputError(f"input {name!r}: shape {list(shape)} has rank {len(shape)}, expected {len(info.shape)}")
+                raise InputError(
+                    f"input {name!r}: shape {list(shape)} has rank {len(shape)}, expected {len(info.shape)}"
+                )
             for want, got in zip(info.shape, shape, strict=True):
                 if isinstance(want, int) and want != got:
                     raise InputError(f"input {name!r}: shape {list(shape)} does not fit {list(info.shape)}")
-                if isinstance(want, str) and want:
-                    if symbols.setdefault(want, int(got)) != int(got):
-                        raise InputError(f"dimension {want!r} given as both {symbols[want]} and {got}")
+                if isinstance(want, str) and want and symbols.setdefault(want, int(got)) != int(got):
+                    raise InputError(f"dimension {want!r} given as both {symbols[want]} and {got}")
         proto = onnx.ModelProto()
         proto.CopyFrom(self.proto)
         for vi in proto.graph.input:
@@ -192,7 +193,9 @@ class Graph:
         proto = onnx.ModelProto()
         proto.CopyFrom(self.proto)
         del proto.graph.initializer[:]
-        proto.graph.initializer.extend(numpy_helper.from_array(np.asarray(weights[t.name]), t.name) for t in self.proto.graph.initializer)
+        proto.graph.initializer.extend(
+            numpy_helper.from_array(np.asarray(weights[t.name]), t.name) for t in self.proto.graph.initializer
+        )
         return proto
 
     def save(self, path: str | os.PathLike[str], weights: Mapping[str, np.ndarray]) -> Path:
@@ -278,7 +281,9 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
     try:
         proto = onnx.load_model(str(path), load_external_data=True)
     except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
-        raise ModelFormatError(f"{path.name} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise ModelFormatError(
+            f"{path.name} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelFormatError(f"{path.name} is not an ONNX model (empty graph)")
     try:

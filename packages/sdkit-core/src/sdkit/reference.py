@@ -86,4 +86,3 @@ class ReferenceBackend(Backend):
         if device.kind != "cpu":
             raise DeviceError(f"the reference backend runs on cpu only, not {device}")
         return ReferenceCompiled(graph, weights)
-

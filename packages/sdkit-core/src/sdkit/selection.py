@@ -74,7 +74,8 @@ def candidates() -> list[str]:
         if registry.get(name) is None:
             raise UnknownBackendError(name, registry.names())
     preferred = [registry.resolve(p) or p for p in preferred]
-    rest = sorted((n for n in registry.names() if n not in preferred), key=lambda n: (-(registry.get(n).priority or 0), n))  # type: ignore[union-attr]
+    priority = {name: cls.priority for name, cls in registry.items()}
+    rest = sorted((n for n in priority if n not in preferred), key=lambda n: (-priority[n], n))
     return preferred + rest
 
 

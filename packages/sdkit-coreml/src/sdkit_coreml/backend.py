@@ -53,7 +53,9 @@ class CoremlBackend(Backend):
         version = coremltools_version()
         if version is None:
             return Availability(False, "coremltools is not installed", INSTALL_HINT)
-        return Availability(False, f"coremltools {version} found, but sdkit-coreml's compiler is not implemented yet", version=version)
+        return Availability(
+            False, f"coremltools {version} found, but sdkit-coreml's compiler is not implemented yet", version=version
+        )
 
     def devices(self) -> list[Device]:
         return apple_devices() if sys.platform == "darwin" else []

@@ -7,7 +7,6 @@ where the runtime is present, so automatic choice never picks a backend that can
 
 from __future__ import annotations
 
-import glob
 import importlib
 import os
 import sys
@@ -27,8 +26,9 @@ KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 
 def rocm_roots() -> list[Path]:
-    roots = [os.environ.get("ROCM_PATH", ""), "/opt/rocm", *sorted(glob.glob("/opt/rocm-*"), reverse=True)]
-    return [Path(r) for r in roots if r and Path(r).is_dir()]
+    roots = [Path(os.environ.get("ROCM_PATH", "/opt/rocm")), Path("/opt/rocm")]
+    roots += sorted(Path("/opt").glob("rocm-*"), reverse=True)
+    return [r for r in dict.fromkeys(roots) if r.is_dir()]
 
 
 def find_migraphx() -> tuple[str | None, str]:
@@ -48,9 +48,12 @@ def find_migraphx() -> tuple[str | None, str]:
 def amd_gpus(nodes_dir: str = KFD_NODES) -> list[Device]:
     """AMD GPUs from the KFD topology (CPU nodes have simd_count 0)."""
     devices: list[Device] = []
-    for node in sorted(glob.glob(os.path.join(nodes_dir, "*")), key=lambda p: int(Path(p).name) if Path(p).name.isdigit() else 0):
+    nodes = [p for p in Path(nodes_dir).glob("*") if p.name.isdigit()]
+    for node in sorted(nodes, key=lambda p: int(p.name)):
         try:
-            props = dict(line.split(maxsplit=1) for line in Path(node, "properties").read_text().splitlines() if " " in line)
+            props = dict(
+                line.split(maxsplit=1) for line in Path(node, "properties").read_text().splitlines() if " " in line
+            )
             name = Path(node, "name").read_text().strip() if Path(node, "name").exists() else ""
         except OSError:
             continue
@@ -72,10 +75,13 @@ class MigraphxBackend(Backend):
         if version is None:
             return Availability(False, where, INSTALL_HINT)
         if not gpus:
-            return Availability(False, "MIGraphX is installed but no AMD GPU is visible (/dev/kfd, KFD topology)", version=version)
+            return Availability(
+                False, "MIGraphX is installed but no AMD GPU is visible (/dev/kfd, KFD topology)", version=version
+            )
         return Availability(
             False,
-            f"MIGraphX {version} and {len(gpus)} AMD GPU(s) found, but sdkit-migraphx's compiler is not implemented yet",
+            f"MIGraphX {version} and {len(gpus)} AMD GPU(s) found, "
+            "but sdkit-migraphx's compiler is not implemented yet",
             version=version,
         )
 

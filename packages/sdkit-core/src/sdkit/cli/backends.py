@@ -34,13 +34,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [("backend", "plugin", "available", "version", "devices / reason")]
     for b in data["backends"]:  # type: ignore[attr-defined]
-        detail = ", ".join(b["devices"]) if b["available"] else b["reason"] + (f" ({b['install_hint']})" if b["install_hint"] else "")
+        detail = (
+            ", ".join(b["devices"])
+            if b["available"]
+            else b["reason"] + (f" ({b['install_hint']})" if b["install_hint"] else "")
+        )
         rows.append((b["name"], b["plugin"], "yes" if b["available"] else "no", b["version"] or "-", detail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
     for failure in data["plugin_failures"]:  # type: ignore[attr-defined]
-        print(f"plugin {failure['name']!r} ({failure['distribution']}) failed to {failure['stage']}: {failure['error']}")
+        print(
+            f"plugin {failure['name']!r} ({failure['distribution']}) failed to {failure['stage']}: {failure['error']}"
+        )
     for name in data["disabled_plugins"]:  # type: ignore[attr-defined]
         print(f"plugin {name!r} disabled by SDKIT_DISABLE_PLUGINS")
     return 0

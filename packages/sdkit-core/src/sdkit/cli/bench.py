@@ -54,7 +54,9 @@ def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return worst
 
 
-def measure(model: sdkit.Model, backend: str, feeds: dict[str, np.ndarray], args: argparse.Namespace, repeat: int, warmup: int) -> Row:
+def measure(
+    model: sdkit.Model, backend: str, feeds: dict[str, np.ndarray], args: argparse.Namespace, repeat: int, warmup: int
+) -> Row:
     row = Row(backend)
     try:
         start = time.perf_counter()
@@ -80,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--repeat must be at least 1 and --warmup at least 0")
     model = sdkit.load_model(args.model)
     feeds = collect_inputs(args, model.inputs)
-    names = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else [
-        b.name for b in sdkit.backends() if b.available
-    ]
+    names = (
+        [b.strip() for b in args.backends.split(",") if b.strip()]
+        if args.backends
+        else [b.name for b in sdkit.backends() if b.available]
+    )
     for name in names:  # fail fast on a typo, before minutes of timing
         sdkit.selection.get_backend(name)
     rows = [measure(model, name, feeds, args, args.repeat, args.warmup) for name in names]
@@ -109,7 +113,15 @@ def print_table(rows: list[Row], oracle: str) -> None:
             continue
         diff = "-" if r.max_diff is None else f"{r.max_diff:.2e}"
         lines.append(
-            (r.backend, r.device, f"{r.compile_s:.3f}", f"{r.median_s:.4f}", f"{r.min_s:.4f}", f"{r.median_s / fastest:.2f}", diff)
+            (
+                r.backend,
+                r.device,
+                f"{r.compile_s:.3f}",
+                f"{r.median_s:.4f}",
+                f"{r.min_s:.4f}",
+                f"{r.median_s / fastest:.2f}",
+                diff,
+            )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     for line in lines:

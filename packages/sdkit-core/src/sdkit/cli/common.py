@@ -4,7 +4,6 @@ backend/device/options flags."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,8 @@ def load_npy(path: str) -> np.ndarray:
     if not file.is_file():
         raise InputError(f"input file not found: {path}")
     try:
-        return np.load(file, allow_pickle=False)
+        array: np.ndarray = np.load(file, allow_pickle=False)
+        return array
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"{path} is not a readable .npy array: {exc}") from None
 
@@ -85,7 +85,7 @@ def collect_inputs(args: argparse.Namespace, inputs: list[TensorInfo]) -> dict[s
     feeds: dict[str, np.ndarray] = {}
     for item in args.input:
         name, path = _split(item, "--input")
-        feeds[name] = load_npy(os.path.expanduser(path))
+        feeds[name] = load_npy(str(Path(path).expanduser()))
     rng = np.random.default_rng(args.seed)
     for item in args.random:
         name, shape_text = _split(item, "--random")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
+from pathlib import Path
 
 import sdkit
 from sdkit.cache import cache_root
@@ -21,14 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     return None
 
 
-def _folder_size(path: os.PathLike[str] | str) -> int:
+def _folder_size(path: Path) -> int:
     total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass
+    for file in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += file.stat().st_size if file.is_file() else 0
     return total
 
 

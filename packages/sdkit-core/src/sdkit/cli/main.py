@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug in sdkit or a plugin: still one line, traceback on request
         if os.environ.get("SDKIT_DEBUG"):
             raise
-        print(f"sdkit: internal error: {type(exc).__name__}: {exc} (set SDKIT_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(
+            f"sdkit: internal error: {type(exc).__name__}: {exc} (set SDKIT_DEBUG=1 for a traceback)", file=sys.stderr
+        )
         return 1
 
 

@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     model = sdkit.load_model(args.model)
     feeds = collect_inputs(args, model.inputs)
     start = time.perf_counter()
-    compiled = sdkit.compile(model, backend=args.backend, device=args.device, input_shapes=input_shapes(feeds), **options_from(args))
+    compiled = sdkit.compile(
+        model, backend=args.backend, device=args.device, input_shapes=input_shapes(feeds), **options_from(args)
+    )
     compile_s = time.perf_counter() - start
     times = []
     outputs: dict[str, np.ndarray] = {}
@@ -39,13 +41,19 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         outputs = compiled.run(feeds)
         times.append(time.perf_counter() - start)
-    print(f"compiled in {compile_s:.3f} s on {compiled.device} ({compiled.backend_name}); run: median {statistics.median(times):.4f} s over {len(times)}")
+    median = statistics.median(times)
+    print(f"compiled in {compile_s:.3f} s on {compiled.device} ({compiled.backend_name}); ", end="")
+    print(f"run: median {median:.4f} s over {len(times)}")
     for name, value in outputs.items():
         array = np.asarray(value)
-        stats = f"min {array.min():.4g} max {array.max():.4g} mean {array.mean():.4g}" if array.size and array.dtype.kind in "fiu" else ""
+        stats = (
+            f"min {array.min():.4g} max {array.max():.4g} mean {array.mean():.4g}"
+            if array.size and array.dtype.kind in "fiu"
+            else ""
+        )
         print(f"  {name}: {array.dtype}{list(array.shape)} {stats}")
     if args.output:
         path = Path(args.output)
-        np.savez(path, **{k: np.asarray(v) for k, v in outputs.items()})
+        np.savez(path, **{k: np.asarray(v) for k, v in outputs.items()})  # type: ignore[arg-type]
         print(f"saved {path}")
     return 0

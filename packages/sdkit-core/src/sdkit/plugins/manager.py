@@ -89,7 +89,9 @@ class Plugins:
         self.failures.append(PluginFailure(name, distribution, text, stage))
 
     def _load_entry_points(self, entry_points: list[importlib.metadata.EntryPoint] | None) -> None:
-        eps = entry_points if entry_points is not None else list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        eps = (
+            entry_points if entry_points is not None else list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        )
         disabled = _disabled()
         seen: set[str] = set()
         for ep in sorted(eps, key=lambda e: e.name):
@@ -122,12 +124,14 @@ class Plugins:
                 and callable(getattr(plugin, attr, None))
                 and not isinstance(getattr(plugin, attr), type)
                 and self.pm.parse_hookimpl_opts(plugin, attr) is not None
-                and not hasattr(self.pm.hook, attr)
+                and not (hasattr(self.pm.hook, attr) and getattr(self.pm.hook, attr).has_spec())
             ]
             if unknown:
                 self.pm.unregister(name=name)
                 self._drop_loaded(name)
-                self._fail(name, self._distribution(name), f"implements unknown hook(s): {', '.join(unknown)}", "validate")
+                self._fail(
+                    name, self._distribution(name), f"implements unknown hook(s): {', '.join(unknown)}", "validate"
+                )
 
     def _drop_loaded(self, name: str) -> None:
         self.loaded = [p for p in self.loaded if p.name != name]

@@ -38,7 +38,8 @@ class Registry(Generic[T]):
             owner = self._owners.get(key) or self._owners.get(self._aliases.get(key, ""))
             if owner is not None:
                 raise DuplicateNameError(
-                    f"{self.kind} name {key!r} is registered by both plugin {owner!r} and plugin {self.current_plugin!r}"
+                    f"{self.kind} name {key!r} is registered by both plugin {owner!r} "
+                    f"and plugin {self.current_plugin!r}"
                 )
         self._items[name] = cls
         self._owners[name] = self.current_plugin

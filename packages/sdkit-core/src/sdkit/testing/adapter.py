@@ -61,7 +61,7 @@ def onnx_backend(name: str, device: str | None = None, **options: Any) -> type:
 
     fixed = Device.parse(device) if device else None
 
-    class Rep(BackendRep):  # type: ignore[misc]
+    class Rep(BackendRep):
         def __init__(self, compiled: sdkit.CompiledModel) -> None:
             self.compiled = compiled
 
@@ -75,7 +75,7 @@ def onnx_backend(name: str, device: str | None = None, **options: Any) -> type:
             outputs = self.compiled.run(feeds)
             return tuple(outputs[o.name] for o in self.compiled.outputs)
 
-    class SdkitOnnxBackend(OnnxBackend):  # type: ignore[misc]
+    class SdkitOnnxBackend(OnnxBackend):
         backend_name = name
 
         @classmethod
@@ -103,7 +103,9 @@ def onnx_backend(name: str, device: str | None = None, **options: Any) -> type:
             return Rep(compiled)
 
         @classmethod
-        def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+        def run_model(
+            cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any
+        ) -> tuple[np.ndarray, ...]:
             return cls.prepare(model, device).run(inputs)
 
     SdkitOnnxBackend.__name__ = f"SdkitOnnxBackend_{name}"

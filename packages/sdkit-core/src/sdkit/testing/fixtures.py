@@ -42,7 +42,9 @@ def one_node() -> Callable[..., Model]:
 def assert_like_reference() -> Callable[..., None]:
     """``assert_like_reference(outputs, model, feeds, atol=1e-5)``: compare with onnx.reference."""
 
-    def check(outputs: dict[str, np.ndarray], model: Model, feeds: dict[str, np.ndarray], atol: float = 1e-5, **_: Any) -> None:
+    def check(
+        outputs: dict[str, np.ndarray], model: Model, feeds: dict[str, np.ndarray], atol: float = 1e-5, **_: Any
+    ) -> None:
         diffs = compare_with_reference(outputs, model, feeds)
         worst = {k: v for k, v in diffs.items() if not v <= atol}
         assert not worst, f"outputs differ from onnx.reference by more than {atol}: {worst}"

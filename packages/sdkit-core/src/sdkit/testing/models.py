@@ -39,7 +39,8 @@ def one_node_model(
         graph_outputs,
         initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in initializers.items()],
     )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+    # IR 10: readable by onnxruntime and OpenVINO (onnx 1.23 would write IR 14 by default)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)], ir_version=10)
     proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     return Model.from_proto(proto)
 
@@ -53,9 +54,9 @@ def compare_with_reference(
     evaluator = ReferenceEvaluator(model.graph.to_onnx(model.weights))
     expected = evaluator.run(None, dict(feeds))
     diffs = {}
-    for info, want in zip(model.outputs, expected, strict=True):
+    for info, expected_value in zip(model.outputs, expected, strict=True):
         got = np.asarray(compiled_outputs[info.name])
-        want = np.asarray(want)
+        want = np.asarray(expected_value)
         if got.shape != want.shape:
             raise AssertionError(f"output {info.name!r}: shape {got.shape} != reference {want.shape}")
         diffs[info.name] = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0

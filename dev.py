@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Set up and run sdkit from a fresh clone with nothing but Python >= 3.10.
+
+    python3 dev.py demo    # make .venv, install sdkit for this CPU, run the main job
+    python3 dev.py test    # make .venv, install every package + test tools, lint, type-check, test
+
+The virtual environment lives in .venv (override with SDKIT_DEV_VENV). Re-running is cheap:
+pip skips what is already installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("SDKIT_DEV_VENV", ROOT / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / ("python.exe" if os.name == "nt" else "python")
+
+# Plugins that work on a machine without a GPU runtime; GPU vendors' plugins install too
+# (their probes say what is missing) but pull no vendor SDK here.
+RUNTIME_PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino"]
+PROBE_ONLY_PACKAGES = ["sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
+TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10"]
+TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
+
+
+def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    subprocess.run([str(a) for a in args], check=True, cwd=ROOT, env=env)
+
+
+def existing(names: list[str]) -> list[str]:
+    return [n for n in names if (ROOT / "packages" / n / "pyproject.toml").is_file()]
+
+
+def ensure_venv() -> None:
+    if not PY.exists():
+        print(f"creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+        sh(PY, "-m", "pip", "install", "-q", "--upgrade", "pip")
+
+
+def pip_install(*args: str) -> None:
+    sh(PY, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args)
+
+
+def install(packages: list[str], no_deps: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> None:
+    editable = [a for n in existing(packages) for a in ("-e", f"packages/{n}")]
+    pip_install(*editable, *extra)
+    probe_only = [a for n in existing(list(no_deps)) for a in ("-e", f"packages/{n}")]
+    if probe_only:
+        # Vendor SDKs (TensorRT, coremltools...) are useless without their hardware: install
+        # the plugins alone, their probes say what is missing.
+        pip_install("--no-deps", *probe_only)
+
+
+def demo() -> int:
+    ensure_venv()
+    install(RUNTIME_PACKAGES)
+    sh(PY, "examples/main_job.py", *sys.argv[2:])
+    return 0
+
+
+def test() -> int:
+    ensure_venv()
+    install(RUNTIME_PACKAGES, no_deps=tuple(PROBE_ONLY_PACKAGES), extra=tuple(TEST_TOOLS))
+    sh(BIN / "ruff", "check", ".")
+    sh(BIN / "ruff", "format", "--check", ".")
+    sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
+    env = dict(os.environ)
+    for var in ("SDKIT_BACKEND", "SDKIT_DISABLE_PLUGINS", "SDKIT_STRICT_PLUGINS", "SDKIT_CONFIG"):
+        env.pop(var, None)
+    sh(PY, "-m", "pytest", *existing_tests(), *sys.argv[2:], env=env)
+    return 0
+
+
+def existing_tests() -> list[str]:
+    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
+    return [*tests, "examples/sdkit-onnxruntime/tests"]
+
+
+def main() -> int:
+    commands = {"demo": demo, "test": test}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print(__doc__)
+        return 2
+    try:
+        return commands[sys.argv[1]]()
+    except subprocess.CalledProcessError as exc:
+        return exc.returncode or 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

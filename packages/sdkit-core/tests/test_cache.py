@@ -1,0 +1,117 @@
+"""The compiled-artifact cache: keyed reuse, corrupt or stale entries rebuilt, never trusted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sdkit.cache import ArtifactCache, cache_root, make_key
+
+
+def _key(**overrides: object) -> dict[str, object]:
+    fields: dict[str, object] = {
+        "graph_hash": "g1",
+        "backend": "fake",
+        "backend_version": "1.0",
+        "device": "cpu",
+        "options": {"precision": "fp32"},
+        "input_shapes": {"x": (1, 3)},
+    }
+    fields.update(overrides)
+    return make_key(**fields)  # type: ignore[arg-type]
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.builds = 0
+
+    def build(self, folder: Path) -> None:
+        self.builds += 1
+        (folder / "engine.bin").write_bytes(b"compiled-%d" % self.builds)
+
+    @staticmethod
+    def load(folder: Path) -> bytes:
+        data = (folder / "engine.bin").read_bytes()
+        if not data.startswith(b"compiled-"):
+            raise ValueError("corrupt engine")
+        return data
+
+
+def test_root_follows_environment(sdkit_isolated: Path) -> None:
+    assert cache_root() == sdkit_isolated
+
+
+def test_second_use_hits(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    first, hit1 = cache.load_or_build(_key(), builder.build, builder.load)
+    second, hit2 = cache.load_or_build(_key(), builder.build, builder.load)
+    assert (hit1, hit2) == (False, True)
+    assert first == second and builder.builds == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"graph_hash": "g2"},
+        {"backend_version": "1.1"},
+        {"device": "cuda:0"},
+        {"options": {"precision": "fp16"}},
+        {"input_shapes": {"x": (2, 3)}},
+        {"weights_hash": "w1"},
+    ],
+)
+def test_every_key_field_separates_entries(tmp_path: Path, change: dict[str, object]) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    cache.load_or_build(_key(), builder.build, builder.load)
+    _, hit = cache.load_or_build(_key(**change), builder.build, builder.load)
+    assert not hit and builder.builds == 2
+
+
+def test_tampered_file_is_rebuilt(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    cache.load_or_build(_key(), builder.build, builder.load)
+    folder = cache.entry_dir(_key())
+    (folder / "engine.bin").write_bytes(b"compiled-1 but changed on disk")
+    value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert not hit and value == b"compiled-2"
+
+
+def test_missing_manifest_or_half_written_entry_is_rebuilt(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    folder = cache.entry_dir(_key())
+    folder.mkdir(parents=True)
+    (folder / "engine.bin").write_bytes(b"compiled-99")  # no manifest: a crash mid-write
+    value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert not hit and value == b"compiled-1"
+
+
+def test_entry_that_fails_to_load_is_rebuilt(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    cache.store(_key(), lambda folder: (folder / "engine.bin").write_bytes(b"garbage"))
+    builder = Builder()
+    value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert not hit and value == b"compiled-1"
+
+
+def test_manifest_for_another_key_is_not_trusted(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    cache.load_or_build(_key(), builder.build, builder.load)
+    other = _key(graph_hash="g2")
+    cache.entry_dir(other).parent.mkdir(parents=True, exist_ok=True)
+    cache.entry_dir(_key()).rename(cache.entry_dir(other))  # stale entry under another key
+    assert cache.lookup(other) is None
+    assert not cache.entry_dir(other).exists()
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+
+    def explode(folder: Path) -> None:
+        (folder / "partial.bin").write_bytes(b"x")
+        raise RuntimeError("compiler crashed")
+
+    with pytest.raises(RuntimeError):
+        cache.store(_key(), explode)
+    assert not cache.entry_dir(_key()).exists()
+    assert list(cache.entry_dir(_key()).parent.iterdir()) == []

@@ -1,0 +1,126 @@
+"""The ``sdkit`` command line: real model files, one-line errors and exit code 1 on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdkit.cli.main import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_backends_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "backends", "--json")
+    data = json.loads(out)
+    assert code == 0
+    reference = next(b for b in data["backends"] if b["name"] == "reference")
+    assert reference["available"] and reference["devices"] == ["cpu"]
+    for backend in data["backends"]:
+        assert isinstance(backend["available"], bool) and backend["reason"]
+
+
+def test_backends_table_devices_doctor(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "backends")[1].splitlines()[0].split()[:3] == ["backend", "plugin", "available"]
+    assert "reference" in _run(capsys, "devices")[1]
+    code, out, _ = _run(capsys, "doctor")
+    assert code == 0 and "automatic choice:" in out and "cache:" in out
+
+
+def test_run_writes_outputs_that_match_onnxruntime(
+    capsys: pytest.CaptureFixture[str], taef2: Path, tmp_path: Path
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    latent = np.load(taef2 / "dog_latent_torch.npy")[:, :, :4, :4].copy()
+    np.save(tmp_path / "latent.npy", latent)
+    out_file = tmp_path / "out.npz"
+    code, out, err = _run(
+        capsys,
+        "run",
+        str(taef2 / "taef2_decoder.onnx"),
+        "--input",
+        f"latent={tmp_path / 'latent.npy'}",
+        "-o",
+        str(out_file),
+        "--backend",
+        "reference",
+    )
+    assert code == 0, err
+    assert "image: float32[1, 3, 32, 32]" in out
+    expected = ort.InferenceSession(str(taef2 / "taef2_decoder.onnx")).run(None, {"latent": latent})[0]
+    assert np.max(np.abs(np.load(out_file)["image"] - expected)) <= 1e-4
+
+
+def test_bench_prints_one_table(capsys: pytest.CaptureFixture[str], taef2: Path) -> None:
+    code, out, err = _run(
+        capsys,
+        "bench",
+        str(taef2 / "taef2_decoder.onnx"),
+        "--random",
+        "latent=1x32x4x4",
+        "--backends",
+        "reference",
+        "--repeat",
+        "2",
+    )
+    assert code == 0, err
+    header, row = out.strip().splitlines()
+    assert header.split()[:6] == ["backend", "device", "compile", "s", "median", "s"]
+    assert row.split()[0] == "reference" and row.split()[5] == "1.00" and row.split()[6] == "0.00e+00"
+
+
+def test_check(capsys: pytest.CaptureFixture[str], taef2: Path) -> None:
+    code, out, _ = _run(capsys, "check", str(taef2 / "taef2_encoder.onnx"), "--backend", "reference")
+    assert code == 0 and out.strip() == "reference: supported"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--random", "latent=1x31x4x4"], "does not fit"),
+        (["--random", "lat=1x32x4x4"], "unknown input 'lat'"),
+        (["--random", "latent=1x32x4"], "rank"),
+        (["--random", "latent=1x32x4x4", "--backend", "nonesuch"], "unknown backend 'nonesuch'"),
+        (["--random", "latent=axb"], "cannot parse shape"),
+        (["--input", "latent=/nonexistent.npy"], "not found"),
+        ([], "give the model's inputs"),
+        (["--random", "latent=1x32x4x4", "--threads", "0"], "threads"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str], taef2: Path, args: list[str], message: str
+) -> None:
+    code, _, err = _run(capsys, "run", str(taef2 / "taef2_decoder.onnx"), *args)
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1 and err.startswith("sdkit: error: ") and message in err
+
+
+def test_wrong_dtype_and_pickled_npy(capsys: pytest.CaptureFixture[str], taef2: Path, tmp_path: Path) -> None:
+    np.save(tmp_path / "f64.npy", np.zeros((1, 32, 4, 4)))
+    code, _, err = _run(capsys, "run", str(taef2 / "taef2_decoder.onnx"), "-i", f"latent={tmp_path / 'f64.npy'}")
+    assert code == 1 and "dtype float64" in err
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    code, _, err = _run(capsys, "run", str(taef2 / "taef2_decoder.onnx"), "-i", f"latent={tmp_path / 'obj.npy'}")
+    assert code == 1 and "not a readable .npy" in err
+
+
+def test_truncated_model_from_a_real_process(taef2: Path, tmp_path: Path) -> None:
+    data = (taef2 / "taef2_decoder.onnx").read_bytes()
+    (tmp_path / "trunc.onnx").write_bytes(data[: len(data) // 3])
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdkit.cli.main", "run", str(tmp_path / "trunc.onnx"), "--random", "latent=1x32x4x4"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "trunc.onnx" in proc.stderr
