@@ -4,6 +4,7 @@ its ``make_tiny_pipeline.py`` with diffusers) and its golden images."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,12 @@ def reference_pipe(tiny_dir: Path) -> Any:
     pipe.close()
 
 
-def case_kwargs(case: dict[str, Any], golden: dict[str, np.ndarray]) -> dict[str, Any]:
+@pytest.fixture(scope="session")
+def case_kwargs() -> Callable[[dict[str, Any], dict[str, np.ndarray]], dict[str, Any]]:
+    return golden_case_kwargs
+
+
+def golden_case_kwargs(case: dict[str, Any], golden: dict[str, np.ndarray]) -> dict[str, Any]:
     """``generate`` arguments that reproduce one golden case."""
     kwargs: dict[str, Any] = {
         "negative_prompt": case["negative_prompt"],

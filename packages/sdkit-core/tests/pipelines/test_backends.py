@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sdkit
 from sdkit.errors import UnsupportedModelError
 from sdkit.model import load_onnx

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
 from sdkit.cli.main import main
 from sdkit.pipelines.images import GenerationParameters
 

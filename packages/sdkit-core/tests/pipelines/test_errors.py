@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sdkit
 from sdkit.errors import InputError, ModelFormatError, OptionError, SdkitError
 

@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from sdkit.pipelines.images import float_to_pil
 from sdkit.schedulers import scheduler_names
-
-from .conftest import case_kwargs
 
 TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels
 CASE_IDS = [
@@ -27,7 +26,7 @@ CASE_IDS = [
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)
 def test_seed_reproduces_diffusers(
-    index: int, reference_pipe: Any, golden: dict[str, np.ndarray], meta: dict[str, Any]
+    index: int, reference_pipe: Any, golden: dict[str, np.ndarray], meta: dict[str, Any], case_kwargs: Any
 ) -> None:
     case = meta["cases"][index]
     if case["sampler"] not in scheduler_names():
@@ -40,7 +39,7 @@ def test_seed_reproduces_diffusers(
 
 
 def test_explicit_latents_reproduce_diffusers(
-    reference_pipe: Any, golden: dict[str, np.ndarray], meta: dict[str, Any]
+    reference_pipe: Any, golden: dict[str, np.ndarray], meta: dict[str, Any], case_kwargs: Any
 ) -> None:
     """The initial latents handed to diffusers, given explicitly. euler_a: the per-step noise after
     them must still be the seed's (the stream advances past the replaced draw)."""

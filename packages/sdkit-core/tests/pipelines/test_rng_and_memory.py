@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines.rng import NoiseStream, seed_list

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines.tokenizer import ClipTokenizer, PromptTruncatedWarning
 
