@@ -67,6 +67,14 @@ def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarr
     return drawn if latents is None else latents
 
 
+def run_main_input(
+    compiled: CompiledModel, name: str, array: np.ndarray, output: tuple[str, ...], component: str
+) -> np.ndarray:
+    """Run a one-input model: the input called ``name`` (else the first), in its dtype."""
+    info = input_info(compiled, name) or compiled.inputs[0]
+    return run_batched(compiled, {info.name: array.astype(info.dtype)}, (info.name,), output, component)
+
+
 def _as_int(value: Any, what: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
         raise InputError(f"{what} must be an integer >= {minimum}, got {value!r}")
@@ -98,10 +106,9 @@ class StableDiffusionPipeline:
     def encode_prompts(self, prompts: list[str]) -> np.ndarray:
         """Text embeddings ``[len(prompts), 77, hidden]`` from the text encoder."""
         ids = self.tokenizer(prompts)
-        with self.components["text_encoder"].session() as compiled:
-            info = input_info(compiled, "input_ids") or compiled.inputs[0]
-            feeds = {info.name: ids.astype(info.dtype)}
-            hidden = run_batched(compiled, feeds, (info.name,), ("last_hidden_state",), "text_encoder")
+        hidden = self.components["text_encoder"].use(
+            lambda compiled: run_main_input(compiled, "input_ids", ids, ("last_hidden_state",), "text_encoder")
+        )
         return np.asarray(hidden, dtype=np.float32)
 
     def encode_image(self, image: np.ndarray, noise: NoiseStream, count: int) -> np.ndarray:
@@ -109,11 +116,8 @@ class StableDiffusionPipeline:
         encoder = self.components.get("vae_encoder")
         if encoder is None:
             raise ModelFormatError(f"{self.name}: img2img needs vae_encoder/model.onnx, which this pipeline lacks")
-        with encoder.session() as compiled:
-            info = input_info(compiled, "sample") or compiled.inputs[0]
-            out = run_batched(
-                compiled, {info.name: image}, (info.name,), ("latent_parameters", "latent_sample"), "vae_encoder"
-            )
+        outputs = ("latent_parameters", "latent_sample")
+        out = encoder.use(lambda compiled: run_main_input(compiled, "sample", image, outputs, "vae_encoder"))
         out = np.repeat(np.asarray(out, dtype=np.float32), count, axis=0)
         channels = self.latent_channels
         if out.shape[1] == 2 * channels:  # posterior parameters: sample with our own noise
@@ -128,10 +132,10 @@ class StableDiffusionPipeline:
 
     def decode(self, latents: np.ndarray) -> np.ndarray:
         """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
-        with self.components["vae_decoder"].session() as compiled:
-            info = input_info(compiled, "latent_sample") or compiled.inputs[0]
-            scaled = (latents / self.layout.vae_scaling_factor).astype(np.float32)
-            decoded = run_batched(compiled, {info.name: scaled}, (info.name,), ("sample",), "vae_decoder")
+        scaled = (latents / self.layout.vae_scaling_factor).astype(np.float32)
+        decoded = self.components["vae_decoder"].use(
+            lambda compiled: run_main_input(compiled, "latent_sample", scaled, ("sample",), "vae_decoder")
+        )
         return decoded_to_float(np.asarray(decoded, dtype=np.float32))
 
     @property
@@ -159,6 +163,21 @@ class StableDiffusionPipeline:
     def _denoise(
         self,
         *,
+        scheduler: Any,
+        latents: np.ndarray,
+        embeddings: np.ndarray,
+        guidance_scale: float,
+        noise: NoiseStream,
+        callback: StepCallback | None,
+    ) -> np.ndarray:
+        return self.components["unet"].use(
+            lambda compiled: self._denoise_with(
+                compiled, scheduler, latents, embeddings, guidance_scale, noise, callback
+            )
+        )
+
+    def _denoise_with(
+        self,
         compiled: CompiledModel,
         scheduler: Any,
         latents: np.ndarray,
@@ -270,16 +289,14 @@ class StableDiffusionPipeline:
             first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
             current = np.asarray(scheduler.add_noise(encoded.astype(np.float32), start, first), dtype=np.float32)
 
-        with self.components["unet"].session() as unet:
-            current = self._denoise(
-                compiled=unet,
-                scheduler=scheduler,
-                latents=current,
-                embeddings=embeddings,
-                guidance_scale=float(guidance_scale),
-                noise=noise,
-                callback=callback,
-            )
+        current = self._denoise(
+            scheduler=scheduler,
+            latents=current,
+            embeddings=embeddings,
+            guidance_scale=float(guidance_scale),
+            noise=noise,
+            callback=callback,
+        )
         pixels = self.decode(current)
         if output_type == "np":
             return pixels
