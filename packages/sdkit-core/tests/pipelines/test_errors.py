@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,16 @@ def test_truncated_model_file(tiny_dir: Path, tmp_path: Path) -> None:
     data = (copy / "vae_decoder" / "model.onnx").read_bytes()
     (copy / "vae_decoder" / "model.onnx").write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelFormatError):
+        sdkit.load_pipeline(copy, backend="reference")
+
+
+def test_inpainting_unet_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "pipe"
+    shutil.copytree(tiny_dir, copy)
+    config = json.loads((copy / "unet" / "config.json").read_text(encoding="utf-8"))
+    config["in_channels"] = 9
+    (copy / "unet" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match="9 input channels"):
         sdkit.load_pipeline(copy, backend="reference")
 
 

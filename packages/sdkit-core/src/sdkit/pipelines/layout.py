@@ -114,4 +114,10 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     scheduler_file = root / "scheduler" / "scheduler_config.json"
     scheduler_config = _json(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
     configs = {c: _optional_json(root / c / "config.json") for c in COMPONENTS}
+    in_channels = configs["unet"].get("in_channels", 4)
+    if in_channels != 4:
+        raise ModelFormatError(
+            f"{root.name}: the UNet takes {in_channels} input channels (an inpainting or depth model); "
+            "only txt2img/img2img UNets (4 channels) are supported"
+        )
     return PipelineLayout(root, index, files, tokenizer_dir, scheduler_config, configs)
