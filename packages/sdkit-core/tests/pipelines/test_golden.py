@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,17 +24,40 @@ CASE_IDS = [
     "euler_a-img2img",
     "dpmpp_2m_karras-img2img",
     "ddim-img2img",
+    "euler-v_prediction-txt2img",
 ]
+
+
+@pytest.fixture(scope="module")
+def v_prediction_pipe(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tiny pipeline with scheduler_config.json saying v_prediction (as SD 2.x-768 ships)."""
+    import sdkit
+
+    copy = tmp_path_factory.mktemp("v_prediction") / "model"
+    shutil.copytree(tiny_dir, copy)
+    config_file = copy / "scheduler" / "scheduler_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["prediction_type"] = "v_prediction"
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    return sdkit.load_pipeline(copy, backend="reference")
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)
 def test_seed_reproduces_diffusers(
-    index: int, reference_pipe: Any, golden: dict[str, np.ndarray], meta: dict[str, Any], case_kwargs: Any
+    request: pytest.FixtureRequest,
+    index: int,
+    reference_pipe: Any,
+    golden: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    case_kwargs: Any,
 ) -> None:
     case = meta["cases"][index]
     if case["sampler"] not in scheduler_names():
         pytest.skip(f"sampler {case['sampler']} is not in sdkit.schedulers yet")
-    image = reference_pipe.generate(case["prompt"], **case_kwargs(case, golden))
+    overrides = case.get("scheduler_overrides") or {}
+    assert overrides in ({}, {"prediction_type": "v_prediction"})
+    pipe = request.getfixturevalue("v_prediction_pipe") if overrides else reference_pipe
+    image = pipe.generate(case["prompt"], **case_kwargs(case, golden))
     expected = golden[f"{case['key']}_image"]
     assert image.shape == expected.shape == (1, case["height"], case["width"], 3)
     assert image.dtype == np.float32
