@@ -51,7 +51,9 @@ def test_generate_writes_png_with_parameters(
     assert lines[2].startswith(
         f"Steps: 2, Sampler: Euler, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 32x32, Model: {tiny_dir.name}"
     )
-    assert "saved" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "saved" in captured.out
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
 
 
 def test_img2img_from_the_command_line(tiny_dir: Path, tmp_path: Path, golden: dict[str, np.ndarray]) -> None:
@@ -119,6 +121,11 @@ def test_bad_requests_are_one_line(
     assert match in err
     assert "\n" not in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_arguments_are_checked_before_loading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "a cat", "--model", str(tmp_path / "missing"), "--width", "30"]) == 1
+    assert "width must be a multiple of 8" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("model", ["missing", "empty"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.errors import InputError, ModelFormatError, OptionError, SdkitError
+from sdkit.errors import DeviceError, InputError, ModelFormatError, OptionError, SdkitError
 
 
 def test_missing_path(tmp_path: Path) -> None:
@@ -83,12 +83,21 @@ def test_bad_options(tiny_dir: Path) -> None:
         ({"init_image": "/no/such/image.png"}, InputError, "init image not found"),
         ({"init_image": np.zeros((32, 32), np.float32)}, InputError, "uint8"),
         ({"output_type": "tensor"}, InputError, "output_type"),
+        ({"init_image": np.zeros((32, 32, 3), np.uint8), "strength": 0.1}, InputError, "leaves no step"),
+        ({"strength": "lots"}, InputError, "strength must be a number"),
     ],
 )
 def test_bad_requests(reference_pipe: Any, kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
     base = {"width": 32, "height": 32, "steps": 1, "seed": 0}
     with pytest.raises(error, match=match):
         reference_pipe.generate("a cat", **{**base, **kwargs})
+
+
+def test_devices_per_component(tiny_dir: Path) -> None:
+    pipe = sdkit.load_pipeline(tiny_dir, backend="reference", device={"unet": "cpu", "default": None}, memory="offload")
+    assert pipe.components["unet"].device == "cpu"
+    with pytest.raises(DeviceError, match="no device"):
+        sdkit.load_pipeline(tiny_dir, backend="reference", device="cuda:3")
 
 
 def test_img2img_without_vae_encoder(tiny_dir: Path, tmp_path: Path) -> None:

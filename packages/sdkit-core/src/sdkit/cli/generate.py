@@ -92,7 +92,20 @@ class StepBar:
 def run(args: argparse.Namespace) -> int:
     import sdkit
     from sdkit.pipelines import save_png
+    from sdkit.pipelines.arguments import check_request
 
+    # Arguments first: a typo should fail in a second, not after the model compiled.
+    check_request(
+        steps=args.steps,
+        width=args.width,
+        height=args.height,
+        sampler=args.sampler,
+        schedule=args.schedule,
+        guidance_scale=args.cfg,
+        strength=args.strength,
+        num_images=args.num_images,
+        img2img=args.init_image is not None,
+    )
     seed = args.seed if args.seed is not None else secrets.randbits(32)
     paths = output_paths(args.output, seed, max(args.num_images, 1))
     start = time.perf_counter()

@@ -10,7 +10,6 @@ from ``sdkit.pipelines.rng`` (documented, backend-independent).
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.pipelines.arguments import as_int, check_request
 from sdkit.pipelines.components import Component, input_info, output_named
 from sdkit.pipelines.images import GenerationParameters, decoded_to_float, float_to_pil, load_init_image
 from sdkit.pipelines.rng import NoiseStream, seed_list
@@ -73,12 +73,6 @@ def run_main_input(
     """Run a one-input model: the input called ``name`` (else the first), in its dtype."""
     info = input_info(compiled, name) or compiled.inputs[0]
     return run_batched(compiled, {info.name: array.astype(info.dtype)}, (info.name,), output, component)
-
-
-def _as_int(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise InputError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class StableDiffusionPipeline:
@@ -243,27 +237,40 @@ class StableDiffusionPipeline:
         every step. Returns PIL images (``output_type="pil"``), each with the A1111-style
         ``info["parameters"]`` text, or a ``[N, H, W, 3]`` float32 array in [0, 1] (``"np"``).
         """
-        from sdkit.schedulers import create_scheduler, resolve
+        from sdkit.schedulers import create_scheduler
 
         if not isinstance(prompt, str) or not isinstance(negative_prompt or "", str):
             raise InputError("prompt and negative_prompt must be strings")
         if output_type not in ("pil", "np"):
             raise InputError(f"output_type must be 'pil' or 'np', not {output_type!r}")
-        steps = _as_int(steps, "steps", 1)
-        num_images = _as_int(num_images, "num_images", 1)
-        if not math.isfinite(float(guidance_scale)):
-            raise InputError(f"guidance_scale must be a finite number, got {guidance_scale!r}")
+        request = check_request(
+            steps=steps,
+            width=width,
+            height=height,
+            sampler=sampler,
+            schedule=schedule,
+            guidance_scale=guidance_scale,
+            strength=strength,
+            num_images=num_images,
+            img2img=init_image is not None,
+        )
+        steps, num_images, guidance_scale, strength = (
+            request.steps,
+            request.num_images,
+            request.guidance_scale,
+            request.strength,
+        )
+        canonical, schedule = request.sampler, request.schedule
         seed = secrets.randbits(32) if seed is None else seed
         seeds = seed_list(seed, num_images)
         image = None
         if init_image is not None:
-            if not 0.0 < float(strength) <= 1.0:
-                raise InputError(f"strength must be in (0, 1], got {strength!r}")
             image, width, height = load_init_image(init_image, width, height)
         width = self._check_size(width, "width")
         height = self._check_size(height, "height")
-        canonical, schedule = resolve(sampler, schedule)
         scheduler = create_scheduler(canonical, schedule=schedule, config=self.layout.scheduler_config or None)
+        # Before any model runs, so a strength that leaves no step fails fast.
+        scheduler.set_timesteps(steps, strength=strength if image is not None else 1.0)
         factor = self.layout.vae_scale_factor
         shape = (num_images, self.latent_channels, height // factor, width // factor)
         if latents is not None:
@@ -277,14 +284,10 @@ class StableDiffusionPipeline:
         embeddings = np.repeat(embeddings, num_images, axis=0)  # [uncond x N, cond x N]
 
         if image is None:
-            scheduler.set_timesteps(steps)
             start = _initial_noise(noise, shape, latents)
             current = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
         else:
             encoded = self.encode_image(image, noise, num_images) * np.float32(self.layout.vae_scaling_factor)
-            scheduler.set_timesteps(steps, strength=float(strength))
-            if len(np.asarray(scheduler.timesteps).reshape(-1)) == 0:
-                raise InputError(f"strength {strength} with {steps} steps leaves no step to run; raise either")
             start = _initial_noise(noise, shape, latents)
             first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
             current = np.asarray(scheduler.add_noise(encoded.astype(np.float32), start, first), dtype=np.float32)
@@ -322,7 +325,7 @@ class StableDiffusionPipeline:
     def _check_size(self, value: Any, what: str) -> int:
         if value is None:
             return self.layout.default_size
-        size = _as_int(value, what, 8)
+        size = as_int(value, what, 8)
         multiple = max(8, self.layout.vae_scale_factor)
         if size % multiple:
             raise InputError(f"{what} must be a multiple of {multiple}, got {size}")
