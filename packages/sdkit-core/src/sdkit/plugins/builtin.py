@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from sdkit.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry
+    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, SchedulerRegistry
 
 
 @hookimpl
@@ -22,3 +22,11 @@ def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
     from sdkit.loaders import OnnxLoader
 
     registry.add(OnnxLoader)
+
+
+@hookimpl
+def sdkit_register_schedulers(registry: SchedulerRegistry) -> None:
+    from sdkit.schedulers.builtin import BUILTIN_SCHEDULERS
+
+    for scheduler in BUILTIN_SCHEDULERS:
+        registry.add(scheduler)

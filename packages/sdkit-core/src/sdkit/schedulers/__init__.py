@@ -1,0 +1,88 @@
+"""Diffusion schedulers (samplers), numpy only, registered as plugins.
+
+    from sdkit.schedulers import create_scheduler, noise_from_seed
+    sched = create_scheduler("DPM++ 2M Karras", config=scheduler_config)
+    sched.set_timesteps(25)
+    latents = noise * sched.init_noise_sigma
+    for t in sched.timesteps:
+        out = unet(sched.scale_model_input(latents, t), t)
+        latents = sched.step(out, t, latents, noise=draw)   # draw = noise_from_seed(seed)
+
+Samplers (``scheduler_names()``; any alias resolves, ignoring case, spaces, "-" and "++"
+vs "pp", plus A1111's "k_" prefix; third-party plugins add theirs through
+``sdkit_register_schedulers``):
+
+=============  =========================================  ========================================================
+name           aliases (A1111 / ComfyUI / diffusers)      checked against (diffusers 0.42.1)
+=============  =========================================  ========================================================
+euler          Euler, k_euler, euler_discrete             EulerDiscreteScheduler
+euler_a        Euler a, euler_ancestral, k_euler_a,       EulerAncestralDiscreteScheduler (it has no Karras or
+               k_euler_ancestral, euler_ancestral_discrete  exponential option: those use EulerDiscreteScheduler's
+                                                          sigmas and timesteps, copied into it for the check)
+heun           Heun, k_heun, heun_discrete                HeunDiscreteScheduler
+dpmpp_2m       DPM++ 2M, k_dpmpp_2m, dpmsolver++,         DPMSolverMultistepScheduler(algorithm_type="dpmsolver++",
+               dpm_solver_multistep                       solver_order=2)
+dpmpp_2m_sde   DPM++ 2M SDE, k_dpmpp_2m_sde,              DPMSolverMultistepScheduler(
+               sde-dpmsolver++                            algorithm_type="sde-dpmsolver++", solver_order=2)
+dpmpp_sde      DPM++ SDE, k_dpmpp_sde, dpm_solver_sde     DPMSolverSDEScheduler (Brownian-tree noise built from
+                                                          the noise callable: see sdkit.schedulers.dpm_sde)
+ddim           DDIM                                       DDIMScheduler, eta=0 (schedules: normal, sgm_uniform)
+lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
+=============  =========================================  ========================================================
+
+A1111 names with a schedule suffix resolve to both: ``resolve("DPM++ 2M Karras") ==
+("dpmpp_2m", "karras")``, ``resolve("DPM++ 2M SDE Exponential")``, ``"Euler SGM Uniform"``.
+
+Schedules (``schedule=``; aliases in brackets):
+
+===========  ===============================================  ============================================
+schedule     diffusers equivalent                             A1111 / ComfyUI
+===========  ===============================================  ============================================
+normal       the config's ``timestep_spacing`` (else the      A1111 "Uniform", ComfyUI "normal" (both
+[uniform,    class default: "linspace", DDIM/LCM "leading")   linspace from t=999 to 0; diffusers'
+default]                                                      DPMSolverMultistep linspace keeps n of n+1
+                                                              points, so its "normal" ends earlier; at
+                                                              fractional t diffusers interpolates sigma
+                                                              linearly, k-diffusion log sigma)
+karras       ``use_karras_sigmas=True`` (rho 7, training      A1111 "Karras", ComfyUI "karras"
+             sigma range)
+exponential  ``use_exponential_sigmas=True``                  A1111 "Exponential", ComfyUI "exponential"
+sgm_uniform  ``timestep_spacing="trailing"`` (diffusers'      ComfyUI "sgm_uniform", A1111 "SGM Uniform"
+[sgm,        documented equivalent; ComfyUI's t_i = 999 -     (also what SDXL-Lightning/Turbo expect)
+trailing]    999 i/n, trailing's round(1000 - 1000 i/n) - 1)
+===========  ===============================================  ============================================
+
+``config`` is the model's diffusers ``scheduler_config.json`` dict (``None``: Stable
+Diffusion 1.x's). Keys it lacks take the diffusers class's defaults, as
+``Scheduler.from_config`` would. Honoured: num_train_timesteps, beta_start, beta_end,
+beta_schedule (linear, scaled_linear, squaredcos_cap_v2), trained_betas, prediction_type
+(epsilon, v_prediction; the ``prediction_type`` argument overrides it), steps_offset,
+timestep_spacing, clip_sample(_range), set_alpha_to_one, sigma_min/sigma_max (euler),
+original_inference_steps and timestep_scaling (lcm). The sampler name, not the config,
+picks the algorithm and the schedule (use_karras_sigmas and the like are ignored);
+settings that would change results in unimplemented ways (rescale_betas_zero_snr,
+thresholding, log_linear interpolation, non-midpoint DPM solvers...) are an OptionError.
+
+Numerics follow diffusers' float32 computation step by step (float32 sigmas and samples,
+libm-rounded scalar exp/log, torch.linspace's rounding), so the golden replay in
+``tests/schedulers`` agrees with diffusers to <= 1e-6 (relative above 1); most samplers
+are bit-identical.
+"""
+
+from __future__ import annotations
+
+from sdkit.schedulers.base import SCHEDULES, NoiseFn, Scheduler, SchedulerConfig, noise_from_seed
+from sdkit.schedulers.names import create_scheduler, resolve, resolve_schedule, scheduler_class, scheduler_names
+
+__all__ = [
+    "SCHEDULES",
+    "NoiseFn",
+    "Scheduler",
+    "SchedulerConfig",
+    "create_scheduler",
+    "noise_from_seed",
+    "resolve",
+    "resolve_schedule",
+    "scheduler_class",
+    "scheduler_names",
+]

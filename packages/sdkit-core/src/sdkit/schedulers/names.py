@@ -1,0 +1,136 @@
+"""Name resolution ("DPM++ 2M Karras" -> ("dpmpp_2m", "karras")) and scheduler creation.
+
+Sampler names come from the plugin registry (built-ins and third parties alike), so a
+plugin's aliases resolve with the same forgiving rules: case, spaces, hyphens and "++"
+are normalised, and A1111's "k_" prefix is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sdkit.errors import OptionError, UnknownSchedulerError
+from sdkit.plugins import SchedulerRegistry, get_plugins
+from sdkit.schedulers.base import SCHEDULES, Scheduler
+
+# Schedule names and the spellings A1111 ("Karras", "SGM Uniform", "Uniform") and ComfyUI use.
+SCHEDULE_ALIASES: dict[str, str] = {
+    "normal": "normal",
+    "uniform": "normal",
+    "default": "normal",
+    "karras": "karras",
+    "exponential": "exponential",
+    "sgm_uniform": "sgm_uniform",
+    "sgm": "sgm_uniform",
+    "trailing": "sgm_uniform",
+}
+
+
+def normalize(name: str) -> str:
+    """Lower-case, "++" -> "pp", separators -> "_": "DPM++ 2M SDE" -> "dpmpp_2m_sde"."""
+    text = name.strip().lower().replace("++", "pp")
+    text = re.sub(r"[\s\-./]+", "_", text)
+    return re.sub(r"_+", "_", text).strip("_")
+
+
+def _registry(registry: SchedulerRegistry | None) -> SchedulerRegistry:
+    return registry if registry is not None else get_plugins().schedulers
+
+
+def _sampler_table(registry: SchedulerRegistry) -> dict[str, str]:
+    """Normalised name or alias -> canonical name."""
+    table: dict[str, str] = {}
+    for canonical, _cls in registry.items():
+        table.setdefault(normalize(canonical), canonical)
+    for alias, canonical in registry.aliases().items():
+        table.setdefault(normalize(alias), canonical)
+    return table
+
+
+def _known_names(registry: SchedulerRegistry) -> list[str]:
+    return [*registry.names(), *registry.aliases()]
+
+
+def _lookup_sampler(key: str, table: dict[str, str]) -> str | None:
+    if key in table:
+        return table[key]
+    if key.startswith("k_") and key[2:] in table:
+        return table[key[2:]]
+    return None
+
+
+def resolve_schedule(schedule: str) -> str:
+    """Canonical schedule name, or UnknownSchedulerError with a suggestion."""
+    canonical = SCHEDULE_ALIASES.get(normalize(schedule)) if isinstance(schedule, str) else None
+    if canonical is None:
+        raise UnknownSchedulerError(str(schedule), SCHEDULES)
+    return canonical
+
+
+def resolve(sampler: str, schedule: str | None = None, registry: SchedulerRegistry | None = None) -> tuple[str, str]:
+    """(canonical sampler, canonical schedule) for what a user typed.
+
+    ``resolve("DPM++ 2M Karras") == ("dpmpp_2m", "karras")``. Without a suffix the schedule
+    is ``schedule`` or "normal"; a suffix that contradicts an explicit ``schedule`` is an
+    OptionError.
+    """
+    if not isinstance(sampler, str) or not sampler.strip():
+        raise UnknownSchedulerError(str(sampler), _known_names(_registry(registry)))
+    reg = _registry(registry)
+    table = _sampler_table(reg)
+    key = normalize(sampler)
+    canonical = _lookup_sampler(key, table)
+    suffix_schedule: str | None = None
+    if canonical is None:
+        # "DPM++ 2M Karras", "dpmpp_2m_sde_exponential", "Euler SGM Uniform"...
+        for alias in sorted(SCHEDULE_ALIASES, key=len, reverse=True):
+            if key.endswith("_" + alias):
+                canonical = _lookup_sampler(key[: -len(alias) - 1], table)
+                if canonical is not None:
+                    suffix_schedule = SCHEDULE_ALIASES[alias]
+                    break
+    if canonical is None:
+        raise UnknownSchedulerError(sampler, _known_names(reg))
+    if schedule is None:
+        return canonical, suffix_schedule or "normal"
+    explicit = resolve_schedule(schedule)
+    if suffix_schedule is not None and suffix_schedule != explicit:
+        raise OptionError(f"{sampler!r} names schedule {suffix_schedule!r} but schedule={schedule!r} was given")
+    return canonical, explicit
+
+
+def scheduler_names(registry: SchedulerRegistry | None = None) -> list[str]:
+    """Canonical names of every registered scheduler (built-in first, then plugins')."""
+    return _registry(registry).names()
+
+
+def scheduler_class(name: str, registry: SchedulerRegistry | None = None) -> type[Scheduler]:
+    """The registered class for a sampler name or alias."""
+    reg = _registry(registry)
+    canonical, _ = resolve(name, registry=reg)
+    cls = reg.get(canonical)
+    assert cls is not None  # resolve() only returns registered names
+    return cls
+
+
+def create_scheduler(
+    name: str,
+    schedule: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    prediction_type: str | None = None,
+    registry: SchedulerRegistry | None = None,
+) -> Scheduler:
+    """A ready scheduler: ``create_scheduler("DPM++ 2M Karras", schedule=None, config=cfg)``.
+
+    ``schedule`` None takes the name's suffix ("... Karras"), else "normal". ``config`` is
+    the model's diffusers ``scheduler_config.json`` dict (None: Stable Diffusion 1.x's);
+    ``prediction_type`` overrides the config's.
+    """
+    reg = _registry(registry)
+    canonical, resolved_schedule = resolve(name, schedule, registry=reg)
+    cls = reg.get(canonical)
+    assert cls is not None
+    instance: Scheduler = cls(schedule=resolved_schedule, config=config, prediction_type=prediction_type)
+    return instance
