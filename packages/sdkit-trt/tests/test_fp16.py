@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import run_ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-from conftest import run_ort
 from sdkit.errors import UnsupportedModelError
 from sdkit.model import Model, load_onnx
 from sdkit_trt.fp16 import FP16_MAX, convert_graph, to_fp16
@@ -87,7 +86,8 @@ def test_resize_scales_stay_fp32() -> None:
     model = model_of(nodes, {"x": x}, ["y"], inits)
     proto, _ = converted(model)
     types = dtypes_of(proto)
-    assert types["scales"] == TensorProto.FLOAT and types["w"] == TensorProto.FLOAT16
+    assert types["scales"] == TensorProto.FLOAT
+    assert types["w"] == TensorProto.FLOAT16
     resize = next(n for n in proto.graph.node if n.op_type == "Resize")
     assert types[resize.input[0]] == TensorProto.FLOAT16  # the data itself is fp16
     want = run_ort(model.graph.to_onnx(model.weights), {"x": x})[0]
@@ -156,7 +156,8 @@ def test_weight_read_at_both_precisions_gets_an_fp16_twin() -> None:
     proto, plan = converted(model)
     assert plan.fp16_weights == {"w__fp16": "w"}  # type: ignore[attr-defined]
     types = dtypes_of(proto)
-    assert types["w"] == TensorProto.FLOAT and types["w__fp16"] == TensorProto.FLOAT16
+    assert types["w"] == TensorProto.FLOAT
+    assert types["w__fp16"] == TensorProto.FLOAT16
     want = run_ort(model.graph.to_onnx(model.weights), {"x": x})[0]
     np.testing.assert_allclose(run_ort(proto, {"x": x})[0], want, atol=1e-2)
 
@@ -175,7 +176,8 @@ def test_float_constants_and_pre_conv_math_follow_the_rules() -> None:
     proto, _ = converted(model)
     types = dtypes_of(proto)
     assert types["xs"] == TensorProto.FLOAT
-    assert types["k"] == TensorProto.FLOAT and types["k__fp16"] == TensorProto.FLOAT16
+    assert types["k"] == TensorProto.FLOAT
+    assert types["k__fp16"] == TensorProto.FLOAT16
     want = run_ort(model.graph.to_onnx(model.weights), {"x": x})[0]
     np.testing.assert_allclose(run_ort(proto, {"x": x})[0], want, atol=5e-3)
 
@@ -202,7 +204,11 @@ def test_control_flow_is_refused_clearly() -> None:
 def test_to_fp16_clips_to_range_and_keeps_inf_nan() -> None:
     out = to_fp16(np.array([1e6, -1e6, np.inf, np.nan, 1.0], np.float32))
     assert out.dtype == np.float16
-    assert out[0] == FP16_MAX and out[1] == -FP16_MAX and np.isposinf(out[2]) and np.isnan(out[3]) and out[4] == 1
+    assert out[0] == FP16_MAX
+    assert out[1] == -FP16_MAX
+    assert np.isposinf(out[2])
+    assert np.isnan(out[3])
+    assert out[4] == 1
 
 
 def test_taef2_decoder_fp16_matches_fp32(taef2: Path) -> None:
@@ -213,13 +219,15 @@ def test_taef2_decoder_fp16_matches_fp32(taef2: Path) -> None:
     proto = plan.graph.to_onnx(plan.convert_weights(model.weights))
     onnx.checker.check_model(proto, full_check=True)
     ops = [n.op_type for n in proto.graph.node]
-    assert ops.count("Conv") == 41 and len(plan.kept_fp32_nodes) == ops.count("InstanceNormalization") == 3
+    assert ops.count("Conv") == 41
+    assert len(plan.kept_fp32_nodes) == ops.count("InstanceNormalization") == 3
     conv_weights = {n.input[1] for n in proto.graph.node if n.op_type == "Conv"}
     assert all(plan.fp16_weights.get(w) is not None for w in conv_weights)
     feeds = {"latent": np.ascontiguousarray(latent[:, :, :16, :16])}
     want = run_ort(graph.to_onnx(model.weights), feeds)[0]
     got = run_ort(proto, feeds)[0]
-    assert got.dtype == np.float32 and got.shape == want.shape == (1, 3, 128, 128)
+    assert got.dtype == np.float32
+    assert got.shape == want.shape == (1, 3, 128, 128)
     # The weights were trained in fp16 (exact in fp16); measured max |diff| 1.8e-5 here.
     np.testing.assert_allclose(got, want, atol=2e-3)
 

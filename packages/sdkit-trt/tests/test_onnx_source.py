@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
-
 from sdkit_trt.onnx_source import onnx_source
 from test_weights import small_model
 

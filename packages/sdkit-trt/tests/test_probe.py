@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
 from sdkit.options import Options
@@ -145,7 +144,8 @@ def test_registered_and_hooks_import_no_vendor_sdk() -> None:
         "assert cls.priority == 90 and not getattr(cls, 'aliases', ())\n"
         "cls().check.__call__\n"
         "import sdkit_trt.backend, sdkit_trt.compiled, sdkit_trt.engine, sdkit_trt.build\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'cuda', 'torch')]\n"
+        "vendor = ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'cuda', 'torch')\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in vendor]\n"
         "assert not bad, bad\n"
     )
     result = subprocess.run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from sdkit.cache import key_digest
 from sdkit.model import Model
 from sdkit_trt.driver import Gpu
@@ -54,7 +53,8 @@ def test_shapes_options_device_and_runtime_change_the_key() -> None:
         key(model, runtime=RuntimeInfo("tensorrt", "10.13.0.35")),
         key(model, graph_hash="another graph"),
     ]
-    assert base not in variants and len(set(variants)) == len(variants)
+    assert base not in variants
+    assert len(set(variants)) == len(variants)
 
 
 def test_same_gpu_model_on_another_ordinal_shares_engines() -> None:

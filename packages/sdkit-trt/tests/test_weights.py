@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
 from sdkit.errors import InputError
 from sdkit.model import Model
 from sdkit_trt.fp16 import convert_graph
@@ -64,7 +63,7 @@ def test_baked_weights_are_detected_and_refused() -> None:
     assert changed_baked(baked, changed) == []
     changed["shape"] = np.array([2, -1], np.int64)
     assert changed_baked(baked, changed) == ["shape"]
-    with pytest.raises(InputError, match="refit cannot change 'shape'.*compile the model again"):
+    with pytest.raises(InputError, match=r"refit cannot change 'shape'.*compile the model again"):
         refuse_baked_change(changed_baked(baked, changed))
 
 
@@ -74,7 +73,8 @@ def test_fp16_plan_maps_engine_weights_back_to_the_users_names() -> None:
     assert plan.fp16_weights == {"w": "w", "b": "b"}
     new = model.weights.updated({"w": np.full((2, 3, 1, 1), 0.1, np.float32)})
     engine_weights = plan.convert_weights(new)
-    assert engine_weights["w"].dtype == np.float16 and engine_weights["w"][0, 0, 0, 0] == np.float16(0.1)
+    assert engine_weights["w"].dtype == np.float16
+    assert engine_weights["w"][0, 0, 0, 0] == np.float16(0.1)
     assert engine_weights["shape"].dtype == np.int64
     # Refit from the full set each time: a second set replaces, never adds to, the first.
     again = plan.convert_weights(model.weights)
