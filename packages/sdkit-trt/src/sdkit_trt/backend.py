@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
-from sdkit.errors import BackendUnavailableError, DeviceError, UnsupportedNode
+from sdkit.errors import BackendUnavailableError, DeviceError, OptionError, UnsupportedNode
 
 from sdkit_trt.driver import Gpu, probe_driver
 from sdkit_trt.runtime import (
@@ -147,6 +147,8 @@ class TensorRTBackend(Backend):
             listed = ", ".join(f"cuda:{o}" for o in sorted(assigned)) or "none"
             raise DeviceError(f"the tensorrt backend has no device cuda:{ordinal}; its devices: {listed}")
         gpu, runtime = assigned[ordinal]
+        if options.precision not in ("fp32", "fp16"):
+            raise OptionError(f"the tensorrt backend compiles fp32 or fp16, not {options.precision}")
         profiles = parse_profiles(options.extra.get("profiles", {}), graph.inputs)
         trt = import_runtime(runtime)
         if runtime.is_rtx:

@@ -3,9 +3,9 @@
 Only called with a GPU and the vendor module present (unverified in CI: see the README).
 The builder config: STRIP_PLAN + REFIT (not REFIT_IDENTICAL: users bring other weights),
 a strongly typed network (the graph's fp16/fp32 types are the precision; TensorRT-RTX and
-TensorRT 11 have no fp16 flag), TensorRT-RTX targets the current GPU (ComputeCapability
-CURRENT) instead of its default list, and the TensorRT timing cache is read and written
-when the flavour has one.
+TensorRT 11 have no fp16 flag), TF32 off for fp32 (it is on by default), TensorRT-RTX
+targets the current GPU (ComputeCapability CURRENT) instead of its default list, and the
+TensorRT timing cache is read and written when the flavour has one.
 """
 
 from __future__ import annotations
@@ -66,10 +66,13 @@ def network_flags(trt: ModuleType) -> int:
     return 1 << int(flag) if flag is not None else 0
 
 
-def configure(trt: ModuleType, builder: Any, network: Any, is_rtx: bool, profiles: Profiles) -> Any:
+def configure(trt: ModuleType, builder: Any, network: Any, *, is_rtx: bool, profiles: Profiles, precision: str) -> Any:
     config = builder.create_builder_config()
     config.set_flag(trt.BuilderFlag.STRIP_PLAN)
     config.set_flag(trt.BuilderFlag.REFIT)
+    tf32 = getattr(trt.BuilderFlag, "TF32", None)
+    if precision == "fp32" and tf32 is not None:
+        config.clear_flag(tf32)  # TF32 (10-bit mantissa) is on by default; fp32 means fp32
     if is_rtx:
         config.num_compute_capabilities = 1
         config.set_compute_capability(trt.ComputeCapability.CURRENT, 0)
@@ -85,14 +88,14 @@ def configure(trt: ModuleType, builder: Any, network: Any, is_rtx: bool, profile
 
 
 def build_plan(
-    trt: ModuleType, is_rtx: bool, source: OnnxSource, profiles: Profiles, timing_cache: Path | None
+    trt: ModuleType, source: OnnxSource, *, is_rtx: bool, profiles: Profiles, timing_cache: Path | None, precision: str
 ) -> bytes:
     """Parse ``source`` and build a serialized plan (bytes) for the current CUDA device."""
     logger = make_logger(trt)
     builder = trt.Builder(logger)
     network = builder.create_network(network_flags(trt))
     parse_into(trt, network, logger, source)
-    config = configure(trt, builder, network, is_rtx, profiles)
+    config = configure(trt, builder, network, is_rtx=is_rtx, profiles=profiles, precision=precision)
     cache = None
     if timing_cache is not None and hasattr(config, "create_timing_cache"):
         cache = config.create_timing_cache(read_bytes(timing_cache) or b"")

@@ -98,7 +98,14 @@ class TrtCompiledModel(CompiledModel):
         graph = self._engine_graph(sig)
         timing = side_cache_path("timing", self.runtime, self.gpu) if self.options.cache else None
         with onnx_source(graph, self._engine_weights(self.weights)) as source:
-            plan = build_plan(self.trt, self.runtime.is_rtx, source, self.profiles, timing)
+            plan = build_plan(
+                self.trt,
+                source,
+                is_rtx=self.runtime.is_rtx,
+                profiles=self.profiles,
+                timing_cache=timing,
+                precision=self.options.precision,
+            )
         (folder / PLAN_FILE).write_bytes(plan)
         engine = TrtEngine(self.trt, plan, self.runtime.is_rtx, None)
         try:
