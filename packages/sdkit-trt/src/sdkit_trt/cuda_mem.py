@@ -9,6 +9,7 @@ Pinned (page-locked) host buffers make the copies truly asynchronous on the mode
 from __future__ import annotations
 
 import ctypes
+import importlib
 from types import ModuleType
 from typing import Any
 
@@ -20,18 +21,12 @@ from sdkit_trt.runtime import BACKEND_NAME, INSTALL_HINT
 
 def cudart() -> ModuleType:
     """The runtime module of cuda-bindings (``cuda.bindings.runtime``; ``cuda.cudart`` before 12.6)."""
-    try:
-        from cuda.bindings import runtime
-
-        return runtime
-    except ImportError:
-        pass
-    try:
-        from cuda import cudart as legacy  # type: ignore[attr-defined]
-
-        return legacy  # type: ignore[no-any-return]
-    except ImportError:
-        raise BackendUnavailableError(BACKEND_NAME, "cuda-bindings is not installed", INSTALL_HINT) from None
+    for name in ("cuda.bindings.runtime", "cuda.cudart"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise BackendUnavailableError(BACKEND_NAME, "cuda-bindings is not installed", INSTALL_HINT)
 
 
 def check(result: Any, what: str) -> Any:
@@ -92,7 +87,7 @@ class PinnedBuffer:
         self.ptr: int = int(check(cudart().cudaMallocHost(self.nbytes), f"cudaMallocHost({self.nbytes} bytes)"))
         raw = (ctypes.c_byte * self.nbytes).from_address(self.ptr)
         count = int(np.prod(shape, dtype=np.int64))
-        self.array = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+        self.array: np.ndarray[Any, Any] = np.frombuffer(memoryview(raw), dtype=dtype, count=count).reshape(shape)
 
     def close(self) -> None:
         if self.ptr:

@@ -44,7 +44,7 @@ def write_external(graph: Graph, weights: Mapping[str, np.ndarray], folder: Path
             pad = (-offset) % 64
             out.write(b"\0" * pad)
             offset += pad
-            out.write(memoryview(array).cast("B"))
+            out.write(array.tobytes())  # a copy per tensor, never of the whole set
             del tensor.external_data[:]
             tensor.data_location = TensorProto.EXTERNAL
             for key, value in (("location", WEIGHTS_FILE), ("offset", str(offset)), ("length", str(array.nbytes))):

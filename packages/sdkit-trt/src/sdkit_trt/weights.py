@@ -65,7 +65,7 @@ def validate_weights(graph: Graph, weights: Mapping[str, np.ndarray]) -> WeightS
 def digest(array: np.ndarray) -> str:
     array = np.ascontiguousarray(array)
     h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    h.update(memoryview(array).cast("B"))
+    h.update(array.tobytes())
     return h.hexdigest()
 
 
