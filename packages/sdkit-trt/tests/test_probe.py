@@ -128,6 +128,15 @@ def test_old_tensorrt_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "TensorRT 8.6.1 is too old" in availability.reason
 
 
+def test_tensorrt_with_the_known_refit_bug_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_install(
+        monkeypatch, {"tensorrt", "cuda.bindings"}, DriverReport((13, 0), (RTX_3060,)), {"tensorrt": "11.3.0.1"}
+    )
+    availability = TensorRTBackend().probe()
+    assert not availability.ok
+    assert "known refit bug" in availability.reason
+
+
 def test_compile_when_unavailable_raises_the_probe_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_install(monkeypatch, set(), DriverReport(None, (), "the NVIDIA driver is not installed (test)"))
     with pytest.raises(BackendUnavailableError, match="NVIDIA driver is not installed"):

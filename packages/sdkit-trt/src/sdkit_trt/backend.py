@@ -58,10 +58,11 @@ class TensorRTBackend(Backend):
         runtimes, notes = find_runtimes()
         problems: list[str] = []
         hint = ""
-        if not runtimes:
-            problems.append("neither tensorrt_rtx (TensorRT-RTX) nor tensorrt 10/11 is installed")
-            hint = INSTALL_HINT
         problems.extend(notes)
+        if not runtimes:
+            if not notes:
+                problems.append("neither tensorrt_rtx (TensorRT-RTX) nor tensorrt 10/11 is installed")
+            hint = INSTALL_HINT
         if not cuda_bindings_available():
             problems.append("cuda-bindings is not installed")
             hint = INSTALL_HINT

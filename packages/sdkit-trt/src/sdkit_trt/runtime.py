@@ -32,6 +32,8 @@ RTX_KNOWN_SMS = frozenset({75, 80, 86, 89, 120, 121})
 # TensorRT 10/11 support Turing and newer; older GPUs are refused up front with a clear reason.
 TRT_MIN_SM = 75
 TRT_MIN_MAJOR = 10
+# TensorRT 11.3.0 release notes, known issue: REFIT engines may drop a GEMM bias (fixed in 11.4).
+TRT_BROKEN_REFIT = ("11.3.",)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ def find_runtimes() -> tuple[list[RuntimeInfo], list[str]]:
         info = RuntimeInfo(TRT_MODULE, distribution_version(TRT_MODULE))
         if info.major is not None and info.major < TRT_MIN_MAJOR:
             notes.append(f"{info.label} is too old (sdkit needs TensorRT 10 or newer, or TensorRT-RTX)")
+        elif info.version.startswith(TRT_BROKEN_REFIT):
+            notes.append(f"{info.label} has a known refit bug (GEMM biases dropped); use TensorRT 11.4 or newer")
         else:
             found.append(info)
     return found, notes
