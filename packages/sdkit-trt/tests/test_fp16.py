@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import run_ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from sdkit.errors import UnsupportedModelError
 from sdkit.model import Model, load_onnx
 from sdkit_trt.fp16 import FP16_MAX, convert_graph, to_fp16
+from trt_helpers import run_ort
 
 rng = np.random.default_rng(1234)
 
@@ -251,7 +251,7 @@ def test_sd_architectures_fp16_match_fp32(name: str) -> None:
     (Sin/Cos), attention (MatMul/Softmax), GroupNorm/LayerNorm, int64 token ids, Range."""
     import sys
 
-    from conftest import REPO
+    from trt_helpers import REPO
 
     sys.path.insert(0, str(REPO / "fixtures"))
     try:

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 from sdkit_trt.onnx_source import onnx_source
-from test_weights import small_model
+from trt_helpers import small_model
 
 
 def test_small_models_are_serialized_in_memory() -> None:

@@ -161,3 +161,19 @@ def test_registered_and_hooks_import_no_vendor_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_sdkit_compile_names_the_missing_pieces(sdkit_isolated: Path) -> None:
+    import sdkit
+    from trt_helpers import small_model
+
+    if TensorRTBackend().probe().ok:
+        pytest.skip("TensorRT is usable here")
+    with pytest.raises(BackendUnavailableError) as error:
+        sdkit.compile(small_model(), backend="tensorrt")
+    assert error.value.backend == "tensorrt"
+    assert error.value.reason == TensorRTBackend().probe().reason
+    info = next(b for b in sdkit.backends() if b.name == "tensorrt")
+    assert not info.available
+    assert info.priority == 90
+    assert info.devices == []

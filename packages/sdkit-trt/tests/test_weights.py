@@ -4,28 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from sdkit.errors import InputError
-from sdkit.model import Model
 from sdkit_trt.fp16 import convert_graph
 from sdkit_trt.weights import baked_digests, changed_baked, expected_weights, refuse_baked_change, validate_weights
-
-
-def small_model() -> Model:
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Reshape", ["c", "shape"], ["y"])]
-    inits = {
-        "w": np.ones((2, 3, 1, 1), np.float32),
-        "b": np.zeros(2, np.float32),
-        "shape": np.array([1, -1], np.int64),
-    }
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()],
-    )
-    return Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+from trt_helpers import small_model
 
 
 def test_expected_weights_come_from_the_stripped_graph() -> None:
