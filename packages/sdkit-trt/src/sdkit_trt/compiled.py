@@ -69,7 +69,11 @@ class TrtCompiledModel(CompiledModel):
         set_device(gpu.ordinal)
         self.stream = Stream()
         if profiles or is_static(self.inputs):
-            self.engines[None] = self._engine_for(None)
+            try:
+                self.engines[None] = self._engine_for(None)
+            except BaseException:
+                self.stream.close()  # nothing else holds device resources yet
+                raise
 
     # -- graph and weights as the engine sees them -------------------------------------
     def _engine_graph(self, sig: Signature | None) -> Graph:
