@@ -201,6 +201,24 @@ def test_control_flow_is_refused_clearly() -> None:
         convert_graph(model.graph)
 
 
+def test_a_conversion_that_does_not_type_check_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdkit_trt import fp16
+
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "x"], ["y"])]
+    model = model_of(nodes, {"x": x}, ["y"], {"w": rng.standard_normal((2, 2, 1, 1)).astype(np.float32)})
+    real = fp16._elem_types
+
+    def blind(proto: onnx.ModelProto) -> dict[str, int]:  # as if inference could not type "x"
+        types = real(proto)
+        types.pop("x")
+        return types
+
+    monkeypatch.setattr(fp16, "_elem_types", blind)
+    with pytest.raises(UnsupportedModelError, match="does not type-check"):
+        convert_graph(model.graph)
+
+
 def test_to_fp16_clips_to_range_and_keeps_inf_nan() -> None:
     out = to_fp16(np.array([1e6, -1e6, np.inf, np.nan, 1.0], np.float32))
     assert out.dtype == np.float16

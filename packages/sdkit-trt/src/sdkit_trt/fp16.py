@@ -277,9 +277,29 @@ def _retyped(tensor: TensorProto, name: str) -> TensorProto:
     return out
 
 
+def _type_error(proto: onnx.ModelProto) -> str:
+    """ONNX's strict type and shape inference error for ``proto``, or "" when it passes."""
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except Exception as exc:  # onnx raises several internal types
+        return str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return ""
+
+
 def convert_graph(graph: Graph) -> Fp16Plan:
-    """Plan the fp16 version of a weight-stripped graph (see the module docstring)."""
+    """Plan the fp16 version of a weight-stripped graph (see the module docstring).
+
+    Where ONNX type-checks the original graph, the converted one must type-check too: a
+    tensor whose type inference could not see would otherwise reach TensorRT mistyped."""
     converter = _Converter(graph)
     for node in graph.proto.graph.node:
         converter.convert_node(node)
-    return converter.finish()
+    plan = converter.finish()
+    if not _type_error(graph.proto):
+        error = _type_error(plan.graph.proto)
+        if error:
+            raise UnsupportedModelError(
+                "tensorrt",
+                [f"the fp16 conversion of this graph does not type-check ({error}); compile with precision='fp32'"],
+            )
+    return plan
