@@ -143,3 +143,20 @@ def test_sd_vae_decoder_matches_onnxruntime(backend: TensorRTBackend, sdkit_isol
         with compile_model(backend, model, precision=precision) as compiled:
             got = next(iter(compiled.run(feeds).values()))
         np.testing.assert_allclose(got, want, atol=rtol * scale)
+
+
+def test_onnx_node_conformance_for_sd_operators(backend: TensorRTBackend, sdkit_isolated: Path) -> None:
+    """onnx.backend.test node cases of the operator families SD graphs use, on cuda:0.
+    Failures here name the cases to fix or to list, with their reason, in an exclusion file."""
+    from sdkit.testing import run_conformance
+
+    families = [
+        "conv", "relu", "add", "mul", "sub", "div", "resize", "instancenorm", "layer_normalization",
+        "group_normalization", "matmul", "gemm", "softmax", "sigmoid", "tanh", "erf", "concat",
+        "reshape", "transpose", "gather", "slice", "split", "cast", "where", "expand", "pow", "sqrt",
+    ]  # fmt: skip
+    include = [rf"^test_{f}(_.*)?_cuda$" for f in families]
+    result = run_conformance("tensorrt", include=include, device="cuda:0")
+    print(result.summary())
+    assert result.executed >= 100, result.summary()
+    assert not result.failed, "\n".join(f"{k}: {v}" for k, v in sorted(result.failed.items()))
