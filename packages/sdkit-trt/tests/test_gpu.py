@@ -145,6 +145,7 @@ def test_sd_vae_decoder_matches_onnxruntime(backend: TensorRTBackend, sdkit_isol
         np.testing.assert_allclose(got, want, atol=rtol * scale)
 
 
+@pytest.mark.slow  # one engine build per case: minutes
 def test_onnx_node_conformance_for_sd_operators(backend: TensorRTBackend, sdkit_isolated: Path) -> None:
     """onnx.backend.test node cases of the operator families SD graphs use, on cuda:0.
     Failures here name the cases to fix or to list, with their reason, in an exclusion file."""
