@@ -11,14 +11,10 @@ import pytest
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
 from sdkit.options import Options
-from sdkit_trt import backend as backend_module
 from sdkit_trt import driver, runtime
 from sdkit_trt.backend import TensorRTBackend
-from sdkit_trt.driver import DriverReport, Gpu
-
-RTX_3060 = Gpu(0, "NVIDIA GeForce RTX 3060", (8, 6), 12 * 2**30)
-H100 = Gpu(1, "NVIDIA H100 80GB HBM3", (9, 0), 80 * 2**30)
-GTX_1080 = Gpu(0, "NVIDIA GeForce GTX 1080", (6, 1), 8 * 2**30)
+from sdkit_trt.driver import DriverReport
+from trt_helpers import GTX_1080, H100, RTX_3060, fake_install
 
 
 def test_real_probe_on_this_machine_says_why() -> None:
@@ -32,15 +28,6 @@ def test_real_probe_on_this_machine_says_why() -> None:
     if driver.probe_driver().error:
         assert "NVIDIA driver" in availability.reason
     assert TensorRTBackend().devices() == []
-
-
-def fake_install(
-    monkeypatch: pytest.MonkeyPatch, modules: set[str], report: DriverReport, versions: dict[str, str] | None = None
-) -> None:
-    monkeypatch.setattr(runtime, "module_available", lambda name: name in modules)
-    monkeypatch.setattr(runtime, "distribution_version", lambda name: (versions or {}).get(name, "1.7.1.116"))
-    monkeypatch.setattr(backend_module, "probe_driver", lambda: report)
-    monkeypatch.setattr(backend_module, "import_runtime", lambda info: None)
 
 
 def test_missing_runtime_module(monkeypatch: pytest.MonkeyPatch) -> None:

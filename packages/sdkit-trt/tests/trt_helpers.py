@@ -7,8 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sdkit.model import Model
+from sdkit_trt import backend as backend_module
+from sdkit_trt import runtime
+from sdkit_trt.driver import DriverReport, Gpu
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,3 +54,17 @@ def small_model() -> Model:
         initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()],
     )
     return Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+RTX_3060 = Gpu(0, "NVIDIA GeForce RTX 3060", (8, 6), 12 * 2**30)
+H100 = Gpu(1, "NVIDIA H100 80GB HBM3", (9, 0), 80 * 2**30)
+GTX_1080 = Gpu(0, "NVIDIA GeForce GTX 1080", (6, 1), 8 * 2**30)
+
+
+def fake_install(  # the probe's own lookup functions, replaced
+    monkeypatch: pytest.MonkeyPatch, modules: set[str], report: DriverReport, versions: dict[str, str] | None = None
+) -> None:
+    monkeypatch.setattr(runtime, "module_available", lambda name: name in modules)
+    monkeypatch.setattr(runtime, "distribution_version", lambda name: (versions or {}).get(name, "1.7.1.116"))
+    monkeypatch.setattr(backend_module, "probe_driver", lambda: report)
+    monkeypatch.setattr(backend_module, "import_runtime", lambda info: None)
