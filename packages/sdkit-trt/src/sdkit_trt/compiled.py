@@ -130,8 +130,12 @@ class TrtCompiledModel(CompiledModel):
         set_device(self.gpu.ordinal)
         runtime_cache = side_cache_path("runtime", self.runtime, self.gpu) if self.options.cache else None
         engine = TrtEngine(self.trt, (folder / PLAN_FILE).read_bytes(), self.runtime.is_rtx, runtime_cache)
-        with onnx_source(self._engine_graph(sig), self._engine_weights(self.weights)) as source:
-            engine.refit(source, self.stream)
+        try:
+            with onnx_source(self._engine_graph(sig), self._engine_weights(self.weights)) as source:
+                engine.refit(source, self.stream)
+        except BaseException:
+            engine.close()
+            raise
         return engine, baked
 
     def _engine_for(self, sig: Signature | None) -> tuple[TrtEngine, dict[str, str]]:
