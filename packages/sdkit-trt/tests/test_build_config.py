@@ -11,6 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from trt_helpers import RTX_3060, fake_install, small_model
+
 from sdkit.device import Device
 from sdkit.errors import DeviceError, OptionError
 from sdkit.options import Options
@@ -18,7 +20,6 @@ from sdkit_trt.backend import TensorRTBackend
 from sdkit_trt.build import configure, network_flags
 from sdkit_trt.driver import DriverReport
 from sdkit_trt.shapes import Profile
-from trt_helpers import RTX_3060, fake_install, small_model
 
 
 class BuilderFlag(enum.IntEnum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from sdkit.model import load_onnx
 from sdkit.testing import one_node_model
 from sdkit_trt.backend import TensorRTBackend

@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from trt_helpers import run_ort
+
 from sdkit.errors import InputError
 from sdkit.model import Model, load_onnx
 from sdkit.options import make_options
@@ -27,7 +29,6 @@ from sdkit_trt.driver import Gpu
 from sdkit_trt.onnx_source import OnnxSource
 from sdkit_trt.runtime import RuntimeInfo
 from sdkit_trt.shapes import parse_profiles
-from trt_helpers import run_ort
 
 GPU = Gpu(0, "NVIDIA GeForce RTX 3060", (8, 6), 12 * 2**30)
 RTX = RuntimeInfo("tensorrt_rtx", "1.7.1.116")

@@ -14,10 +14,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from trt_helpers import run_ort
+
 from sdkit.errors import UnsupportedModelError
 from sdkit.model import Model, load_onnx
 from sdkit_trt.fp16 import FP16_MAX, convert_graph, to_fp16
-from trt_helpers import run_ort
 
 rng = np.random.default_rng(1234)
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trt_helpers import REPO, run_ort
+
 from sdkit.errors import InputError
 from sdkit.model import Model, load_onnx
 from sdkit.options import make_options
 from sdkit_trt.backend import TensorRTBackend
 from sdkit_trt.compiled import TrtCompiledModel
-from trt_helpers import REPO, run_ort
 
 pytestmark = pytest.mark.gpu
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from sdkit_trt.onnx_source import onnx_source
 from trt_helpers import small_model
+
+from sdkit_trt.onnx_source import onnx_source
 
 
 def test_small_models_are_serialized_in_memory() -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trt_helpers import GTX_1080, H100, RTX_3060, fake_install
+
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
 from sdkit.options import Options
 from sdkit_trt import driver, runtime
 from sdkit_trt.backend import TensorRTBackend
 from sdkit_trt.driver import DriverReport
-from trt_helpers import GTX_1080, H100, RTX_3060, fake_install
 
 
 def test_real_probe_on_this_machine_says_why() -> None:
@@ -151,8 +152,9 @@ def test_registered_and_hooks_import_no_vendor_sdk() -> None:
 
 
 def test_sdkit_compile_names_the_missing_pieces(sdkit_isolated: Path) -> None:
-    import sdkit
     from trt_helpers import small_model
+
+    import sdkit
 
     if TensorRTBackend().probe().ok:
         pytest.skip("TensorRT is usable here")

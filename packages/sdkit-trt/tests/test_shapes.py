@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from sdkit.backend import TensorInfo
 from sdkit.errors import InputError, OptionError
 from sdkit.options import make_options

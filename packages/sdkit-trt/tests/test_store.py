@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from trt_helpers import small_model
+
 from sdkit.cache import key_digest
 from sdkit.model import Model
 from sdkit_trt.driver import Gpu
 from sdkit_trt.runtime import RuntimeInfo
 from sdkit_trt.shapes import Profile
 from sdkit_trt.store import engine_key, read_bytes, side_cache_path, write_atomic
-from trt_helpers import small_model
 
 RTX = RuntimeInfo("tensorrt_rtx", "1.7.1.116")
 GPU = Gpu(0, "NVIDIA GeForce RTX 3060", (8, 6), 12 * 2**30)

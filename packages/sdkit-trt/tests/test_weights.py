@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from trt_helpers import small_model
+
 from sdkit.errors import InputError
 from sdkit_trt.fp16 import convert_graph
 from sdkit_trt.weights import baked_digests, changed_baked, expected_weights, refuse_baked_change, validate_weights
-from trt_helpers import small_model
 
 
 def test_expected_weights_come_from_the_stripped_graph() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
 from sdkit.model import Model
 from sdkit_trt import backend as backend_module
 from sdkit_trt import runtime

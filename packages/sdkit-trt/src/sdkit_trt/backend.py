@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError, OptionError, UnsupportedNode
-
 from sdkit_trt.driver import Gpu, probe_driver
 from sdkit_trt.runtime import (
     BACKEND_NAME,

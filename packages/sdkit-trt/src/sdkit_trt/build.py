@@ -15,7 +15,6 @@ from types import ModuleType
 from typing import Any
 
 from sdkit.errors import SdkitError, UnsupportedModelError, UnsupportedNode
-
 from sdkit_trt.onnx_source import OnnxSource
 from sdkit_trt.shapes import Profiles
 from sdkit_trt.store import read_bytes, write_atomic

@@ -16,12 +16,12 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+
 from sdkit.backend import CompiledModel, TensorInfo
 from sdkit.cache import ArtifactCache
 from sdkit.device import Device
 from sdkit.model import Graph, WeightSet
 from sdkit.options import Options
-
 from sdkit_trt.build import build_plan
 from sdkit_trt.cuda_mem import Stream, set_device
 from sdkit_trt.driver import Gpu

@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from sdkit.errors import BackendUnavailableError, DeviceError
 
+from sdkit.errors import BackendUnavailableError, DeviceError
 from sdkit_trt.runtime import BACKEND_NAME, INSTALL_HINT
 
 

@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from sdkit.errors import InputError, SdkitError
 
+from sdkit.errors import InputError, SdkitError
 from sdkit_trt.build import make_logger
 from sdkit_trt.cuda_mem import DeviceBuffer, PinnedBuffer, Stream, copy_to_device, copy_to_host
 from sdkit_trt.onnx_source import OnnxSource

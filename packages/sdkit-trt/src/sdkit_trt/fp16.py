@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
 from sdkit.errors import UnsupportedModelError, UnsupportedNode
 from sdkit.model import Graph, WeightSet
 

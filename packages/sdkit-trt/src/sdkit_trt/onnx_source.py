@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto
+
 from sdkit.model import Graph
 
 PROTO_LIMIT = 1_800_000_000  # bytes of weights above which we use external data

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from sdkit.errors import BackendUnavailableError
-
 from sdkit_trt.driver import Gpu
 
 RTX_MODULE = "tensorrt_rtx"

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.cache import cache_root, make_key
-
 from sdkit_trt.driver import Gpu
 from sdkit_trt.runtime import BACKEND_NAME, RuntimeInfo
 from sdkit_trt.shapes import Profiles

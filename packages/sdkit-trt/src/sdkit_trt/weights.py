@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 from onnx import helper
+
 from sdkit.errors import InputError
 from sdkit.model import Graph, WeightSet
 
