@@ -184,3 +184,22 @@ def test_misuse_of_step_is_an_input_error() -> None:
 def test_schedules_constant_lists_the_four() -> None:
     assert SCHEDULES == ("normal", "karras", "exponential", "sgm_uniform")
     assert set(BUILTINS) <= set(scheduler_names())
+
+
+@pytest.mark.parametrize("name", ["heun", "dpmpp_sde"])
+def test_two_stage_samplers_do_not_alias_the_callers_array(name: str) -> None:
+    def run(reuse: bool) -> np.ndarray:
+        sched = create_scheduler(name)
+        sched.set_timesteps(3)
+        draw = noise_from_seed(2)
+        x = noise_from_seed(1)(SHAPE) * sched.init_noise_sigma
+        for t in sched.timesteps:
+            out = _fake_model(sched.scale_model_input(x, t), t)
+            new = sched.step(out, t, x, noise=draw)
+            if reuse:
+                x[...] = new  # a pipeline writing into its latents buffer in place
+            else:
+                x = new
+        return x
+
+    np.testing.assert_array_equal(run(reuse=True), run(reuse=False))

@@ -2,7 +2,8 @@
 
 Each case replays a diffusers run teacher-forced: same config, schedule and prediction
 type, the recorded sample and model output fed into every step, the recorded noise draws
-injected, and every output compared. Tolerance: TOL (1e-6, relative above 1).
+injected, and every output compared. Tolerance: TOL (1e-6, relative above 1), except the
+cases listed in STEP_TOLERANCE_EXCEPTIONS, with their cause.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ GOLDEN = REPO / "fixtures" / "schedulers" / "golden.npz"
 # The tolerance of every comparison with diffusers: |ours - diffusers| <= TOL * max(1, |diffusers|),
 # i.e. 1e-6 absolute for values up to 1 and 1e-6 relative above (latents reach ~50 at sigma_max).
 TOL = 1e-6
+
+# Cases allowed a looser step tolerance, each with its measured error and cause. torch's CPU
+# sqrt (MKL VML, "high accuracy" mode) is not correctly rounded: about 0.6% of float32
+# inputs come back 1 ulp off, where numpy's sqrt is exact. Ancestral steps compute
+# sigma_down = sqrt(sigma_to^2 - sigma_up^2), which cancels and turns that ulp of sigma_up
+# into a few 1e-6 in the output when sigma_to^2 is close to sigma_up^2 (the class-default
+# linear betas, sigma_max 157, make it so here). The reference value there is torch's
+# rounding, not the formula's; a torch build without MKL would differ from this golden file
+# just as much.
+STEP_TOLERANCE_EXCEPTIONS: dict[str, tuple[float, str]] = {
+    # measured 6.15e-6 at step 1: torch.sqrt(35.640297) = 5.9699492 (exact: 5.96994949...)
+    "euler_a-normal-v_prediction-6-1.0-defaults": (1e-5, "torch's MKL sqrt is 1 ulp off in sigma_up"),
+}
 
 
 @lru_cache(maxsize=1)
@@ -98,6 +112,7 @@ def test_matches_diffusers(spec: dict[str, Any]) -> None:
     assert start.dtype == np.float32
     assert max_scaled_error(start, rec["start"]) <= TOL
 
+    step_tolerance = STEP_TOLERANCE_EXCEPTIONS.get(spec["key"], (TOL, ""))[0]
     noise = Replay(rec["noise"])
     latents = rec["start"]
     for i, t in enumerate(sched.timesteps):
@@ -106,7 +121,13 @@ def test_matches_diffusers(spec: dict[str, Any]) -> None:
         out = sched.step(rec["model_out"][i], t, latents, noise=noise)
         assert out.dtype == np.float32
         err = max_scaled_error(out, rec["prev"][i])
-        assert err <= TOL, f"step {i} (t={t}): scaled error {err:.3g}"
+        assert err <= step_tolerance, f"step {i} (t={t}): scaled error {err:.3g}"
         latents = rec["prev"][i]  # teacher forcing: the next step starts from diffusers' sample
     assert len(sched.timesteps) == len(rec["prev"])
     assert noise.used == len(rec["noise"]), "the scheduler drew less noise than diffusers did"
+
+
+def test_tolerance_exceptions_are_real_cases() -> None:
+    keys = {c["key"] for c in cases()}
+    assert set(STEP_TOLERANCE_EXCEPTIONS) <= keys
+    assert all(tol <= 1e-5 for tol, _ in STEP_TOLERANCE_EXCEPTIONS.values())

@@ -219,13 +219,20 @@ class Scheduler(ABC):
 
     # -- public API ---------------------------------------------------------------------
 
+    def __repr__(self) -> str:
+        steps = "unset" if self.num_inference_steps is None else f"{len(self.timesteps)} timesteps"
+        return f"<{type(self).__name__} {self.name!r} schedule={self.schedule!r} {self.prediction_type} ({steps})>"
+
     @property
     def prediction_type(self) -> str:
         return self.config.prediction_type
 
     @property
     def timesteps(self) -> NDArray[Any]:
-        """The model timesteps still to run (the img2img tail when strength < 1)."""
+        """The model timesteps still to run (the img2img tail when strength < 1), in
+        diffusers' dtype: float32 (euler, euler_a, heun), float64 (dpmpp_sde, whose midpoint
+        timesteps are fractional) or int64 (dpmpp_2m, dpmpp_2m_sde, ddim, lcm). Cast them
+        to whatever the model's timestep input wants."""
         return self._timesteps[self._begin :]
 
     @property

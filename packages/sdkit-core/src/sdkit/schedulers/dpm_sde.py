@@ -102,7 +102,7 @@ class DPMPPSDE(SigmaScheduler):
             + self._brownian_noise(noise, sample.shape, first_half, sigma_from, sigma_to) * np.float32(1.0) * sigma_up
         )
         if first_half:
-            self._start, self._mid_sigma = sample, _sigma(t_next)
+            self._start, self._mid_sigma = sample.copy(), _sigma(t_next)  # the caller may reuse its array
         else:
             self._start = None
         return f32(prev)

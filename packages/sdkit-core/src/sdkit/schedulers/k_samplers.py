@@ -159,7 +159,7 @@ class Heun(SigmaScheduler):
         if self._first is None:
             derivative = (sample - denoised) / sigma
             dt = sigma_next - sigma
-            self._first = (sample, derivative, dt)
+            self._first = (sample.copy(), derivative, dt)  # the caller may reuse its array
         else:
             start, first_derivative, dt = self._first
             derivative = (first_derivative + (sample - denoised) / sigma_next) / np.float32(2)
