@@ -67,3 +67,14 @@ def test_pipeline_runs_without_onnxruntime_or_torch(tiny_dir: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_init_image_of_odd_size_is_resized(reference_pipe: Any, golden: dict[str, np.ndarray]) -> None:
+    """No size given: the init image's own size rounded down to a multiple of 8 (37x35 -> 32x32)."""
+    from PIL import Image
+
+    odd = Image.fromarray(golden["init_image"]).resize((37, 35))
+    image = reference_pipe.generate(
+        "a cat", init_image=odd, seed=0, strength=0.5, **{**SMALL, "width": None, "height": None}
+    )
+    assert image.shape == (1, 32, 32, 3)

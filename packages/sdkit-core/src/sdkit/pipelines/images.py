@@ -43,7 +43,7 @@ SCHEDULE_LABELS = {
 
 def load_init_image(image: Any, width: int | None, height: int | None) -> tuple[np.ndarray, int, int]:
     """An init image (PIL image, HWC uint8 array or a file path) as a ``[1, 3, H, W]`` float32
-    array in [-1, 1], resized (Lanczos) to ``width`` x ``height`` when given and different."""
+    array in [-1, 1], resized (Lanczos) to ``width`` x ``height`` when those differ from its size."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(image, (str, os.PathLike)):
@@ -63,8 +63,9 @@ def load_init_image(image: Any, width: int | None, height: int | None) -> tuple[
         pil = image.convert("RGB")
     else:
         raise InputError(f"init_image must be a PIL image, a uint8 array or a path, not {type(image).__name__}")
-    width = width or pil.width
-    height = height or pil.height
+    # Without an explicit size, the image's own, rounded down to a multiple of 8 (as diffusers).
+    width = width or max(8, pil.width // 8 * 8)
+    height = height or max(8, pil.height // 8 * 8)
     if (pil.width, pil.height) != (width, height):
         pil = pil.resize((width, height), Image.Resampling.LANCZOS)
     array = np.asarray(pil, dtype=np.float32) / 255.0  # as diffusers' VaeImageProcessor

@@ -228,14 +228,14 @@ class StableDiffusionPipeline:
     ) -> Any:
         """Generate ``num_images`` images (txt2img, or img2img with ``init_image``).
 
-        ``seed=None`` picks a random seed; image ``i`` uses ``seed + i``. ``sampler`` is an sdkit
-        scheduler name or a UI label (``"DPM++ 2M Karras"``); ``schedule`` (``normal``, ``karras``...)
-        overrides the one a label implies. ``latents`` replaces the initial noise draw (txt2img:
-        unscaled initial latents; img2img: the noise added to the encoded image; the seeded stream still
-        advances past that draw), shape
-        ``[num_images, 4, height/8, width/8]`` float32. ``callback(step, total, latents)`` runs after
-        every step. Returns PIL images (``output_type="pil"``), each with the A1111-style
-        ``info["parameters"]`` text, or a ``[N, H, W, 3]`` float32 array in [0, 1] (``"np"``).
+        ``seed=None`` picks a random seed; image ``i`` uses ``seed + i`` (see ``sdkit.pipelines.rng``).
+        ``sampler`` is an sdkit scheduler name or a UI label (``"DPM++ 2M Karras"``); ``schedule``
+        (``normal``, ``karras``...) is checked against the one a label implies. ``latents`` replaces
+        the initial noise draw (txt2img: the unscaled initial latents; img2img: the noise added to
+        the encoded image), float32 ``[num_images, 4, height/8, width/8]``; the seeded stream still
+        advances past that draw. ``callback(step, total, latents)`` runs after every step. Returns
+        PIL images (``output_type="pil"``), each with the A1111-style ``info["parameters"]`` text,
+        or a ``[N, H, W, 3]`` float32 array in [0, 1] (``"np"``).
         """
         from sdkit.schedulers import create_scheduler
 
@@ -265,6 +265,8 @@ class StableDiffusionPipeline:
         seeds = seed_list(seed, num_images)
         image = None
         if init_image is not None:
+            if "vae_encoder" not in self.components:
+                raise ModelFormatError(f"{self.name}: img2img needs vae_encoder/model.onnx, which this pipeline lacks")
             image, width, height = load_init_image(init_image, width, height)
         width = self._check_size(width, "width")
         height = self._check_size(height, "height")
