@@ -56,7 +56,14 @@ def test_generate_writes_png_with_parameters(
     assert captured.err == ""  # no progress bar when stderr is not a terminal
 
 
-def test_img2img_from_the_command_line(tiny_dir: Path, tmp_path: Path, golden: dict[str, np.ndarray]) -> None:
+def test_img2img_from_the_command_line(
+    tiny_dir: Path,
+    tmp_path: Path,
+    golden: dict[str, np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sdkit.cli.generate.interactive", lambda: True)  # as on a terminal: a bar
     init = tmp_path / "init.png"
     Image.fromarray(golden["init_image"]).save(init)
     out = tmp_path / "out.png"
@@ -85,6 +92,7 @@ def test_img2img_from_the_command_line(tiny_dir: Path, tmp_path: Path, golden: d
         "2",
     ]
     assert main(argv) == 0
+    assert "sampling" in capsys.readouterr().err
     for i in range(2):
         with Image.open(tmp_path / f"out-{i}.png") as image:
             assert image.size == (32, 32)
