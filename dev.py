@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run sdkit from a fresh clone with nothing but Python >= 3.10.
 
-    python3 dev.py demo    # make .venv, install sdkit for this CPU, run the main job
+    python3 dev.py demo    # make .venv, install sdkit for this CPU, run the main job (txt2img)
     python3 dev.py test    # make .venv, install every package + test tools, lint, type-check, test
 
 The virtual environment lives in .venv (override with SDKIT_DEV_VENV). Re-running is cheap:
@@ -60,9 +60,14 @@ def install(packages: list[str], no_deps: tuple[str, ...] = (), extra: tuple[str
 
 
 def demo() -> int:
+    """The main job: txt2img on the repo's tiny SD pipeline (random weights: no real SD weights
+    can ship here), then a real photo through the real TAEF2 autoencoder."""
     ensure_venv()
     install(RUNTIME_PACKAGES)
-    sh(PY, "examples/main_job.py", *sys.argv[2:])
+    prompt = " ".join(sys.argv[2:]) or "a photo of a dog on the beach"
+    tiny = "fixtures/tiny_pipeline/model"
+    sh(BIN / "sdkit", "generate", "--model", tiny, prompt, "--steps", "8", "--seed", "1", "-o", "out/txt2img.png")
+    sh(PY, "examples/taef2_roundtrip.py", "--out", "out/dog_roundtrip.png")
     return 0
 
 

@@ -124,3 +124,9 @@ def test_truncated_model_from_a_real_process(taef2: Path, tmp_path: Path) -> Non
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "trunc.onnx" in proc.stderr
+
+
+def test_pipeline_folder_given_to_run_is_refused_quickly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "model_index.json").write_text("{}")
+    code, _, err = _run(capsys, "run", str(tmp_path), "--random", "x=1")
+    assert code == 1 and "is a folder" in err

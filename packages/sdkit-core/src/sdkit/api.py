@@ -77,9 +77,15 @@ def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:
     raise ModelFormatError(f"no model loader recognises {path} (loaders: {names})")
 
 
-def _as_model(model: Model | str | os.PathLike[str]) -> Model:
+def as_model(model: Model | str | os.PathLike[str]) -> Model:
+    """A single-graph Model from a Model or an .onnx path (a pipeline folder is refused)."""
     if isinstance(model, Model):
         return model
+    if Path(model).is_dir():  # refuse before a loader compiles a whole pipeline
+        raise ModelFormatError(
+            f"{model} is a folder: single-model commands take an .onnx file "
+            "(for a pipeline folder use sdkit.load_pipeline or `sdkit generate`)"
+        )
     loaded = load_model(model)
     if not isinstance(loaded, Model):
         raise SdkitError(f"{model} is not a single-graph model; use sdkit.load_pipeline")
@@ -99,7 +105,7 @@ def compile(  # noqa: A001 - the public name the contract gives
     that need static shapes compile per call signature. Options: ``precision``
     (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
     """
-    model = _as_model(model)
+    model = as_model(model)
     graph = model.graph
     if input_shapes:
         graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
@@ -112,6 +118,6 @@ def compile(  # noqa: A001 - the public name the contract gives
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:
     """``check()`` of one backend, or of every available backend with ``"auto"``."""
-    model = _as_model(model)
+    model = as_model(model)
     names = [backend] if backend != "auto" else [b.name for b in backends() if b.available]
     return {name: get_backend(name).check(model.graph) for name in names}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import sdkit
+from sdkit.api import as_model
 from sdkit.cli.common import add_input_arguments, add_option_arguments, collect_inputs, input_shapes, options_from
 from sdkit.cli.progress import progress
 from sdkit.errors import InputError, SdkitError
@@ -80,7 +81,7 @@ def measure(
 def run(args: argparse.Namespace) -> int:
     if args.repeat < 1 or args.warmup < 0:
         raise InputError("--repeat must be at least 1 and --warmup at least 0")
-    model = sdkit.load_model(args.model)
+    model = as_model(args.model)
     feeds = collect_inputs(args, model.inputs)
     names = (
         [b.strip() for b in args.backends.split(",") if b.strip()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import sdkit
+from sdkit.api import as_model
 
 HELP = "report the nodes of a model each backend cannot run"
 
@@ -15,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = sdkit.load_model(args.model)
+    model = as_model(args.model)
     reports = sdkit.check(model, backend=args.backend)
     usable = False
     for name, report in reports.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import sdkit
+from sdkit.api import as_model
 from sdkit.cli.common import add_backend_arguments, add_input_arguments, collect_inputs, input_shapes, options_from
 from sdkit.cli.progress import progress
 from sdkit.errors import InputError
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise InputError("--repeat must be at least 1")
-    model = sdkit.load_model(args.model)
+    model = as_model(args.model)
     feeds = collect_inputs(args, model.inputs)
     start = time.perf_counter()
     compiled = sdkit.compile(

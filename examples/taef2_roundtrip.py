@@ -1,7 +1,7 @@
-"""The main job until the pipelines land: round-trip a real photo through the real TAEF2
+"""Round-trip a real photo through the real TAEF2
 autoencoder on the best backend this machine has, and write the PNG.
 
-    python examples/main_job.py [--backend auto] [--out out/dog_roundtrip.png]
+    python examples/taef2_roundtrip.py [--backend auto] [--out out/dog_roundtrip.png]
 """
 
 from __future__ import annotations
