@@ -1,0 +1,167 @@
+"""Graph + WeightSet -> ``openvino.Model``, in memory, with no temporary files.
+
+The weightless graph is serialized with every large initializer marked as *in-memory external
+data* (location ``*/_ORT_MEM_ADDR_/*``, offset = the numpy buffer's address, length = its
+size), a convention OpenVINO's ONNX frontend shares with onnxruntime. The protobuf message
+then holds only the topology, so models whose weights exceed protobuf's 2 GiB limit convert
+the same way as small ones, and no weight is copied into a protobuf or written to disk. The
+numpy buffers must outlive the conversion: ``Converted.keepalive`` holds them.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from sdkit.errors import InputError, ModelFormatError, UnsupportedNode, UnsupportedOperatorError
+from sdkit.model import Graph
+
+from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
+
+MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
+INLINE_BYTES = 4096  # small tensors are embedded: cheap, and no alignment questions
+NOT_SUPPORTED_OP = "NotSupportedONNXNode"
+
+
+@dataclass
+class Converted:
+    """An ``openvino.Model`` and the numpy buffers its constants may point into."""
+
+    model: Any
+    keepalive: list[np.ndarray] = field(default_factory=list)
+
+
+def _expected_dtype(tensor: TensorProto) -> np.dtype[Any]:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+
+
+def checked_weight(tensor: TensorProto, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The weight for initializer ``tensor``, contiguous, or InputError naming what is wrong."""
+    if tensor.name not in weights:
+        raise InputError(f"weights are missing initializer {tensor.name!r}")
+    array = np.ascontiguousarray(weights[tensor.name])
+    want_shape = tuple(int(d) for d in tensor.dims)
+    want_dtype = _expected_dtype(tensor)
+    if array.shape != want_shape or array.dtype != want_dtype:
+        raise InputError(
+            f"weight {tensor.name!r} is {array.dtype}{list(array.shape)}, the model expects {want_dtype}{list(want_shape)}"
+        )
+    return array
+
+
+def memory_reference(name: str, data_type: int, array: np.ndarray) -> TensorProto:
+    """An initializer whose data is ``array``'s buffer in this process (not copied)."""
+    tensor = TensorProto(name=name, data_type=data_type, dims=list(array.shape))
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", MEMORY_LOCATION), ("offset", str(array.ctypes.data)), ("length", str(array.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def memory_onnx(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[bytes, list[np.ndarray]]:
+    """The serialized ModelProto with weights inlined (small) or referenced in memory (large)."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(graph.proto)
+    keepalive: list[np.ndarray] = []
+    for tensor in proto.graph.initializer:
+        array = checked_weight(tensor, weights)
+        if array.nbytes < INLINE_BYTES or array.dtype.kind in "OUS":
+            tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+            continue
+        tensor.CopyFrom(memory_reference(tensor.name, tensor.data_type, array))
+        keepalive.append(array)
+    try:
+        return proto.SerializeToString(), keepalive
+    except ValueError as exc:  # protobuf refuses messages over 2 GiB (huge Constant nodes)
+        raise ModelFormatError(f"the graph itself is too large to serialize: {exc}") from None
+
+
+def _onnx_frontend() -> Any:
+    import_openvino()
+    from openvino.frontend import FrontEndManager
+
+    return FrontEndManager().load_by_framework("onnx")
+
+
+def _failure_reasons(message: str) -> dict[str, str]:
+    """Op key (``Reshape-17``, ``my.dom.Foo``) -> reason, from the frontend's conversion report."""
+    reasons: dict[str, str] = {}
+    for line in message.splitlines():
+        match = re.match(r"\s*-- No conversion rule found for operations: (.*)", line)
+        if match:
+            for op in match.group(1).split(","):
+                reasons.setdefault(op.strip(), "OpenVINO's ONNX frontend has no conversion rule for this operator")
+    for block in re.finditer(r"-- (\S+) with a message:\n(.*?)(?=\n-- |\nSummary:|\Z)", message, re.S):
+        lines = [ln.strip() for ln in block.group(2).splitlines() if ln.strip()]
+        reasons[block.group(1)] = f"conversion failed: {lines[-1][:300] if lines else 'no message'}"
+    return reasons
+
+
+def _reason_for(reasons: Mapping[str, str], op_type: str, domain: str) -> str:
+    for key, reason in reasons.items():
+        bare = re.sub(r"-\d+$", "", key)
+        if bare in (op_type, f"{domain}.{op_type}"):
+            return reason
+    return "OpenVINO's ONNX frontend cannot convert this node"
+
+
+def unsupported_nodes(graph: Graph, partial: Any, message: str) -> list[UnsupportedNode]:
+    """Map each ``NotSupportedONNXNode`` of a partially converted model to its ONNX node."""
+    reasons = _failure_reasons(message)
+    opsets = {e.domain or "": int(e.version) for e in graph.proto.opset_import}
+    by_name: dict[str, onnx.NodeProto] = {}
+    for node in graph.nodes:
+        for key in (node.name, *node.output):
+            if key:
+                by_name.setdefault(key, node)
+    found: list[UnsupportedNode] = []
+    seen: set[int] = set()
+    for op in partial.get_ops():
+        if op.get_type_name() != NOT_SUPPORTED_OP:
+            continue
+        attrs = op.get_attributes()
+        op_type = str(attrs.get("ONNX_META_type", "?"))
+        domain = str(attrs.get("ONNX_META_domain", ""))
+        node = by_name.get(op.get_friendly_name())
+        if node is None or id(node) in seen:  # fall back to the first unreported node of that type
+            node = next((n for n in graph.nodes if n.op_type == op_type and id(n) not in seen), None)
+        if node is not None:
+            seen.add(id(node))
+        name = node.name if node is not None else op.get_friendly_name()
+        dom = domain if domain != "ai.onnx" else ""
+        found.append(UnsupportedNode(name, op_type, dom, opsets.get(dom, 0), _reason_for(reasons, op_type, dom)))
+    return found
+
+
+def convert_bytes(graph: Graph, model_bytes: bytes) -> Any:
+    """Convert serialized ONNX to an ``openvino.Model``; every unconvertible node at once."""
+    frontend = _onnx_frontend()
+    try:
+        input_model = frontend.load(io.BytesIO(model_bytes))
+    except Exception as exc:
+        raise ModelFormatError(f"OpenVINO cannot read this ONNX model: {first_line(exc)}") from None
+    try:
+        return frontend.convert(input_model)
+    except Exception as exc:
+        message = str(exc)
+    try:
+        partial = frontend.convert_partially(frontend.load(io.BytesIO(model_bytes)))
+        problems = unsupported_nodes(graph, partial, message)
+    except Exception:
+        problems = []
+    if problems:
+        raise UnsupportedOperatorError(BACKEND_NAME, problems)
+    raise ModelFormatError(f"OpenVINO cannot convert this model: {first_line(Exception(message))}")
+
+
+def convert(graph: Graph, weights: Mapping[str, np.ndarray]) -> Converted:
+    """Graph + weights -> ``Converted`` (the model and the buffers it may reference)."""
+    model_bytes, keepalive = memory_onnx(graph, weights)
+    return Converted(convert_bytes(graph, model_bytes), keepalive)
