@@ -161,5 +161,5 @@ def check_feeds(inputs: Sequence[TensorInfo], feeds: Mapping[str, Any]) -> dict[
                     raise InputError(
                         f"dimension {want!r} is {seen[0]} in input {seen[1]!r} but {got} in input {name!r}"
                     )
-        out[name] = np.ascontiguousarray(array)
+        out[name] = np.require(array, requirements="C")  # ascontiguousarray turns 0-d into 1-d
     return out
