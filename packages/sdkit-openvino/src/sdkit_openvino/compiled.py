@@ -22,6 +22,7 @@ from sdkit.errors import InputError, SdkitError
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
 from sdkit_openvino.runtime import first_line, get_core, openvino_version
+from sdkit_openvino.tensors import from_ov, to_ov
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
@@ -39,6 +40,7 @@ class Engine:
     compiled: Any
     request: Any
     output_index: list[int]  # graph output i -> OpenVINO output index
+    input_names: set[str]  # graph inputs the OpenVINO model kept
     lock: threading.Lock
 
 
@@ -71,9 +73,20 @@ class OpenVinoCompiled(CompiledModel):
         core = get_core()
         shapes = {info.name: list(shape) for info, shape in zip(self.inputs, signature, strict=True)}
         model = converted.model.clone()
+        # OpenVINO drops inputs nothing reads (e.g. CastLike's 'like' after folding): reshape and
+        # feed only the ones it kept.
+        present = {name for port in model.inputs for name in port.get_names()}
+        # Reshape only inputs whose shape differs: revalidating an already static graph can
+        # fail where the original conversion passed (Pad with a [1]-shaped pad value).
+        changed = {
+            name: ov.PartialShape(shapes[name])
+            for port in model.inputs
+            for name in port.get_names() & shapes.keys()
+            if not (port.get_partial_shape().is_static and list(port.get_partial_shape().to_shape()) == shapes[name])
+        }
         try:
-            if shapes:
-                model.reshape({name: ov.PartialShape(shape) for name, shape in shapes.items()})
+            if changed:
+                model.reshape(changed)
         except Exception as exc:
             raise InputError(f"these input shapes do not fit the model ({shapes}): {first_line(exc)}") from None
         cache = None
@@ -88,7 +101,7 @@ class OpenVinoCompiled(CompiledModel):
             raise SdkitError(f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}") from None
         seconds = time.perf_counter() - start
         self._record(compiled, shapes, seconds, cache is not None)
-        return Engine(compiled, compiled.create_infer_request(), self._output_index(compiled), threading.Lock())
+        return Engine(compiled, compiled.create_infer_request(), self._output_index(compiled), present, threading.Lock())
 
     def _record(self, compiled: Any, shapes: dict[str, list[int]], seconds: float, cached: bool) -> None:
         try:
@@ -128,15 +141,14 @@ class OpenVinoCompiled(CompiledModel):
         engine = self._engine(tuple(tuple(int(d) for d in feeds[i.name].shape) for i in self.inputs))
         with engine.lock:
             try:
-                engine.request.infer({name: array for name, array in feeds.items()})
+                engine.request.infer(
+                    {name: to_ov(array, engine.compiled.input(name).get_element_type()) for name, array in feeds.items() if name in engine.input_names}
+                )
             except Exception as exc:
                 raise InputError(f"OpenVINO failed to run the model on these inputs: {first_line(exc)}") from None
             results: dict[str, np.ndarray] = {}
             for info, position in zip(self.outputs, engine.output_index, strict=True):
-                array = np.array(engine.request.get_output_tensor(position).data, copy=True)
-                if array.dtype != info.dtype and info.dtype != np.dtype(object):
-                    array = array.astype(info.dtype)  # OpenVINO keeps e.g. f64 outputs as f32
-                results[info.name] = array
+                results[info.name] = from_ov(engine.request.get_output_tensor(position), info.dtype)
         return results
 
     # -- weights ---------------------------------------------------------------------------
