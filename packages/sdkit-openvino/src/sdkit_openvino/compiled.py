@@ -39,8 +39,8 @@ class Engine:
 
     compiled: Any
     request: Any
+    input_index: dict[str, int]  # graph input -> OpenVINO input index (unused inputs absent)
     output_index: list[int]  # graph output i -> OpenVINO output index
-    input_names: set[str]  # graph inputs the OpenVINO model kept
     lock: threading.Lock
 
 
@@ -73,17 +73,13 @@ class OpenVinoCompiled(CompiledModel):
         core = get_core()
         shapes = {info.name: list(shape) for info, shape in zip(self.inputs, signature, strict=True)}
         model = converted.model.clone()
-        # OpenVINO drops inputs nothing reads (e.g. CastLike's 'like' after folding): reshape and
-        # feed only the ones it kept.
-        present = {name for port in model.inputs for name in port.get_names()}
         # Reshape only inputs whose shape differs: revalidating an already static graph can
         # fail where the original conversion passed (Pad with a [1]-shaped pad value).
-        changed = {
-            name: ov.PartialShape(shapes[name])
-            for port in model.inputs
-            for name in port.get_names() & shapes.keys()
-            if not (port.get_partial_shape().is_static and list(port.get_partial_shape().to_shape()) == shapes[name])
-        }
+        changed: dict[int, Any] = {}
+        for name, index in converted.input_index.items():
+            current = model.inputs[index].get_partial_shape()
+            if not (current.is_static and list(current.to_shape()) == shapes[name]):
+                changed[index] = ov.PartialShape(shapes[name])
         try:
             if changed:
                 model.reshape(changed)
@@ -101,7 +97,7 @@ class OpenVinoCompiled(CompiledModel):
             raise SdkitError(f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}") from None
         seconds = time.perf_counter() - start
         self._record(compiled, shapes, seconds, cache is not None)
-        return Engine(compiled, compiled.create_infer_request(), self._output_index(compiled), present, threading.Lock())
+        return Engine(compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock())
 
     def _record(self, compiled: Any, shapes: dict[str, list[int]], seconds: float, cached: bool) -> None:
         try:
@@ -122,13 +118,6 @@ class OpenVinoCompiled(CompiledModel):
             from_cache = False
         self.info["compiles"].append({"shapes": shapes, "seconds": seconds, "from_cache": from_cache})
 
-    def _output_index(self, compiled: Any) -> list[int]:
-        index: list[int] = []
-        for position, info in enumerate(self.outputs):
-            found = [i for i, out in enumerate(compiled.outputs) if info.name in out.get_names()]
-            index.append(found[0] if found else position)
-        return index
-
     def _engine(self, signature: Signature) -> Engine:
         with self._lock:
             engine = self._engines.get(signature)
@@ -142,7 +131,10 @@ class OpenVinoCompiled(CompiledModel):
         with engine.lock:
             try:
                 engine.request.infer(
-                    {name: to_ov(array, engine.compiled.input(name).get_element_type()) for name, array in feeds.items() if name in engine.input_names}
+                    {
+                        index: to_ov(feeds[name], engine.compiled.input(index).get_element_type())
+                        for name, index in engine.input_index.items()
+                    }
                 )
             except Exception as exc:
                 raise InputError(f"OpenVINO failed to run the model on these inputs: {first_line(exc)}") from None

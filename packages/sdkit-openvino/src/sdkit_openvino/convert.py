@@ -31,10 +31,40 @@ NOT_SUPPORTED_OP = "NotSupportedONNXNode"
 
 @dataclass
 class Converted:
-    """An ``openvino.Model`` and the numpy buffers its constants may point into."""
+    """An ``openvino.Model``, the numpy buffers its constants may point into, and where each
+    ONNX input/output landed among the model's parameters/results."""
 
     model: Any
     keepalive: list[np.ndarray] = field(default_factory=list)
+    input_index: dict[str, int] = field(default_factory=dict)  # graph input -> parameter index
+    output_index: list[int] = field(default_factory=list)  # graph output i -> result index
+
+
+def _match(wanted: list[str], ports: list[set[str]], what: str) -> dict[str, int]:
+    """ONNX names -> port indices. OpenVINO renames tensors it fuses (an input that flows
+    straight to an output through Identity or inference-mode Dropout takes the output's name),
+    so names are matched first and the rest by order, which the frontend preserves."""
+    found: dict[str, int] = {}
+    for name in wanted:
+        hits = [j for j, names in enumerate(ports) if name in names and j not in found.values()]
+        if hits:
+            found[name] = hits[0]
+    rest_names = [n for n in wanted if n not in found]
+    rest_ports = [j for j in range(len(ports)) if j not in found.values()]
+    if rest_ports and len(rest_ports) != len(rest_names):
+        raise ModelFormatError(f"cannot match the model's {what}s {rest_names} to OpenVINO's {rest_ports}")
+    found.update(zip(rest_names, rest_ports, strict=False))
+    return found  # graph inputs OpenVINO dropped (unused) are absent
+
+
+def port_maps(graph: Graph, model: Any) -> tuple[dict[str, int], list[int]]:
+    inputs = _match([i.name for i in graph.inputs], [set(p.get_names()) for p in model.inputs], "input")
+    out_names = [o.name for o in graph.outputs]
+    outputs = _match(out_names, [set(p.get_names()) for p in model.outputs], "output")
+    missing = [n for n in out_names if n not in outputs]
+    if missing:
+        raise ModelFormatError(f"OpenVINO's model lost output {missing[0]!r}")
+    return inputs, [outputs[n] for n in out_names]
 
 
 def _expected_dtype(tensor: TensorProto) -> np.dtype[Any]:
@@ -164,4 +194,6 @@ def convert_bytes(graph: Graph, model_bytes: bytes) -> Any:
 def convert(graph: Graph, weights: Mapping[str, np.ndarray]) -> Converted:
     """Graph + weights -> ``Converted`` (the model and the buffers it may reference)."""
     model_bytes, keepalive = memory_onnx(graph, weights)
-    return Converted(convert_bytes(graph, model_bytes), keepalive)
+    model = convert_bytes(graph, model_bytes)
+    inputs, outputs = port_maps(graph, model)
+    return Converted(model, keepalive, inputs, outputs)
