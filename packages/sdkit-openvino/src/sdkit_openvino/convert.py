@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from sdkit.backend import TensorInfo
 from sdkit.errors import InputError, ModelFormatError, UnsupportedNode, UnsupportedOperatorError
 from sdkit.model import Graph
 
@@ -40,27 +41,43 @@ class Converted:
     output_index: list[int] = field(default_factory=list)  # graph output i -> result index
 
 
-def _match(wanted: list[str], ports: list[set[str]], what: str) -> dict[str, int]:
+def _fits(info: TensorInfo, port: Any) -> bool:
+    shape = port.get_partial_shape()
+    if shape.rank.is_dynamic:
+        return True
+    if len(shape) != len(info.shape):
+        return False
+    return all(not isinstance(d, int) or shape[i].is_dynamic or shape[i].get_length() == d for i, d in enumerate(info.shape))
+
+
+def _match(wanted: list[TensorInfo], ports: list[Any], what: str) -> dict[str, int]:
     """ONNX names -> port indices. OpenVINO renames tensors it fuses (an input that flows
-    straight to an output through Identity or inference-mode Dropout takes the output's name),
-    so names are matched first and the rest by order, which the frontend preserves."""
+    straight to an output through Identity or inference-mode Dropout takes the output's
+    name) and drops inputs nothing reads, so names are matched first, then the rest by order
+    (which the frontend preserves) when the counts agree, else by shape when that is unique."""
     found: dict[str, int] = {}
-    for name in wanted:
-        hits = [j for j, names in enumerate(ports) if name in names and j not in found.values()]
+    for info in wanted:
+        hits = [j for j, port in enumerate(ports) if info.name in port.get_names() and j not in found.values()]
         if hits:
-            found[name] = hits[0]
-    rest_names = [n for n in wanted if n not in found]
+            found[info.name] = hits[0]
+    rest = [i for i in wanted if i.name not in found]
     rest_ports = [j for j in range(len(ports)) if j not in found.values()]
-    if rest_ports and len(rest_ports) != len(rest_names):
-        raise ModelFormatError(f"cannot match the model's {what}s {rest_names} to OpenVINO's {rest_ports}")
-    found.update(zip(rest_names, rest_ports, strict=False))
+    if len(rest_ports) == len(rest):
+        found.update(zip((i.name for i in rest), rest_ports, strict=True))
+        return found
+    for j in rest_ports:
+        fitting = [i for i in rest if i.name not in found and _fits(i, ports[j])]
+        if len(fitting) != 1:
+            names = [i.name for i in rest]
+            raise ModelFormatError(f"cannot match the model's {what}s {names} to OpenVINO's ports {rest_ports}")
+        found[fitting[0].name] = j
     return found  # graph inputs OpenVINO dropped (unused) are absent
 
 
 def port_maps(graph: Graph, model: Any) -> tuple[dict[str, int], list[int]]:
-    inputs = _match([i.name for i in graph.inputs], [set(p.get_names()) for p in model.inputs], "input")
+    inputs = _match(graph.inputs, list(model.inputs), "input")
     out_names = [o.name for o in graph.outputs]
-    outputs = _match(out_names, [set(p.get_names()) for p in model.outputs], "output")
+    outputs = _match(graph.outputs, list(model.outputs), "output")
     missing = [n for n in out_names if n not in outputs]
     if missing:
         raise ModelFormatError(f"OpenVINO's model lost output {missing[0]!r}")
