@@ -261,6 +261,15 @@ class Model:
         return cls(graph, weights, path)
 
 
+def _serialized_size(proto: onnx.ModelProto) -> int:
+    """``ByteSize()``, or the limit where protobuf refuses to size a message past 2 GiB (upb
+    raises EncodeError for a model loaded with its external data, e.g. the SD 1.5 UNet)."""
+    try:
+        return int(proto.ByteSize())
+    except Exception:
+        return _PROTO_LIMIT
+
+
 def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | None = None) -> Model:
     """Load an ``.onnx`` file (external data included); optionally override weights from a
     ``.safetensors`` file keyed by initializer name."""
@@ -278,8 +287,10 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
     if not proto.graph.node and not proto.graph.output:
         raise ModelFormatError(f"{path.name} is not an ONNX model (empty graph)")
     try:
-        if proto.ByteSize() < _PROTO_LIMIT:
+        if _serialized_size(proto) < _PROTO_LIMIT:
             onnx.checker.check_model(proto)
+        else:  # by path: the checker reads external data itself past protobuf's limit
+            onnx.checker.check_model(str(path))
     except Exception as exc:
         raise ModelFormatError(f"{path.name} is not a valid ONNX model: {str(exc).splitlines()[0]}") from None
     model = Model.from_proto(proto, path)
