@@ -51,9 +51,9 @@ def openvino_version() -> str:
 def get_core() -> Any:
     """The process-wide ``openvino.Core`` (creating one loads the device plugins)."""
     global _core
+    ov = import_openvino()  # every time: cheap once imported, and honest if it went away
     with _lock:
         if _core is None:
-            ov = import_openvino()
             try:
                 _core = ov.Core()
             except Exception as exc:
