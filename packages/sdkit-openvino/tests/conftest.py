@@ -44,4 +44,4 @@ def sd_graphs() -> ModuleType:
 @pytest.fixture
 def ov_cache(sdkit_isolated: Path) -> Iterator[Path]:
     """A fresh sdkit cache (and with it OpenVINO's cache_dir) for one test."""
-    yield sdkit_isolated
+    return sdkit_isolated

@@ -15,7 +15,6 @@ from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError
 from sdkit.options import Options, make_options
 from sdkit.testing import one_node_model
-
 from sdkit_openvino import OpenVinoBackend
 from sdkit_openvino.compiled import OpenVinoCompiled
 from sdkit_openvino.config import PrecisionFallbackWarning, compile_properties, effective_precision
@@ -60,7 +59,7 @@ def test_probe_without_openvino(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_vendor_device_names_map_to_sdkit_devices() -> None:
     assert Device.from_vendor("GPU.1") == Device("gpu", 1)
     assert Device.from_vendor("NPU") == Device("npu")
-    assert [d.vendor_name for d in list_devices()][0] == "CPU"
+    assert next(d.vendor_name for d in list_devices()) == "CPU"
 
 
 def test_unknown_device_is_a_device_error(sdkit_isolated: Path) -> None:
@@ -86,9 +85,11 @@ def test_compile_properties_default_to_exact_fp32_latency_and_physical_cores() -
 def test_effective_precision_detects_silent_f32() -> None:
     assert effective_precision("fp16", frozenset({"FP32", "FP16"}), "f16") == ("fp16", "")
     ran, note = effective_precision("fp16", frozenset({"FP32", "FP16"}), "f32")
-    assert ran == "fp32" and "fp16 was requested" in note
+    assert ran == "fp32"
+    assert "fp16 was requested" in note
     ran, note = effective_precision("bf16", frozenset({"FP32"}), "bf16")  # no capability: f32
-    assert ran == "fp32" and note
+    assert ran == "fp32"
+    assert note
 
 
 def test_fp32_is_requested_explicitly(sdkit_isolated: Path) -> None:
@@ -117,7 +118,8 @@ def test_lower_precision_runs_or_warns(sdkit_isolated: Path) -> None:
         out = compiled.run({"x": x})["out0"]
         np.testing.assert_allclose(out, x @ w, rtol=2e-2, atol=5e-2)  # fp16 arithmetic, not exact
     else:
-        assert fell_back and info["precision_note"]
+        assert fell_back
+        assert info["precision_note"]
 
 
 def test_device_without_fp16_warns_and_records_it(sdkit_isolated: Path) -> None:

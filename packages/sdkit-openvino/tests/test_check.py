@@ -11,7 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 from sdkit.model import Model, load_onnx
 
 
-def _model(nodes: list, inputs: list, outputs: list, initializers: list | None = None, domains: tuple[str, ...] = ()) -> Model:
+def _model(
+    nodes: list, inputs: list, outputs: list, initializers: list | None = None, domains: tuple[str, ...] = ()
+) -> Model:
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializers or [])
     opsets = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, 1) for d in domains)]
     return Model.from_proto(helper.make_model(graph, opset_imports=opsets))
@@ -25,14 +27,24 @@ def test_reports_every_unsupported_node() -> None:
             helper.make_node("StringNormalizer", ["s"], ["t"], name="norm"),
             helper.make_node("Wobble", ["b"], ["y"], name="wobble", domain="example.custom"),
         ],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("s", TensorProto.STRING, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("t", TensorProto.STRING, [2]),
+        ],
         domains=("example.custom",),
     )
     report = sdkit.check(model, backend="openvino")["openvino"]
     assert not report.ok
     found = {(u.node, u.op_type, u.domain) for u in report.unsupported}
-    assert found == {("frob", "Frobnicate", "example.custom"), ("wobble", "Wobble", "example.custom"), ("norm", "StringNormalizer", "")}
+    assert found == {
+        ("frob", "Frobnicate", "example.custom"),
+        ("wobble", "Wobble", "example.custom"),
+        ("norm", "StringNormalizer", ""),
+    }
     assert all("no conversion rule" in u.reason for u in report.unsupported)
 
 
@@ -42,7 +54,10 @@ def test_value_dependent_nodes_are_not_flagged() -> None:
         [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array([6, 4], np.int64), "shape"), numpy_helper.from_array(np.ones((4, 5), np.float32), "w")],
+        [
+            numpy_helper.from_array(np.array([6, 4], np.int64), "shape"),
+            numpy_helper.from_array(np.ones((4, 5), np.float32), "w"),
+        ],
     )
     assert sdkit.check(model, backend="openvino")["openvino"].ok
 

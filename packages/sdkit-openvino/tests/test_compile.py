@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 from sdkit.errors import InputError, UnsupportedOperatorError
 from sdkit.model import Model
 from sdkit.testing import compare_with_reference, one_node_model
-
 from sdkit_openvino.convert import MEMORY_LOCATION, memory_onnx
 
 
@@ -33,7 +32,11 @@ def conv_relu_model(symbolic: bool = True) -> Model:
         "conv_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array([0, 8, -1], np.int64), "shape")],
+        [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(b, "b"),
+            numpy_helper.from_array(np.array([0, 8, -1], np.int64), "shape"),
+        ],
     )
     return Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
@@ -105,9 +108,14 @@ def test_unsupported_operators_are_all_reported(sdkit_isolated: Path) -> None:
         helper.make_node("Wobble", ["b"], ["y"], name="wobble", domain="example.custom"),
     ]
     graph = helper.make_graph(
-        nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]
+        nodes,
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+    proto = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)]
+    )
     with pytest.raises(UnsupportedOperatorError) as caught:
         sdkit.compile(Model.from_proto(proto), backend="openvino")
     assert {(p.node, p.op_type) for p in caught.value.problems} == {("frob", "Frobnicate"), ("wobble", "Wobble")}  # type: ignore[union-attr]
@@ -128,15 +136,19 @@ def test_weights_are_referenced_not_serialized() -> None:
     blob, keepalive = memory_onnx(gather.graph, gather.weights)
     (table,) = onnx.ModelProto.FromString(blob).graph.initializer
     location = {e.key: e.value for e in table.external_data}
-    assert location["location"] == MEMORY_LOCATION and int(location["length"]) == big.nbytes
-    assert len(blob) < 1024 and keepalive[0].ctypes.data == int(location["offset"])
+    assert location["location"] == MEMORY_LOCATION
+    assert int(location["length"]) == big.nbytes
+    assert len(blob) < 1024
+    assert keepalive[0].ctypes.data == int(location["offset"])
 
 
 def test_no_temporary_files_are_left(sdkit_isolated: Path) -> None:
     before = set(Path(tempfile.gettempdir()).iterdir())
     model = conv_relu_model()
     sdkit.compile(model, backend="openvino", cache=False).run({"x": np.zeros((1, 3, 8, 8), np.float32)})
-    created = {p for p in set(Path(tempfile.gettempdir()).iterdir()) - before if "openvino" in p.name or p.suffix == ".onnx"}
+    created = {
+        p for p in set(Path(tempfile.gettempdir()).iterdir()) - before if "openvino" in p.name or p.suffix == ".onnx"
+    }
     assert not created
 
 

@@ -21,9 +21,9 @@ def _compare(sd_graphs: ModuleType, name: str) -> float:
     options.intra_op_num_threads = 2
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     worst = 0.0
-    for info, want in zip(compiled.outputs, session.run(None, feeds), strict=True):
+    for info, expected in zip(compiled.outputs, session.run(None, feeds), strict=True):
         got = ours[info.name].astype(np.float64)
-        want = want.astype(np.float64)
+        want = expected.astype(np.float64)
         worst = max(worst, float(np.linalg.norm(got - want) / np.linalg.norm(want)))
     return worst
 

@@ -44,7 +44,7 @@ class OpenVinoBackend(Backend):
         if not devices:
             return Availability(False, "openvino sees no usable device", INSTALL_HINT, version)
         listed = ", ".join(d.vendor_name for d in devices)
-        return Availability(True, f"openvino {version.split('-')[0]} ({listed})", version=version)
+        return Availability(True, f"openvino {version.split('-', maxsplit=1)[0]} ({listed})", version=version)
 
     def devices(self) -> list[Device]:
         try:

@@ -94,10 +94,14 @@ class OpenVinoCompiled(CompiledModel):
         try:
             compiled = core.compile_model(model, self._ov_device.vendor_name, props)
         except Exception as exc:
-            raise SdkitError(f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}") from None
+            raise SdkitError(
+                f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
+            ) from None
         seconds = time.perf_counter() - start
         self._record(compiled, shapes, seconds, cache is not None)
-        return Engine(compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock())
+        return Engine(
+            compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock()
+        )
 
     def _record(self, compiled: Any, shapes: dict[str, list[int]], seconds: float, cached: bool) -> None:
         try:

@@ -31,7 +31,9 @@ def cache_dir(key: Mapping[str, Any]) -> Path:
     return cache_root() / BACKEND_NAME / key_digest(key)
 
 
-def cache_key(graph_hash: str, version: str, device: OvDevice, options: Options, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+def cache_key(
+    graph_hash: str, version: str, device: OvDevice, options: Options, shapes: Mapping[str, Sequence[int]]
+) -> dict[str, Any]:
     """sdkit's key for the OpenVINO cache folder: graph, OpenVINO version, device, options, input
     shapes. Weights are not in it: OpenVINO's own blob hash covers the constants' contents, so
     different weights get different blobs inside the same folder."""
@@ -45,7 +47,9 @@ def cache_key(graph_hash: str, version: str, device: OvDevice, options: Options,
     )
 
 
-def compile_properties(device: OvDevice, options: Options, supported: Sequence[str], cache: Path | None) -> dict[str, Any]:
+def compile_properties(
+    device: OvDevice, options: Options, supported: Sequence[str], cache: Path | None
+) -> dict[str, Any]:
     """The property map for ``Core.compile_model`` (only keys the device accepts)."""
     props: dict[str, Any] = {
         "INFERENCE_PRECISION_HINT": PRECISIONS[options.precision][0],
@@ -66,7 +70,11 @@ def effective_precision(requested: str, capabilities: frozenset[str], reported: 
         ran = "fp32"
     if ran == requested:
         return ran, ""
-    return ran, f"{requested} was requested but the device runs {ran} (its capabilities: {', '.join(sorted(capabilities)) or 'none'})"
+    return (
+        ran,
+        f"{requested} was requested but the device runs {ran} "
+        f"(its capabilities: {', '.join(sorted(capabilities)) or 'none'})",
+    )
 
 
 def warn_precision(note: str) -> None:

@@ -47,7 +47,9 @@ def _fits(info: TensorInfo, port: Any) -> bool:
         return True
     if len(shape) != len(info.shape):
         return False
-    return all(not isinstance(d, int) or shape[i].is_dynamic or shape[i].get_length() == d for i, d in enumerate(info.shape))
+    return all(
+        not isinstance(d, int) or shape[i].is_dynamic or shape[i].get_length() == d for i, d in enumerate(info.shape)
+    )
 
 
 def _match(wanted: list[TensorInfo], ports: list[Any], what: str) -> dict[str, int]:
@@ -97,7 +99,8 @@ def checked_weight(tensor: TensorProto, weights: Mapping[str, np.ndarray]) -> np
     want_dtype = _expected_dtype(tensor)
     if array.shape != want_shape or array.dtype != want_dtype:
         raise InputError(
-            f"weight {tensor.name!r} is {array.dtype}{list(array.shape)}, the model expects {want_dtype}{list(want_shape)}"
+            f"weight {tensor.name!r} is {array.dtype}{list(array.shape)}, "
+            f"the model expects {want_dtype}{list(want_shape)}"
         )
     return array
 
@@ -106,7 +109,11 @@ def memory_reference(name: str, data_type: int, array: np.ndarray) -> TensorProt
     """An initializer whose data is ``array``'s buffer in this process (not copied)."""
     tensor = TensorProto(name=name, data_type=data_type, dims=list(array.shape))
     tensor.data_location = TensorProto.EXTERNAL
-    for key, value in (("location", MEMORY_LOCATION), ("offset", str(array.ctypes.data)), ("length", str(array.nbytes))):
+    for key, value in (
+        ("location", MEMORY_LOCATION),
+        ("offset", str(array.ctypes.data)),
+        ("length", str(array.nbytes)),
+    ):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
     return tensor
@@ -164,10 +171,10 @@ def unsupported_nodes(graph: Graph, partial: Any, message: str) -> list[Unsuppor
     reasons = _failure_reasons(message)
     opsets = {e.domain or "": int(e.version) for e in graph.proto.opset_import}
     by_name: dict[str, onnx.NodeProto] = {}
-    for node in graph.nodes:
-        for key in (node.name, *node.output):
+    for onnx_node in graph.nodes:
+        for key in (onnx_node.name, *onnx_node.output):
             if key:
-                by_name.setdefault(key, node)
+                by_name.setdefault(key, onnx_node)
     found: list[UnsupportedNode] = []
     seen: set[int] = set()
     for op in partial.get_ops():
@@ -176,7 +183,7 @@ def unsupported_nodes(graph: Graph, partial: Any, message: str) -> list[Unsuppor
         attrs = op.get_attributes()
         op_type = str(attrs.get("ONNX_META_type", "?"))
         domain = str(attrs.get("ONNX_META_domain", ""))
-        node = by_name.get(op.get_friendly_name())
+        node: onnx.NodeProto | None = by_name.get(op.get_friendly_name())
         if node is None or id(node) in seen:  # fall back to the first unreported node of that type
             node = next((n for n in graph.nodes if n.op_type == op_type and id(n) not in seen), None)
         if node is not None:

@@ -30,7 +30,8 @@ def import_openvino() -> ModuleType:
         raise BackendUnavailableError(BACKEND_NAME, f"openvino is not installed ({exc})", INSTALL_HINT) from None
     except Exception as exc:  # a broken install (missing shared library, ABI mismatch)
         raise BackendUnavailableError(BACKEND_NAME, f"openvino fails to import: {exc}", INSTALL_HINT) from None
-    return openvino
+    module: ModuleType = openvino
+    return module
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -57,7 +58,9 @@ def get_core() -> Any:
             try:
                 _core = ov.Core()
             except Exception as exc:
-                raise BackendUnavailableError(BACKEND_NAME, f"openvino.Core() failed: {first_line(exc)}", INSTALL_HINT) from None
+                raise BackendUnavailableError(
+                    BACKEND_NAME, f"openvino.Core() failed: {first_line(exc)}", INSTALL_HINT
+                ) from None
         return _core
 
 

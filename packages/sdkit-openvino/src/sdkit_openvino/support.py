@@ -31,7 +31,10 @@ def placeholder_onnx(graph: Graph) -> tuple[bytes, np.ndarray]:
     """The graph with placeholder weights (see module docstring) and the zero buffer they use."""
     proto = onnx.ModelProto()
     proto.CopyFrom(graph.proto)
-    sizes = [int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize for t in proto.graph.initializer]
+    sizes = [
+        int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        for t in proto.graph.initializer
+    ]
     zeros = np.zeros(max([64, *sizes]), dtype=np.uint8)
     listed = {vi.name for vi in proto.graph.input}
     kept: list[TensorProto] = []

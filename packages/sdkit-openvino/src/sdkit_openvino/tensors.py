@@ -34,7 +34,11 @@ def to_ov(array: np.ndarray, element_type: Any) -> Any:
     if width not in (4, array.dtype.itemsize * 8):  # OpenVINO widened the input: convert by value
         return array.astype(np.float32)
     tensor = ov.Tensor(element_type, ov.Shape(list(array.shape)))
-    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8 if array.dtype.itemsize == 1 else f"u{array.dtype.itemsize}")
+    raw = (
+        np.ascontiguousarray(array)
+        .reshape(-1)
+        .view(np.uint8 if array.dtype.itemsize == 1 else f"u{array.dtype.itemsize}")
+    )
     storage = tensor.data
     if width == 4:
         nibbles = raw & 0x0F
@@ -62,6 +66,8 @@ def from_ov(tensor: Any, dtype: np.dtype[Any]) -> np.ndarray:
         packed = np.ascontiguousarray(storage).reshape(-1).view(np.uint8)
         nibbles = np.empty(packed.size * 2, dtype=np.uint8)
         nibbles[0::2], nibbles[1::2] = packed & 0x0F, packed >> 4
-        return nibbles[:count].view(dtype).reshape(shape).copy()
+        unpacked: np.ndarray = nibbles[:count].view(dtype).reshape(shape).copy()
+        return unpacked
     raw = np.ascontiguousarray(storage).reshape(-1)
-    return raw.view(np.uint8).view(dtype).reshape(shape).copy()
+    same_width: np.ndarray = raw.view(np.uint8).view(dtype).reshape(shape).copy()
+    return same_width
