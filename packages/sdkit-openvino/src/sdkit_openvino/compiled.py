@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sdkit.backend import CompiledModel
-from sdkit.errors import InputError, SdkitError
+from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
 
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
-from sdkit_openvino.runtime import first_line, get_core, openvino_version
+from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, openvino_version
 from sdkit_openvino.tensors import from_ov, to_ov
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ class OpenVinoCompiled(CompiledModel):
         try:
             compiled = core.compile_model(model, self._ov_device.vendor_name, props)
         except Exception as exc:
+            self._raise_unsupported(model)
             raise SdkitError(
                 f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
             ) from None
@@ -102,6 +103,17 @@ class OpenVinoCompiled(CompiledModel):
         return Engine(
             compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock()
         )
+
+    def _raise_unsupported(self, model: Any) -> None:
+        """After a failed compile: name the nodes the device plugin lacks, if it says which."""
+        from sdkit_openvino.support import device_gaps
+
+        try:
+            gaps = device_gaps(self.graph, model, self._ov_device.vendor_name)
+        except Exception:  # query_model failing too: fall back to the compile error
+            return
+        if gaps:
+            raise UnsupportedOperatorError(BACKEND_NAME, gaps)
 
     def _record(self, compiled: Any, shapes: dict[str, list[int]], seconds: float, cached: bool) -> None:
         try:

@@ -20,7 +20,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from sdkit.backend import TensorInfo
-from sdkit.errors import InputError, ModelFormatError, UnsupportedNode, UnsupportedOperatorError
+from sdkit.errors import (
+    InputError,
+    ModelFormatError,
+    UnsupportedModelError,
+    UnsupportedNode,
+    UnsupportedOperatorError,
+)
 from sdkit.model import Graph
 
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
@@ -212,6 +218,9 @@ def convert_bytes(graph: Graph, model_bytes: bytes) -> Any:
         problems = []
     if problems:
         raise UnsupportedOperatorError(BACKEND_NAME, problems)
+    reasons = _failure_reasons(message)
+    if reasons:  # failures inside function bodies (expanded ops) have no node of their own
+        raise UnsupportedModelError(BACKEND_NAME, [f"{op}: {why}" for op, why in reasons.items()])
     raise ModelFormatError(f"OpenVINO cannot convert this model: {first_line(Exception(message))}")
 
 

@@ -51,12 +51,9 @@ def placeholder_onnx(graph: Graph) -> tuple[bytes, np.ndarray]:
     return proto.SerializeToString(), zeros
 
 
-def _device_gaps(graph: Graph, model: Any) -> list[UnsupportedNode]:
-    """Ops of a converted model that the first device's plugin does not support."""
-    devices = list_devices()
-    if not devices:
-        return []
-    supported = get_core().query_model(model, devices[0].vendor_name)
+def device_gaps(graph: Graph, model: Any, vendor_name: str) -> list[UnsupportedNode]:
+    """Ops of a converted model that the device's plugin does not support (``query_model``)."""
+    supported = get_core().query_model(model, vendor_name)
     gaps: list[UnsupportedNode] = []
     by_output = {out: node for node in graph.nodes for out in (node.name, *node.output) if out}
     opsets = {e.domain or "": int(e.version) for e in graph.proto.opset_import}
@@ -64,7 +61,7 @@ def _device_gaps(graph: Graph, model: Any) -> list[UnsupportedNode]:
         if op.get_type_name() in ("Parameter", "Result", "Constant") or op.get_friendly_name() in supported:
             continue
         node = by_output.get(op.get_friendly_name())
-        reason = f"{devices[0].vendor_name} plugin does not support OpenVINO op {op.get_type_name()}"
+        reason = f"the {vendor_name} plugin does not support OpenVINO op {op.get_type_name()}"
         if node is not None:
             gaps.append(UnsupportedNode(node.name, node.op_type, node.domain, opsets.get(node.domain or "", 0), reason))
         else:
@@ -89,7 +86,9 @@ def check_graph(graph: Graph) -> SupportReport:
         del zeros  # the buffer must outlive conversion only
         return report
     try:
-        report.unsupported.extend(_device_gaps(graph, model))
+        devices = list_devices()
+        if devices:
+            report.unsupported.extend(device_gaps(graph, model, devices[0].vendor_name))
     except Exception as exc:  # query_model on a partially dynamic model can fail: not a verdict
         report.notes.append(f"query_model failed: {first_line(exc)}")
     del model, zeros
