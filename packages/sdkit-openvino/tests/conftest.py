@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -39,9 +38,3 @@ def sd_graphs() -> ModuleType:
     import sd_graphs
 
     return sd_graphs
-
-
-@pytest.fixture
-def ov_cache(sdkit_isolated: Path) -> Iterator[Path]:
-    """A fresh sdkit cache (and with it OpenVINO's cache_dir) for one test."""
-    return sdkit_isolated

@@ -193,3 +193,20 @@ def test_cache_blob_depends_on_weights(sdkit_isolated: Path) -> None:
     assert compiled.info["compiles"][0]["from_cache"] is False  # type: ignore[attr-defined]
     assert max(compare_with_reference(compiled.run(feeds), changed, feeds).values()) < 1e-4
     assert len(list((sdkit_isolated / "openvino").rglob("*.blob"))) == 2
+
+
+def test_large_int4_weights_are_packed(sdkit_isolated: Path) -> None:
+    """A 4-bit initializer is embedded packed (ml_dtypes keeps one value per byte)."""
+    import ml_dtypes
+
+    values = (np.arange(20000) % 15 - 7).astype(ml_dtypes.int4)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["w"], ["y"], to=TensorProto.INT8)],
+        "int4",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [20000])],
+        [numpy_helper.from_array(values, "w")],
+    )
+    model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    out = sdkit.compile(model, backend="openvino").run({})["y"]
+    np.testing.assert_array_equal(out, values.astype(np.int8))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
-from sdkit.errors import BackendUnavailableError, DeviceError, SdkitError
+from sdkit.errors import BackendUnavailableError
 
 from sdkit_openvino.runtime import (
     BACKEND_NAME,
@@ -63,10 +63,4 @@ class OpenVinoBackend(Backend):
         availability = self.probe()
         if not availability.ok:
             raise BackendUnavailableError(self.name, availability.reason, availability.install_hint)
-        try:
-            ov_device = resolve_device(device)
-        except DeviceError:
-            raise
-        except SdkitError:
-            raise
-        return OpenVinoCompiled(graph, weights, ov_device, options)
+        return OpenVinoCompiled(graph, weights, resolve_device(device), options)

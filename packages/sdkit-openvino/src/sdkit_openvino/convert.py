@@ -34,6 +34,13 @@ from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
 INLINE_BYTES = 4096  # small tensors are embedded: cheap, and no alignment questions
 NOT_SUPPORTED_OP = "NotSupportedONNXNode"
+# Sub-byte types: ONNX packs them, numpy (ml_dtypes) keeps one per byte, so they are embedded
+# through numpy_helper (which packs) instead of referenced in place.
+_PACKED = frozenset(
+    getattr(TensorProto, name)
+    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(TensorProto, name)
+)
 
 
 @dataclass
@@ -132,7 +139,7 @@ def memory_onnx(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[bytes,
     keepalive: list[np.ndarray] = []
     for tensor in proto.graph.initializer:
         array = checked_weight(tensor, weights)
-        if array.nbytes < INLINE_BYTES or array.dtype.kind in "OUS":
+        if array.nbytes < INLINE_BYTES or array.dtype.kind in "OUS" or tensor.data_type in _PACKED:
             tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
             continue
         tensor.CopyFrom(memory_reference(tensor.name, tensor.data_type, array))
