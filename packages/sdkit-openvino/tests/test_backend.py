@@ -122,6 +122,19 @@ def test_lower_precision_runs_or_warns(sdkit_isolated: Path) -> None:
         assert info["precision_note"]
 
 
+@pytest.mark.parametrize(("precision", "hint"), [("fp32", "f32"), ("bf16", "bf16"), ("fp16", "f16")])
+def test_info_reports_the_precision_openvino_compiled(sdkit_isolated: Path, precision: str, hint: str) -> None:
+    model = one_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        compiled = sdkit.compile(model, backend="openvino", precision=precision)
+    engine = next(iter(compiled._engines.values()))  # type: ignore[attr-defined]
+    reported = engine.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    expected = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}[reported]
+    assert compiled.info["precision"] == expected  # type: ignore[attr-defined]
+    assert (compiled.info["precision_note"] == "") == (reported == hint)  # type: ignore[attr-defined]
+
+
 def test_device_without_fp16_warns_and_records_it(sdkit_isolated: Path) -> None:
     model = one_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})
     no_fp16 = OvDevice("CPU", Device("cpu"), frozenset({"FP32"}))

@@ -117,7 +117,8 @@ class OpenVinoCompiled(CompiledModel):
 
     def _record(self, compiled: Any, shapes: dict[str, list[int]], seconds: float, cached: bool) -> None:
         try:
-            reported = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+            reported = str(hint.get_type_name() if hasattr(hint, "get_type_name") else hint)  # "f32", "bf16"
         except Exception:  # a device without the property runs its default precision
             reported = None
         ran, note = effective_precision(self._options.precision, self._ov_device.capabilities, reported)

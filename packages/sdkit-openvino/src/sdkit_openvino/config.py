@@ -65,7 +65,7 @@ def compile_properties(
 def effective_precision(requested: str, capabilities: frozenset[str], reported: str | None) -> tuple[str, str]:
     """(precision the device runs, note). ``reported`` is the compiled model's
     INFERENCE_PRECISION_HINT; a device without the capability runs f32 whatever it says."""
-    ran = _OV_TO_SDKIT.get((reported or "").lower(), requested)
+    ran = _OV_TO_SDKIT.get((reported or "").lower(), requested)  # unknown answer: trust the hint
     if PRECISIONS[requested][1] not in capabilities and requested != "fp32":
         ran = "fp32"
     if ran == requested:
