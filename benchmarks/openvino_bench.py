@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+
 import sdkit
 from sdkit.model import Model, load_onnx
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
+
 import sdkit
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError

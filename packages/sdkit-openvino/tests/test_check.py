@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sdkit
 from onnx import TensorProto, helper, numpy_helper
+
+import sdkit
 from sdkit.model import Model, load_onnx
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import sdkit
 from onnx import TensorProto, helper, numpy_helper
+
+import sdkit
 from sdkit.errors import InputError, UnsupportedOperatorError
 from sdkit.model import Model
 from sdkit.testing import compare_with_reference, one_node_model

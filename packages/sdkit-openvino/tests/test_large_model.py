@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sdkit
 from onnx import TensorProto, helper
+
+import sdkit
 from sdkit.model import Graph, Model, WeightSet
 
 

@@ -8,6 +8,7 @@ from types import ModuleType
 import numpy as np
 import onnxruntime as ort
 import pytest
+
 import sdkit
 from sdkit.model import Model
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import sdkit
 from PIL import Image
+
+import sdkit
 from sdkit.model import load_onnx
 
 EXPECTED_PSNR = 31.87  # onnxruntime / PyTorch, from the model's README

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.errors import BackendUnavailableError
-
 from sdkit_openvino.runtime import (
     BACKEND_NAME,
     INSTALL_HINT,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from sdkit.backend import CompiledModel
 from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
-
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, openvino_version
@@ -27,7 +27,6 @@ from sdkit_openvino.tensors import from_ov, to_ov
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
-
     from sdkit_openvino.runtime import OvDevice
 
 Signature = tuple[tuple[int, ...], ...]  # input shapes, in the graph's input order

@@ -13,7 +13,6 @@ from typing import Any
 
 from sdkit.cache import cache_root, key_digest, make_key
 from sdkit.options import Options, physical_cores
-
 from sdkit_openvino.runtime import BACKEND_NAME, OvDevice
 
 # sdkit precision -> (INFERENCE_PRECISION_HINT value, OPTIMIZATION_CAPABILITIES entry)

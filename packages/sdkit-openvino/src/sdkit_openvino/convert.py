@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
 from sdkit.backend import TensorInfo
 from sdkit.errors import (
     InputError,
@@ -28,7 +29,6 @@ from sdkit.errors import (
     UnsupportedOperatorError,
 )
 from sdkit.model import Graph
-
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"

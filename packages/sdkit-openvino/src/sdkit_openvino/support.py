@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
 from sdkit.backend import SupportReport
 from sdkit.errors import UnsupportedNode
 from sdkit.model import Graph
-
 from sdkit_openvino.convert import _onnx_frontend, memory_reference, unsupported_nodes
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, list_devices
 
