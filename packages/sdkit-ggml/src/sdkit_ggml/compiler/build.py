@@ -61,6 +61,7 @@ def build_plan(
             raise UnsupportedModelError(BACKEND, [f"input {name!r}: {exc}"]) from None
         inputs[name] = tensor
         values[name] = tensor
+        builder.input_names[tensor.ptr] = name
     for node in proto.graph.node:
         domain = node.domain if node.domain != "ai.onnx" else ""
         opset = opsets.get(domain, 1)

@@ -140,7 +140,10 @@ class Builder:
         self.weights: list[WeightEntry] = []
         self._weight_cache: dict[tuple[str, str], Tensor] = {}
         self.structural: dict[str, np.ndarray] = {}  # constants the graph's structure depends on
-        self.current_names: dict[int, str] = {}  # id(value) -> graph value name
+        self.input_names: dict[int, str] = {}  # graph input tensor ptr -> input name
+        # Runtime index inputs to range-check before compute (ggml asserts on a bad index):
+        # input name -> size of the indexed dim.
+        self.index_bounds: dict[str, int] = {}
 
     # -- low level -------------------------------------------------------------------------
     def _reserve(self, n: int = 1) -> None:
@@ -167,6 +170,7 @@ class Builder:
         ggml_type = storage_type(dtype)
         ptr = self.lib.ggml_new_tensor_4d(self.ctx, ggml_type, *ne_of(shape))
         self.lib.ggml_set_input(ptr)
+        self.input_names[ptr] = ""
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype), ggml_type)
 
     # -- constants -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from sdkit_ggml.compiler.registry import ConverterRegistry
 
 
 def register_builtin(registry: ConverterRegistry) -> None:
-    from sdkit_ggml.converters import conv, elementwise, norm, resize, shape
+    from sdkit_ggml.converters import conv, elementwise, logic, matmul, norm, pool, reduce, resize, shape
 
-    for module in (elementwise, shape, conv, norm, resize):
+    for module in (elementwise, shape, conv, norm, resize, matmul, reduce, logic, pool):
         module.register(registry)

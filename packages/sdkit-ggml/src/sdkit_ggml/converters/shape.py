@@ -171,7 +171,7 @@ def register(registry: ConverterRegistry) -> None:
             starts[axis], sizes[axis] = int(flat[0]), int(flat.size)
             return [ops.reshape(b, ops.slice_view(b, data, starts, sizes, [1] * data.rank), out_shape)]
         index_tensor = b.constant(idx.reshape(-1).astype(np.int32), dtype=np.dtype(np.int32))
-        result = _gather_rows(b, data, index_tensor, axis)
+        result = _gather_rows(b, data, index_tensor, axis, constant=True)
         return [ops.reshape(b, result, out_shape)]
 
     @registry.register("Expand", since_version=8)
@@ -234,10 +234,16 @@ def pad_constant(b: Builder, x: Tensor, before: list[int], after: list[int], val
     return ops.binary(b, "ggml_add", padded, fill)
 
 
-def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int) -> Tensor:
+def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, constant: bool = False) -> Tensor:
     """ggml_get_rows over ``axis`` of ``data`` (axis must have only 1-sized dims before it)."""
     if indices.ggml_type != L.GGML_TYPE_I32:
         raise Unsupported("Gather indices must be integers")
+    source = "" if constant else b.input_names.get(indices.ptr)
+    if source is None:
+        raise Unsupported("Gather with computed indices (indices must be a graph input or a constant)")
+    if source:  # a graph input: its values are range-checked before each run
+        bound = data.shape[axis]
+        b.index_bounds[source] = min(bound, b.index_bounds.get(source, bound))
     if math.prod(data.shape[:axis]) != 1:
         raise Unsupported("Gather with runtime indices on an inner axis")
     inner = math.prod(data.shape[axis + 1 :])
