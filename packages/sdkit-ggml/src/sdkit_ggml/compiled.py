@@ -12,7 +12,7 @@ from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
 
 from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
-from sdkit_ggml.compiler.context import Builder
+from sdkit_ggml.compiler.context import Builder, NeedsValue
 from sdkit_ggml.runtime.program import Program
 
 if TYPE_CHECKING:
@@ -52,9 +52,15 @@ class GgmlCompiledModel(CompiledModel):
         self._constants = self._initializers(weights)
         self._programs: dict[Signature, Program] = {}
         self._lock = threading.Lock()
+        # Inputs used as shapes/axes: their values become part of the signature.
+        self._value_inputs: set[str] = set()
         static = all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape)
         if static:  # report problems at compile time when the signature is already known
-            self._program({i.name: (tuple(int(d) for d in i.shape), i.dtype) for i in self.inputs})  # type: ignore[arg-type]
+            specs = {i.name: (tuple(int(d) for d in i.shape), i.dtype) for i in self.inputs}
+            try:
+                self._program(specs, {})  # type: ignore[arg-type]
+            except NeedsValue as need:
+                self._value_inputs.add(need.name)
 
     def _initializers(self, weights: WeightSet) -> dict[str, np.ndarray]:
         names = self.graph.initializer_names
@@ -67,8 +73,20 @@ class GgmlCompiledModel(CompiledModel):
     def signatures(self) -> list[Signature]:
         return list(self._programs)
 
-    def _program(self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> Program:
-        signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items())
+    def _program(self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]) -> Program:
+        while True:
+            try:
+                return self._build(specs, feeds)
+            except NeedsValue as need:
+                if need.name in self._value_inputs or need.name not in feeds:
+                    raise
+                self._value_inputs.add(need.name)
+
+    def _build(self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]) -> Program:
+        values = {n: np.array(feeds[n], copy=True) for n in sorted(self._value_inputs)}
+        signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items()) + tuple(
+            (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
+        )
         with self._lock:
             program = self._programs.get(signature)
             if program is not None:
@@ -76,7 +94,7 @@ class GgmlCompiledModel(CompiledModel):
             capacity = max(MIN_CAPACITY, TENSORS_PER_NODE * len(self.graph.proto.graph.node))
             builder = Builder(self._lib, capacity, self.options.precision)
             try:
-                plan = build_plan(self.graph.proto, self._constants, specs, self._registry, builder)
+                plan = build_plan(self.graph.proto, self._constants, specs, self._registry, builder, values)
                 program = Program(self._lib, self._backend, plan, self.threads)
             except BaseException:
                 builder.free()
@@ -86,7 +104,7 @@ class GgmlCompiledModel(CompiledModel):
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         specs = {i.name: (tuple(feeds[i.name].shape), feeds[i.name].dtype) for i in self.inputs}
-        program = self._program(specs)
+        program = self._program(specs, feeds)
         return program.run(feeds, self.threads)
 
     def refit(self, weights: WeightSet) -> None:

@@ -32,6 +32,7 @@ class Plan:
     # Replaying these on new weights recomputes every folded constant (refit).
     folded: list[onnx.NodeProto] = field(default_factory=list)
     shape_constants: dict[str, np.ndarray] = field(default_factory=dict)
+    value_inputs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def opsets_of(proto: onnx.ModelProto) -> dict[str, int]:
@@ -48,13 +49,22 @@ def build_plan(
     input_specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]],
     registry: ConverterRegistry,
     builder: Builder,
+    value_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> Plan:
-    """Lower ``proto`` (initializer values in ``constants``) for the given input shapes."""
+    """Lower ``proto`` (initializer values in ``constants``) for the given input shapes.
+    ``value_inputs``: graph inputs whose values the graph's structure depends on (shapes,
+    axes...), compiled in as constants."""
     opsets = opsets_of(proto)
     values: dict[str, Value] = dict(constants)
+    values.update(value_inputs or {})
     inputs: dict[str, Tensor] = {}
-    plan = Plan(builder, inputs, {})
+    plan = Plan(builder, inputs, {}, value_inputs=dict(value_inputs or {}))
     for name, (shape, dtype) in input_specs.items():
+        if value_inputs and name in value_inputs:
+            continue
+        if 0 in shape:  # an empty tensor is fully known from its shape: a constant
+            values[name] = np.zeros(shape, dtype=dtype)
+            continue
         try:
             tensor = builder.new_input(shape, dtype)
         except Unsupported as exc:
@@ -145,6 +155,7 @@ def replay_constants(
     opsets = opsets_of(proto)
     values: dict[str, np.ndarray] = dict(constants)
     values.update(plan.shape_constants)
+    values.update(plan.value_inputs)
     for node in plan.folded:
         args = [values.get(name) if name else None for name in node.input]
         try:

@@ -32,6 +32,15 @@ class Unsupported(Exception):
     """A node (or its attributes, dtypes or shapes) that ggml cannot run; the message says why."""
 
 
+class NeedsValue(Exception):  # noqa: N818 - a signal, not an error
+    """A graph input is used where a compile-time constant is required (a shape, axes...):
+    the compiled model specialises on that input's value and builds again."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def storage_type(dtype: np.dtype[Any]) -> int:
     """The ggml type holding an ONNX dtype: floats and bools (0/1) in F32, integers in I32."""
     if dtype in FLOAT_DTYPES or dtype == BOOL:
@@ -153,6 +162,8 @@ class Builder:
 
     def op(self, fn: str, *args: Any, shape: Sequence[int], dtype: np.dtype[Any] | None = None, ggml_type: int = L.GGML_TYPE_F32) -> Tensor:
         """Call ggml function ``fn(ctx, *args)`` expected to produce ONNX ``shape``."""
+        if 0 in shape:
+            raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
         self._reserve()
         ptr = getattr(self.lib, fn)(self.ctx, *args)
         if not ptr:
@@ -166,6 +177,8 @@ class Builder:
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype or np.float32), head.type)
 
     def new_input(self, shape: Sequence[int], dtype: np.dtype[Any]) -> Tensor:
+        if 0 in shape:
+            raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
         self._reserve()
         ggml_type = storage_type(dtype)
         ptr = self.lib.ggml_new_tensor_4d(self.ctx, ggml_type, *ne_of(shape))
@@ -177,6 +190,8 @@ class Builder:
     def _new_weight(self, array: np.ndarray, ggml_type: int, dtype: np.dtype[Any], source: str | None, transform: Callable[[np.ndarray], np.ndarray] | None) -> Tensor:
         if self.weight_count + 1 > self.capacity:
             raise Unsupported(f"graph needs more than {self.capacity} weight tensors")
+        if array.size == 0:
+            raise Unsupported("empty constant: ggml cannot allocate zero-sized tensors")
         self.weight_count += 1
         ptr = self.lib.ggml_new_tensor_4d(self.wctx, ggml_type, *ne_of(array.shape))
         tensor = Tensor(ptr, tuple(int(d) for d in array.shape), np.dtype(dtype), ggml_type)
@@ -216,6 +231,9 @@ class Builder:
         (a shape, axes, pads...). A runtime tensor there cannot be compiled: Unsupported."""
         value = node.value(index)
         if isinstance(value, Tensor):
+            source = self.input_names.get(value.ptr)
+            if source:
+                raise NeedsValue(source)
             raise Unsupported(f"input {index}{' (' + what + ')' if what else ''} must be a constant known at compile time")
         name = node.input_name(index)
         self.structural.setdefault(name, np.array(value, copy=True))

@@ -95,6 +95,15 @@ def convolution(b: Builder, x: Tensor, kernel_of_group: list[Tensor], bias: Tens
 
 def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -> list[Tensor]:
     half = b.precision == "fp16"
+    kernel = node.value(1)
+    if isinstance(kernel, Tensor):  # a runtime kernel (used as is: no transform possible)
+        if transform is not None and getattr(transform, "reorders", False):
+            raise Unsupported(f"{node.op} with a runtime kernel (weights must be initializers)")
+        ops.require_float(kernel, what=node.op)
+        per = kernel.shape[0] // groups
+        if groups == 1:
+            return [kernel]
+        return [ops.slice_view(b, kernel, [g * per, 0, 0, 0][: kernel.rank], [per, *kernel.shape[1:]], [1] * kernel.rank) for g in range(groups)]
     if groups == 1:
         return [b.tensor(node, 1, transform=transform, key="conv", half=half)]
     if groups > MAX_GROUPS:
@@ -109,6 +118,10 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
     return kernels
 
 
+def _as_float32(w: np.ndarray) -> np.ndarray:
+    return np.asarray(w, dtype=np.float32)
+
+
 def register(registry: ConverterRegistry) -> None:
     @registry.register("Conv", since_version=1, check=check_conv)
     def convert_conv(b: Builder, node: Node) -> list[Value]:
@@ -117,8 +130,6 @@ def register(registry: ConverterRegistry) -> None:
         if x.rank not in (3, 4):
             raise Unsupported(f"Conv on a rank-{x.rank} input: only 1-D and 2-D convs are lowered")
         weight = node.value(1)
-        if isinstance(weight, Tensor):
-            raise Unsupported("Conv with a runtime kernel (weights must be initializers)")
         spatial = x.rank - 2
         kernel = [int(k) for k in (node.attr("kernel_shape") or weight.shape[2:])]
         strides = [int(s) for s in (node.attr("strides") or [1] * spatial)]
@@ -127,7 +138,7 @@ def register(registry: ConverterRegistry) -> None:
         before, after = _spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
         if x.shape[1] % groups or weight.shape[0] % groups:
             raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
-        kernels = _group_kernels(b, node, groups, transform=lambda w: np.asarray(w, dtype=np.float32))
+        kernels = _group_kernels(b, node, groups, transform=_as_float32)
         bias = b.tensor(node, 2) if node.has(2) else None
         return [convolution(b, x, kernels, bias, node, strides, dilations, before, after)]
 
@@ -172,6 +183,8 @@ def register(registry: ConverterRegistry) -> None:
             grouped = np.asarray(wt, dtype=np.float32).reshape(groups, cin // groups, cout_g, *wt.shape[2:])
             grouped = grouped.transpose(0, 2, 1, 3, 4)[:, :, :, ::-1, ::-1]
             return np.ascontiguousarray(grouped.reshape(groups * cout_g, cin // groups, *wt.shape[2:]))
+
+        flipped.reorders = True  # type: ignore[attr-defined]
 
         kernels = _group_kernels(b, node, groups, transform=flipped)
         bias = b.tensor(node, 2) if node.has(2) else None

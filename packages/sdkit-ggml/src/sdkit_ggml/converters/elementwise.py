@@ -155,6 +155,15 @@ def register(registry: ConverterRegistry) -> None:
         target = np.dtype(helper.tensor_dtype_to_np_dtype(int(node.attr("to"))))
         return [cast(b, x, target)]
 
+    _register_castlike(registry)
+
+
+def _register_castlike(registry: ConverterRegistry) -> None:
+    @registry.register("CastLike", since_version=15)
+    def convert_castlike(b: Builder, node: Node) -> list[Value]:
+        like = node.value(1)
+        return [cast(b, b.tensor(node, 0), np.dtype(like.dtype))]
+
 
 def erf(b: Builder, x: Tensor) -> Tensor:
     """erf composed from ggml ops (Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7)."""

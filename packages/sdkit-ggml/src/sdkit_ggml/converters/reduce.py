@@ -100,6 +100,8 @@ def register(registry: ConverterRegistry) -> None:
     @registry.register(["ArgMax", "ArgMin"], since_version=1)
     def convert_argmax(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
+        if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24
+            x = ops.cast(b, x, L.GGML_TYPE_F32, np.dtype(np.float32))
         ops.require_float(x, what=node.op)
         if node.attr("select_last_index", 0):
             raise Unsupported(f"{node.op} with select_last_index")
