@@ -85,8 +85,9 @@ def register(registry: ConverterRegistry) -> None:
         if node.opset < 11:
             low, high = float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
         else:
-            low = float(np.asarray(b.const(node, 1, "min"))) if node.has(1) else -np.inf
-            high = float(np.asarray(b.const(node, 2, "max"))) if node.has(2) else np.inf
+            low = float(np.asarray(b.const(node, 1, "min")).reshape(-1)[0]) if node.has(1) else -np.inf
+            high = float(np.asarray(b.const(node, 2, "max")).reshape(-1)[0]) if node.has(2) else np.inf
+        low = min(low, high)  # ONNX: min > max sets everything to max
         return [ops.unary(b, "ggml_clamp", x, low, high)]
 
     @registry.register("Pow", since_version=7)

@@ -91,6 +91,9 @@ def register(registry: ConverterRegistry) -> None:
                     raise Unsupported(f"Resize nearest ({transform}, {rounding}) picks other pixels than ggml's nearest")
             flags = L.GGML_SCALE_MODE_NEAREST
         elif mode == "linear":
+            exact = all(abs(float(s) - o / i) < 1e-9 for s, o, i in zip(scales, out_shape, x.shape, strict=True))
+            if any(o < i for o, i in zip(out_shape, x.shape, strict=True)) or not exact:
+                raise Unsupported("Resize linear downsampling or a scale that is not out/in: ggml's bilinear maps coordinates by out/in")
             if transform in ("half_pixel", "pytorch_half_pixel"):
                 flags = L.GGML_SCALE_MODE_BILINEAR
             elif transform == "align_corners":
