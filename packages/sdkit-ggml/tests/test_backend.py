@@ -28,8 +28,17 @@ def test_registered_and_available() -> None:
 
 
 def test_check_reports_every_unsupported_node() -> None:
-    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Det", ["a"], ["b"]), helper.make_node("Hardmax", ["b"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Det", ["a"], ["b"]),
+        helper.make_node("Hardmax", ["b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+    )
     model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     report = sdkit.check(model, backend="ggml")["ggml"]
     assert sorted(u.op_type for u in report.unsupported) == ["Det", "Hardmax"]
@@ -62,7 +71,10 @@ def test_gather_index_out_of_range_is_an_input_error() -> None:
 
 
 def test_broadcasting_both_ways_matches_reference() -> None:
-    feeds = {"a": np.random.default_rng(1).random((3, 1, 5), dtype=np.float32), "b": np.random.default_rng(2).random((4, 1), dtype=np.float32)}
+    feeds = {
+        "a": np.random.default_rng(1).random((3, 1, 5), dtype=np.float32),
+        "b": np.random.default_rng(2).random((4, 1), dtype=np.float32),
+    }
     for op in ("Add", "Sub", "Mul", "Div"):
         model = one_node_model(op, feeds)
         out = sdkit.compile(model, backend="ggml").run(feeds)
@@ -74,7 +86,13 @@ def test_refit_reuploads_weights_and_dynamic_shapes_compile_per_signature() -> N
     w1, w2 = rng.random((4, 3), dtype=np.float32), rng.random((4, 3), dtype=np.float32)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], initializer=[helper.make_tensor("w", TensorProto.FLOAT, [4, 3], w1.ravel())])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [x],
+        [y],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, [4, 3], w1.ravel())],
+    )
     model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     compiled = sdkit.compile(model, backend="ggml")
     a, b = rng.random((2, 4), dtype=np.float32), rng.random((5, 4), dtype=np.float32)

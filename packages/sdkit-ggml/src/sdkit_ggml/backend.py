@@ -56,14 +56,22 @@ class GgmlBackend(Backend):
             why: str | None
             if converter is None:
                 versions = registry.known(domain, node.op_type)
-                why = f"no converter for opset {opset} (have: {versions})" if versions else "operator not supported by sdkit-ggml"
+                why = (
+                    f"no converter for opset {opset} (have: {versions})"
+                    if versions
+                    else "operator not supported by sdkit-ggml"
+                )
             else:
                 why = converter.check(node) if converter.check else None
             if why:
-                report.unsupported.append(UnsupportedNode(node.name or node.output[0], node.op_type, domain, opset, why))
+                report.unsupported.append(
+                    UnsupportedNode(node.name or node.output[0], node.op_type, domain, opset, why)
+                )
         for info in graph.inputs:
-            if info.dtype.kind not in "fiub" or info.dtype.itemsize > 4 and info.dtype.kind == "f":
-                report.unsupported.append(UnsupportedNode(f"input {info.name}", "<input>", "", 0, f"ggml has no {info.dtype} tensors"))
+            if info.dtype.kind not in "fiub" or (info.dtype.itemsize > 4 and info.dtype.kind == "f"):
+                report.unsupported.append(
+                    UnsupportedNode(f"input {info.name}", "<input>", "", 0, f"ggml has no {info.dtype} tensors")
+                )
         return report
 
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:

@@ -73,7 +73,9 @@ class GgmlCompiledModel(CompiledModel):
     def signatures(self) -> list[Signature]:
         return list(self._programs)
 
-    def _program(self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]) -> Program:
+    def _program(
+        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
+    ) -> Program:
         while True:
             try:
                 return self._build(specs, feeds)
@@ -82,7 +84,9 @@ class GgmlCompiledModel(CompiledModel):
                     raise
                 self._value_inputs.add(need.name)
 
-    def _build(self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]) -> Program:
+    def _build(
+        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
+    ) -> Program:
         values = {n: np.array(feeds[n], copy=True) for n in sorted(self._value_inputs)}
         signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items()) + tuple(
             (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
@@ -113,14 +117,18 @@ class GgmlCompiledModel(CompiledModel):
         for name, array in constants.items():
             old = self._constants[name]
             if array.shape != old.shape or array.dtype != old.dtype:
-                raise InputError(f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, the model has {old.dtype}{list(old.shape)}")
+                raise InputError(
+                    f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, the model has {old.dtype}{list(old.shape)}"
+                )
         updates = []
         for program in self._programs.values():
             values = replay_constants(program.plan, self.graph.proto, constants)
             for name, before in program.plan.builder.structural.items():
                 now = values.get(name)
                 if now is None or now.shape != before.shape or not np.array_equal(now, before):
-                    raise UnsupportedModelError(BACKEND, [f"refit: {name!r} changed, and the graph's structure depends on it; compile again"])
+                    raise UnsupportedModelError(
+                        BACKEND, [f"refit: {name!r} changed, and the graph's structure depends on it; compile again"]
+                    )
             entries = []
             for entry in program.plan.builder.weights:
                 if entry.source is None:
@@ -133,7 +141,9 @@ class GgmlCompiledModel(CompiledModel):
             updates.append((program, entries))
         for program, entries in updates:
             program.upload(entries)
-            for old, new in zip([e for e in program.plan.builder.weights if e.source is not None], entries, strict=True):
+            for old, new in zip(
+                [e for e in program.plan.builder.weights if e.source is not None], entries, strict=True
+            ):
                 old.array = new.array
         self._constants = constants
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sdkit.plugins.hookspecs import PROJECT
-
 import pluggy
+from sdkit.plugins.hookspecs import PROJECT
 
 if TYPE_CHECKING:
     from sdkit_ggml.compiler.registry import ConverterRegistry

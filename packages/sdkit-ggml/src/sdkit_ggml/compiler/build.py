@@ -82,11 +82,24 @@ def build_plan(
             elif name in values:
                 args.append(values[name])
             else:
-                raise UnsupportedModelError(BACKEND, [UnsupportedNode(_node_label(node), node.op_type, domain, opset, f"input {name!r} is not produced by any node")])
+                raise UnsupportedModelError(
+                    BACKEND,
+                    [
+                        UnsupportedNode(
+                            _node_label(node),
+                            node.op_type,
+                            domain,
+                            opset,
+                            f"input {name!r} is not produced by any node",
+                        )
+                    ],
+                )
         try:
             results = _lower(node, args, opset, opsets, registry, builder, plan)
         except Unsupported as exc:
-            raise UnsupportedModelError(BACKEND, [UnsupportedNode(_node_label(node), node.op_type, domain, opset, str(exc))]) from None
+            raise UnsupportedModelError(
+                BACKEND, [UnsupportedNode(_node_label(node), node.op_type, domain, opset, str(exc))]
+            ) from None
         for name, value in zip(node.output, results, strict=False):
             if name:
                 values[name] = value
@@ -148,9 +161,7 @@ def _shape_of(node: onnx.NodeProto, tensor: Tensor) -> np.ndarray:
     return shape[start:end]
 
 
-def replay_constants(
-    plan: Plan, proto: onnx.ModelProto, constants: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
+def replay_constants(plan: Plan, proto: onnx.ModelProto, constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every folded value recomputed from new initializer values (for refit)."""
     opsets = opsets_of(proto)
     values: dict[str, np.ndarray] = dict(constants)

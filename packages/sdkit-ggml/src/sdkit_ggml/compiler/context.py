@@ -32,7 +32,7 @@ class Unsupported(Exception):
     """A node (or its attributes, dtypes or shapes) that ggml cannot run; the message says why."""
 
 
-class NeedsValue(Exception):  # noqa: N818 - a signal, not an error
+class NeedsValue(Exception):
     """A graph input is used where a compile-time constant is required (a shape, axes...):
     the compiled model specialises on that input's value and builds again."""
 
@@ -160,7 +160,14 @@ class Builder:
             raise Unsupported(f"graph needs more than {self.capacity} ggml tensors")
         self.count += n
 
-    def op(self, fn: str, *args: Any, shape: Sequence[int], dtype: np.dtype[Any] | None = None, ggml_type: int = L.GGML_TYPE_F32) -> Tensor:
+    def op(
+        self,
+        fn: str,
+        *args: Any,
+        shape: Sequence[int],
+        dtype: np.dtype[Any] | None = None,
+        ggml_type: int = L.GGML_TYPE_F32,
+    ) -> Tensor:
         """Call ggml function ``fn(ctx, *args)`` expected to produce ONNX ``shape``."""
         if 0 in shape:
             raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
@@ -187,7 +194,14 @@ class Builder:
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype), ggml_type)
 
     # -- constants -------------------------------------------------------------------------
-    def _new_weight(self, array: np.ndarray, ggml_type: int, dtype: np.dtype[Any], source: str | None, transform: Callable[[np.ndarray], np.ndarray] | None) -> Tensor:
+    def _new_weight(
+        self,
+        array: np.ndarray,
+        ggml_type: int,
+        dtype: np.dtype[Any],
+        source: str | None,
+        transform: Callable[[np.ndarray], np.ndarray] | None,
+    ) -> Tensor:
         if self.weight_count + 1 > self.capacity:
             raise Unsupported(f"graph needs more than {self.capacity} weight tensors")
         if array.size == 0:
@@ -198,8 +212,15 @@ class Builder:
         self.weights.append(WeightEntry(tensor, source, array, transform))
         return tensor
 
-    def constant(self, array: np.ndarray | float, dtype: np.dtype[Any] | None = None, source: str | None = None,
-                 transform: Callable[[np.ndarray], np.ndarray] | None = None, key: str = "", half: bool = False) -> Tensor:
+    def constant(
+        self,
+        array: np.ndarray | float,
+        dtype: np.dtype[Any] | None = None,
+        source: str | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        key: str = "",
+        half: bool = False,
+    ) -> Tensor:
         """Upload a compile-time constant. ``source`` (a graph value name) makes it refittable;
         ``transform`` is re-applied to the new value on refit; ``half`` stores it as F16
         (precision="fp16" weights of matmul and conv)."""
@@ -216,8 +237,14 @@ class Builder:
             self._weight_cache[cache_key] = tensor
         return tensor
 
-    def tensor(self, node: Node, index: int, transform: Callable[[np.ndarray], np.ndarray] | None = None,
-               key: str = "", half: bool = False) -> Tensor:
+    def tensor(
+        self,
+        node: Node,
+        index: int,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        key: str = "",
+        half: bool = False,
+    ) -> Tensor:
         """Input ``index`` of ``node`` as a ggml tensor, uploading it if it is a constant."""
         value = node.value(index)
         if isinstance(value, Tensor):
@@ -234,7 +261,9 @@ class Builder:
             source = self.input_names.get(value.ptr)
             if source:
                 raise NeedsValue(source)
-            raise Unsupported(f"input {index}{' (' + what + ')' if what else ''} must be a constant known at compile time")
+            raise Unsupported(
+                f"input {index}{' (' + what + ')' if what else ''} must be a constant known at compile time"
+            )
         name = node.input_name(index)
         self.structural.setdefault(name, np.array(value, copy=True))
         return value

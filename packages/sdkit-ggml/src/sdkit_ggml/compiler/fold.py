@@ -36,7 +36,9 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
     raise Unsupported("Constant node without a supported value attribute (sparse or string)")
 
 
-def evaluate_node(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opsets: Mapping[str, int]) -> list[np.ndarray]:
+def evaluate_node(
+    node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opsets: Mapping[str, int]
+) -> list[np.ndarray]:
     """Run one node on constant inputs with onnx.reference."""
     from onnx.reference import ReferenceEvaluator
 
@@ -48,7 +50,9 @@ def evaluate_node(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], ops
     for name, value in zip(names, inputs, strict=False):
         if name and value is not None and name not in feeds:
             feeds[name] = value
-            graph_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype), None))
+            graph_inputs.append(
+                helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype), None)
+            )
     outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
     graph = helper.make_graph([node], "fold", graph_inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])

@@ -160,7 +160,18 @@ def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int
         offset += int(starts[axis]) * nb[k]
         view_nb[k] = nb[k] * int(steps[axis])
     out_ne = ne_of(out_shape)
-    view = b.op("ggml_view_4d", t.ptr, *out_ne, view_nb[1], view_nb[2], view_nb[3], offset, shape=out_shape, dtype=t.dtype, ggml_type=t.ggml_type)
+    view = b.op(
+        "ggml_view_4d",
+        t.ptr,
+        *out_ne,
+        view_nb[1],
+        view_nb[2],
+        view_nb[3],
+        offset,
+        shape=out_shape,
+        dtype=t.dtype,
+        ggml_type=t.ggml_type,
+    )
     return b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype)
 
 
@@ -170,7 +181,9 @@ def concat(b: Builder, tensors: Sequence[Tensor], axis: int) -> Tensor:
     axis %= r
     result = tensors[0]
     for t in tensors[1:]:
-        if t.rank != r or any(d1 != d2 for i, (d1, d2) in enumerate(zip(result.shape, t.shape, strict=True)) if i != axis):
+        if t.rank != r or any(
+            d1 != d2 for i, (d1, d2) in enumerate(zip(result.shape, t.shape, strict=True)) if i != axis
+        ):
             raise Unsupported(f"Concat of shapes {list(result.shape)} and {list(t.shape)} on axis {axis}")
         if t.ggml_type != result.ggml_type:
             raise Unsupported("Concat of tensors of different types")

@@ -29,7 +29,9 @@ def check_conv(node: Any) -> str | None:
     return None
 
 
-def _spatial_pads(node: Node, in_sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int]) -> tuple[list[int], list[int]]:
+def _spatial_pads(
+    node: Node, in_sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int]
+) -> tuple[list[int], list[int]]:
     n = len(kernel)
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -46,7 +48,9 @@ def _spatial_pads(node: Node, in_sizes: list[int], kernel: list[int], strides: l
     return pads[:n], pads[n:]
 
 
-def conv2d(b: Builder, x: Tensor, kernel: Tensor, stride: tuple[int, int], pad: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
+def conv2d(
+    b: Builder, x: Tensor, kernel: Tensor, stride: tuple[int, int], pad: tuple[int, int], dilation: tuple[int, int]
+) -> Tensor:
     """x [N,C,H,W] * kernel [OC,C,KH,KW] -> [N,OC,OH,OW] (symmetric padding)."""
     n, c, h, w = x.shape
     oc, kc, kh, kw = kernel.shape
@@ -58,8 +62,20 @@ def conv2d(b: Builder, x: Tensor, kernel: Tensor, stride: tuple[int, int], pad: 
         raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
     k = c * kh * kw
-    cols = b.op("ggml_im2col", kernel.ptr, x.ptr, stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0], True, col_type,
-                shape=(n, oh, ow, k))
+    cols = b.op(
+        "ggml_im2col",
+        kernel.ptr,
+        x.ptr,
+        stride[1],
+        stride[0],
+        pad[1],
+        pad[0],
+        dilation[1],
+        dilation[0],
+        True,
+        col_type,
+        shape=(n, oh, ow, k),
+    )
     cols2 = ops.reshape(b, cols, (n * oh * ow, k))
     kernel2 = ops.reshape(b, kernel, (oc, k))
     product = b.op("ggml_mul_mat", cols2.ptr, kernel2.ptr, shape=(oc, n * oh * ow))
@@ -68,8 +84,17 @@ def conv2d(b: Builder, x: Tensor, kernel: Tensor, stride: tuple[int, int], pad: 
     return ops.transpose(b, ops.reshape(b, product, (oc, n, oh, ow)), (1, 0, 2, 3))
 
 
-def convolution(b: Builder, x: Tensor, kernel_of_group: list[Tensor], bias: Tensor | None, node: Node,
-                strides: list[int], dilations: list[int], before: list[int], after: list[int]) -> Tensor:
+def convolution(
+    b: Builder,
+    x: Tensor,
+    kernel_of_group: list[Tensor],
+    bias: Tensor | None,
+    node: Node,
+    strides: list[int],
+    dilations: list[int],
+    before: list[int],
+    after: list[int],
+) -> Tensor:
     one_d = x.rank == 3
     if one_d:
         x = ops.reshape(b, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -81,10 +106,16 @@ def convolution(b: Builder, x: Tensor, kernel_of_group: list[Tensor], bias: Tens
     group_in = x.shape[1] // groups
     outputs = []
     for g, kernel in enumerate(kernel_of_group):
-        part = x if groups == 1 else ops.slice_view(b, x, [0, g * group_in, 0, 0], [x.shape[0], group_in, *x.shape[2:]], [1, 1, 1, 1])
+        part = (
+            x
+            if groups == 1
+            else ops.slice_view(b, x, [0, g * group_in, 0, 0], [x.shape[0], group_in, *x.shape[2:]], [1, 1, 1, 1])
+        )
         if one_d:
             kernel = ops.reshape(b, kernel, (kernel.shape[0], kernel.shape[1], 1, kernel.shape[2]))
-        outputs.append(conv2d(b, part, kernel, (strides[0], strides[1]), (before[0], before[1]), (dilations[0], dilations[1])))
+        outputs.append(
+            conv2d(b, part, kernel, (strides[0], strides[1]), (before[0], before[1]), (dilations[0], dilations[1]))
+        )
     y = outputs[0] if groups == 1 else ops.concat(b, outputs, 1)
     if bias is not None:
         y = ops.binary(b, "ggml_add", y, ops.reshape(b, bias, (1, bias.size, 1, 1)))
@@ -103,17 +134,22 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
         per = kernel.shape[0] // groups
         if groups == 1:
             return [kernel]
-        return [ops.slice_view(b, kernel, [g * per, 0, 0, 0][: kernel.rank], [per, *kernel.shape[1:]], [1] * kernel.rank) for g in range(groups)]
+        return [
+            ops.slice_view(b, kernel, [g * per, 0, 0, 0][: kernel.rank], [per, *kernel.shape[1:]], [1] * kernel.rank)
+            for g in range(groups)
+        ]
     if groups == 1:
         return [b.tensor(node, 1, transform=transform, key="conv", half=half)]
     if groups > MAX_GROUPS:
         raise Unsupported(f"Conv with {groups} groups: at most {MAX_GROUPS} are lowered")
     kernels = []
     for g in range(groups):
+
         def pick(w: np.ndarray, g: int = g) -> np.ndarray:
             full = transform(w) if transform is not None else w
             per = full.shape[0] // groups
             return np.ascontiguousarray(full[g * per : (g + 1) * per])
+
         kernels.append(b.tensor(node, 1, transform=pick, key=f"conv/g{g}", half=half))
     return kernels
 

@@ -11,9 +11,20 @@ from sdkit_ggml.runtime import lib as L
 
 BINARY = {"Add": "ggml_add", "Sub": "ggml_sub", "Mul": "ggml_mul", "Div": "ggml_div"}
 UNARY = {
-    "Relu": "ggml_relu", "Tanh": "ggml_tanh", "Sigmoid": "ggml_sigmoid", "Exp": "ggml_exp", "Log": "ggml_log",
-    "Sqrt": "ggml_sqrt", "Neg": "ggml_neg", "Abs": "ggml_abs", "Floor": "ggml_floor", "Ceil": "ggml_ceil",
-    "Sin": "ggml_sin", "Cos": "ggml_cos", "Softplus": "ggml_softplus", "Sign": "ggml_sgn",
+    "Relu": "ggml_relu",
+    "Tanh": "ggml_tanh",
+    "Sigmoid": "ggml_sigmoid",
+    "Exp": "ggml_exp",
+    "Log": "ggml_log",
+    "Sqrt": "ggml_sqrt",
+    "Neg": "ggml_neg",
+    "Abs": "ggml_abs",
+    "Floor": "ggml_floor",
+    "Ceil": "ggml_ceil",
+    "Sin": "ggml_sin",
+    "Cos": "ggml_cos",
+    "Softplus": "ggml_softplus",
+    "Sign": "ggml_sgn",
 }
 # Abramowitz & Stegun 7.1.26: |erf error| <= 1.5e-7.
 _ERF_P = 0.3275911
@@ -120,8 +131,18 @@ def register(registry: ConverterRegistry) -> None:
     def convert_gelu(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         if node.attr("approximate", "none") == "tanh":
-            inner = ops.scale(b, ops.binary(b, "ggml_add", x, ops.scale(b, ops.binary(b, "ggml_mul", ops.unary(b, "ggml_sqr", x), x), 0.044715)), float(np.sqrt(2 / np.pi)))
-            return [ops.binary(b, "ggml_mul", ops.scale(b, x, 0.5), ops.scale(b, ops.unary(b, "ggml_tanh", inner), 1.0, 1.0))]
+            inner = ops.scale(
+                b,
+                ops.binary(
+                    b, "ggml_add", x, ops.scale(b, ops.binary(b, "ggml_mul", ops.unary(b, "ggml_sqr", x), x), 0.044715)
+                ),
+                float(np.sqrt(2 / np.pi)),
+            )
+            return [
+                ops.binary(
+                    b, "ggml_mul", ops.scale(b, x, 0.5), ops.scale(b, ops.unary(b, "ggml_tanh", inner), 1.0, 1.0)
+                )
+            ]
         # 0.5 * x * (1 + erf(x / sqrt(2))), with the accurate erf below
         e = erf(b, ops.scale(b, x, float(1 / np.sqrt(2))))
         return [ops.binary(b, "ggml_mul", ops.scale(b, x, 0.5), ops.scale(b, e, 1.0, 1.0))]
@@ -203,7 +224,9 @@ def cast(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:
         if x.ggml_type == L.GGML_TYPE_I32:
             return ops.retype(x, target)
         if x.dtype != BOOL:
-            raise Unsupported(f"Cast from {x.dtype} to {target}: ggml's float->int conversion rounding differs from ONNX")
+            raise Unsupported(
+                f"Cast from {x.dtype} to {target}: ggml's float->int conversion rounding differs from ONNX"
+            )
         return ops.cast(b, x, L.GGML_TYPE_I32, target)
     # target is a float type
     if x.ggml_type == L.GGML_TYPE_I32:

@@ -59,7 +59,9 @@ def transposed_operand(b: Builder, node: Node, index: int, already_transposed: b
         perm = [*range(value.rank - 2), value.rank - 1, value.rank - 2]
         return ops.transpose(b, value, perm)
     if np.asarray(value).ndim == 1:
-        return b.tensor(node, index, transform=lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), key="mm1", half=half)
+        return b.tensor(
+            node, index, transform=lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), key="mm1", half=half
+        )
     if already_transposed:
         return b.tensor(node, index, transform=lambda w: np.asarray(w, dtype=np.float32), key="mmT", half=half)
     return b.tensor(node, index, transform=_swap_last, key="mm", half=half)
@@ -101,7 +103,9 @@ def register(registry: ConverterRegistry) -> None:
 
     @registry.register("Einsum", since_version=12)
     def convert_einsum(b: Builder, node: Node) -> list[Value]:
-        return [einsum(b, str(node.attr("equation")).replace(" ", ""), [b.tensor(node, i) for i in range(len(node.inputs))])]
+        return [
+            einsum(b, str(node.attr("equation")).replace(" ", ""), [b.tensor(node, i) for i in range(len(node.inputs))])
+        ]
 
 
 def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
@@ -133,8 +137,16 @@ def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
         if x.shape[ta.index(c)] != y.shape[tb.index(c)]:
             raise Unsupported(f"Einsum {equation!r}: index {c!r} has different sizes")
     size = lambda cs: math.prod(dims[c] for c in cs)  # noqa: E731
-    xa = ops.reshape(b, ops.transpose(b, x, [ta.index(c) for c in batch + left + contract]), (size(batch), size(left), size(contract)))
-    yb = ops.reshape(b, ops.transpose(b, y, [tb.index(c) for c in batch + right + contract]), (size(batch), size(right), size(contract)))
+    xa = ops.reshape(
+        b,
+        ops.transpose(b, x, [ta.index(c) for c in batch + left + contract]),
+        (size(batch), size(left), size(contract)),
+    )
+    yb = ops.reshape(
+        b,
+        ops.transpose(b, y, [tb.index(c) for c in batch + right + contract]),
+        (size(batch), size(right), size(contract)),
+    )
     product = matmul(b, xa, yb)
     full = ops.reshape(b, product, [dims[c] for c in batch + left + right])
     order = batch + left + right

@@ -40,7 +40,11 @@ def register(registry: ConverterRegistry) -> None:
         auto_pad = node.attr("auto_pad", "NOTSET")
         if auto_pad not in ("NOTSET", "VALID"):
             raise Unsupported(f"{node.op} auto_pad {auto_pad}")
-        pads = [int(p) for p in (node.attr("pads") or [0] * (2 * spatial))] if auto_pad == "NOTSET" else [0] * (2 * spatial)
+        pads = (
+            [int(p) for p in (node.attr("pads") or [0] * (2 * spatial))]
+            if auto_pad == "NOTSET"
+            else [0] * (2 * spatial)
+        )
         before, after = pads[:spatial], pads[spatial:]
         is_max = node.op == "MaxPool"
         include_pad = bool(node.attr("count_include_pad", 0))
@@ -61,7 +65,19 @@ def register(registry: ConverterRegistry) -> None:
             rows = ops.reshape(b, x, (n * c, x.shape[2]))
             y = b.op("ggml_pool_1d", rows.ptr, kind, kernel[0], strides[0], 0, shape=(n * c, out[0]), dtype=x.dtype)
             return [ops.reshape(b, y, (n, c, out[0]))]
-        y = b.op("ggml_pool_2d", x.ptr, kind, kernel[1], kernel[0], strides[1], strides[0], 0.0, 0.0, shape=(n, c, *out), dtype=x.dtype)
+        y = b.op(
+            "ggml_pool_2d",
+            x.ptr,
+            kind,
+            kernel[1],
+            kernel[0],
+            strides[1],
+            strides[0],
+            0.0,
+            0.0,
+            shape=(n, c, *out),
+            dtype=x.dtype,
+        )
         return [y]
 
     @registry.register(["GlobalAveragePool", "GlobalMaxPool"], since_version=1)

@@ -13,7 +13,17 @@ from sdkit_ggml.compiler.registry import ConverterRegistry
 from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.runtime import lib as L
 
-REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")
+REDUCE_OPS = (
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceLogSum",
+)
 
 
 def _rows_last(b: Builder, x: Tensor, axes: list[int]) -> tuple[Tensor, list[int], int]:
@@ -69,7 +79,11 @@ def register(registry: ConverterRegistry) -> None:
             axes = list(range(x.rank))
         axes = sorted({a % x.rank for a in axes})
         keepdims = bool(node.attr("keepdims", 1))
-        out_shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else [d for i, d in enumerate(x.shape) if i not in axes]
+        out_shape = (
+            [1 if i in axes else d for i, d in enumerate(x.shape)]
+            if keepdims
+            else [d for i, d in enumerate(x.shape) if i not in axes]
+        )
         if x.size == 0:
             raise Unsupported("reduction of an empty tensor")
         rows, _, n = _rows_last(b, x, axes)

@@ -63,8 +63,14 @@ def register(registry: ConverterRegistry) -> None:
             else:
                 scales_v = b.const(node, 2, "scales") if node.has(2) else None
                 sizes_v = b.const(node, 3, "sizes") if node.has(3) else None
-                scales = np.asarray(scales_v, dtype=np.float64) if scales_v is not None and np.asarray(scales_v).size else None
-                sizes = np.asarray(sizes_v, dtype=np.int64) if sizes_v is not None and np.asarray(sizes_v).size else None
+                scales = (
+                    np.asarray(scales_v, dtype=np.float64)
+                    if scales_v is not None and np.asarray(scales_v).size
+                    else None
+                )
+                sizes = (
+                    np.asarray(sizes_v, dtype=np.int64) if sizes_v is not None and np.asarray(sizes_v).size else None
+                )
             transform = node.attr("coordinate_transformation_mode", "half_pixel" if node.opset >= 11 else "asymmetric")
             if node.attr("axes") is not None or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
                 raise Unsupported("Resize with axes or keep_aspect_ratio_policy")
@@ -88,12 +94,16 @@ def register(registry: ConverterRegistry) -> None:
             for axis in range(max(0, x.rank - 2), x.rank):
                 want = _onnx_nearest(x.shape[axis], out_shape[axis], float(scales[axis]), transform, rounding)
                 if not np.array_equal(want, _ggml_nearest(x.shape[axis], out_shape[axis])):
-                    raise Unsupported(f"Resize nearest ({transform}, {rounding}) picks other pixels than ggml's nearest")
+                    raise Unsupported(
+                        f"Resize nearest ({transform}, {rounding}) picks other pixels than ggml's nearest"
+                    )
             flags = L.GGML_SCALE_MODE_NEAREST
         elif mode == "linear":
             exact = all(abs(float(s) - o / i) < 1e-9 for s, o, i in zip(scales, out_shape, x.shape, strict=True))
             if any(o < i for o, i in zip(out_shape, x.shape, strict=True)) or not exact:
-                raise Unsupported("Resize linear downsampling or a scale that is not out/in: ggml's bilinear maps coordinates by out/in")
+                raise Unsupported(
+                    "Resize linear downsampling or a scale that is not out/in: ggml's bilinear maps coordinates by out/in"
+                )
             if transform in ("half_pixel", "pytorch_half_pixel"):
                 flags = L.GGML_SCALE_MODE_BILINEAR
             elif transform == "align_corners":

@@ -137,7 +137,11 @@ def register(registry: ConverterRegistry) -> None:
             steps_v = b.const(node, 4, "steps") if node.has(4) else None
         starts_l = [int(v) for v in np.asarray(starts_v).reshape(-1)]
         ends_l = [int(v) for v in np.asarray(ends_v).reshape(-1)]
-        axes_l = [int(v) % x.rank for v in np.asarray(axes_v).reshape(-1)] if axes_v is not None else list(range(len(starts_l)))
+        axes_l = (
+            [int(v) % x.rank for v in np.asarray(axes_v).reshape(-1)]
+            if axes_v is not None
+            else list(range(len(starts_l)))
+        )
         steps_l = [int(v) for v in np.asarray(steps_v).reshape(-1)] if steps_v is not None else [1] * len(starts_l)
         begin, size, step = [0] * x.rank, list(x.shape), [1] * x.rank
         for axis, s, e, k in zip(axes_l, starts_l, ends_l, steps_l, strict=True):
@@ -165,7 +169,7 @@ def register(registry: ConverterRegistry) -> None:
         idx = np.where(idx < 0, idx + dim, idx)
         out_shape = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :])
         flat = idx.reshape(-1)
-        if flat.size and np.all(np.diff(flat) == 1) or flat.size == 1:
+        if (flat.size and np.all(np.diff(flat) == 1)) or flat.size == 1:
             starts = [0] * data.rank
             sizes = list(data.shape)
             starts[axis], sizes[axis] = int(flat[0]), int(flat.size)

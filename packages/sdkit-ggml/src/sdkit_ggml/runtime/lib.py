@@ -87,9 +87,36 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     **{
         f"ggml_{name}": (_P, (_P, _P))
         for name in (
-            "sqr", "sqrt", "log", "sin", "cos", "abs", "sgn", "neg", "step", "tanh", "elu", "relu",
-            "sigmoid", "gelu", "gelu_erf", "silu", "hardsigmoid", "hardswish", "exp", "floor", "ceil",
-            "round", "trunc", "softplus", "cont", "transpose", "sum_rows", "mean", "argmax", "soft_max",
+            "sqr",
+            "sqrt",
+            "log",
+            "sin",
+            "cos",
+            "abs",
+            "sgn",
+            "neg",
+            "step",
+            "tanh",
+            "elu",
+            "relu",
+            "sigmoid",
+            "gelu",
+            "gelu_erf",
+            "silu",
+            "hardsigmoid",
+            "hardswish",
+            "exp",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "softplus",
+            "cont",
+            "transpose",
+            "sum_rows",
+            "mean",
+            "argmax",
+            "soft_max",
         )
     },
     "ggml_leaky_relu": (_P, (_P, _P, _F, _B)),
@@ -230,7 +257,9 @@ def _load(directory: Path) -> GgmlLib:
                 cpu_handle = handle
         handles.append(ctypes.CDLL(str(main), mode=mode))
     except OSError as exc:
-        raise BackendUnavailableError("ggml", f"cannot load the ggml libraries from {directory}: {exc}", INSTALL_HINT) from None
+        raise BackendUnavailableError(
+            "ggml", f"cannot load the ggml libraries from {directory}: {exc}", INSTALL_HINT
+        ) from None
     version_fn = _find(handles, "ggml_version")
     if version_fn is None:
         raise BackendUnavailableError("ggml", f"{directory} has no ggml_version symbol", INSTALL_HINT)

@@ -83,7 +83,9 @@ class Program:
         for name, bound in self.plan.builder.index_bounds.items():
             values = np.asarray(feeds[name])
             if values.size and (values.min() < 0 or values.max() >= bound):
-                raise InputError(f"input {name!r}: indices must lie in [0, {bound}), got [{values.min()}, {values.max()}]")
+                raise InputError(
+                    f"input {name!r}: indices must lie in [0, {bound}), got [{values.min()}, {values.max()}]"
+                )
         for name, tensor in self.plan.inputs.items():
             data = to_storage(feeds[name], tensor, f"input {name!r}")
             self.lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)
