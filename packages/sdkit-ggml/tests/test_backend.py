@@ -15,7 +15,10 @@ from sdkit.testing import compare_with_reference, one_node_model
 
 
 def test_hooks_do_not_load_ggml() -> None:
-    code = "import sdkit; sdkit.backends; from sdkit.plugins import get_plugins; get_plugins(); import sys; print('libggml' in sys.modules, 'sdkit_ggml.runtime.lib' in sys.modules)"
+    code = (
+        "import sys; from sdkit.plugins import get_plugins; get_plugins(); "
+        "print('libggml' in sys.modules, 'sdkit_ggml.runtime.lib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

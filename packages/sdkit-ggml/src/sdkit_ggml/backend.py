@@ -85,7 +85,9 @@ class GgmlBackend(Backend):
         lib = load_library()
         entry = find_device(lib, device)
         backend = open_backend(lib, entry)
-        return GgmlCompiledModel(graph, weights, entry.device, options, lib, backend, default_registry())
+        return GgmlCompiledModel(
+            graph, weights, entry.device, options, lib=lib, backend=backend, registry=default_registry()
+        )
 
 
 def _folds_statically(node: onnx.NodeProto, known: set[str]) -> bool:

@@ -36,6 +36,7 @@ class GgmlCompiledModel(CompiledModel):
         weights: WeightSet,
         device: Device,
         options: Options,
+        *,
         lib: GgmlLib,
         backend: int,
         registry: ConverterRegistry,
@@ -56,9 +57,9 @@ class GgmlCompiledModel(CompiledModel):
         self._value_inputs: set[str] = set()
         static = all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape)
         if static:  # report problems at compile time when the signature is already known
-            specs = {i.name: (tuple(int(d) for d in i.shape), i.dtype) for i in self.inputs}
+            specs = {i.name: (tuple(int(d) for d in i.shape if isinstance(d, int)), i.dtype) for i in self.inputs}
             try:
-                self._program(specs, {})  # type: ignore[arg-type]
+                self._program(specs, {})
             except NeedsValue as need:
                 self._value_inputs.add(need.name)
 
@@ -98,7 +99,9 @@ class GgmlCompiledModel(CompiledModel):
             capacity = max(MIN_CAPACITY, TENSORS_PER_NODE * len(self.graph.proto.graph.node))
             builder = Builder(self._lib, capacity, self.options.precision)
             try:
-                plan = build_plan(self.graph.proto, self._constants, specs, self._registry, builder, values)
+                plan = build_plan(
+                    self.graph.proto, self._constants, specs, self._registry, builder, value_inputs=values
+                )
                 program = Program(self._lib, self._backend, plan, self.threads)
             except BaseException:
                 builder.free()
@@ -115,10 +118,11 @@ class GgmlCompiledModel(CompiledModel):
         """Re-upload every weight (re-running compile-time folding and weight preprocessing)."""
         constants = self._initializers(weights)
         for name, array in constants.items():
-            old = self._constants[name]
-            if array.shape != old.shape or array.dtype != old.dtype:
+            previous = self._constants[name]
+            if array.shape != previous.shape or array.dtype != previous.dtype:
                 raise InputError(
-                    f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, the model has {old.dtype}{list(old.shape)}"
+                    f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, "
+                    f"the model has {previous.dtype}{list(previous.shape)}"
                 )
         updates = []
         for program in self._programs.values():
@@ -141,10 +145,9 @@ class GgmlCompiledModel(CompiledModel):
             updates.append((program, entries))
         for program, entries in updates:
             program.upload(entries)
-            for old, new in zip(
-                [e for e in program.plan.builder.weights if e.source is not None], entries, strict=True
-            ):
-                old.array = new.array
+            refittable = [e for e in program.plan.builder.weights if e.source is not None]
+            for entry, new in zip(refittable, entries, strict=True):
+                entry.array = new.array
         self._constants = constants
 
     def memory(self) -> dict[str, int]:

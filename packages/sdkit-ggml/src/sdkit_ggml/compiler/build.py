@@ -49,6 +49,7 @@ def build_plan(
     input_specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]],
     registry: ConverterRegistry,
     builder: Builder,
+    *,
     value_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> Plan:
     """Lower ``proto`` (initializer values in ``constants``) for the given input shapes.
@@ -95,7 +96,7 @@ def build_plan(
                     ],
                 )
         try:
-            results = _lower(node, args, opset, opsets, registry, builder, plan)
+            results = _lower(node, args, opset, opsets=opsets, registry=registry, builder=builder, plan=plan)
         except Unsupported as exc:
             raise UnsupportedModelError(
                 BACKEND, [UnsupportedNode(_node_label(node), node.op_type, domain, opset, str(exc))]
@@ -114,6 +115,7 @@ def _lower(
     node: onnx.NodeProto,
     args: list[Value | None],
     opset: int,
+    *,
     opsets: Mapping[str, int],
     registry: ConverterRegistry,
     builder: Builder,

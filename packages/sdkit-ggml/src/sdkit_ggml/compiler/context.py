@@ -51,9 +51,11 @@ def storage_type(dtype: np.dtype[Any]) -> int:
 
 
 def storage_numpy(ggml_type: int) -> np.dtype[Any]:
-    return {L.GGML_TYPE_F32: np.dtype(np.float32), L.GGML_TYPE_F16: np.dtype(np.float16)}.get(
-        ggml_type, np.dtype(np.int32)
-    )
+    if ggml_type == L.GGML_TYPE_F32:
+        return np.dtype(np.float32)
+    if ggml_type == L.GGML_TYPE_F16:
+        return np.dtype(np.float16)
+    return np.dtype(np.int32)
 
 
 def ne_of(shape: Sequence[int]) -> tuple[int, int, int, int]:
@@ -116,7 +118,7 @@ class Node:
         return value
 
     def input_name(self, index: int) -> str:
-        return self.proto.input[index]
+        return str(self.proto.input[index])
 
 
 @dataclass
@@ -216,6 +218,7 @@ class Builder:
         self,
         array: np.ndarray | float,
         dtype: np.dtype[Any] | None = None,
+        *,
         source: str | None = None,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         key: str = "",

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from sdkit_ggml.compiler.context import BOOL, FLOAT_DTYPES, Builder, Tensor, Unsupported, ne_of
+
+__all__ = ["ne_of"]  # re-exported for converters
 from sdkit_ggml.runtime import lib as L
 
 COMMUTATIVE = {"ggml_add", "ggml_mul"}
@@ -94,7 +96,7 @@ def expand(b: Builder, t: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 def _repeatable(small: Sequence[int], big: Sequence[int]) -> bool:
-    return all(s == 1 or s == g for s, g in zip(ne_of(small), ne_of(big), strict=True))
+    return all(s in (1, g) for s, g in zip(ne_of(small), ne_of(big), strict=True))
 
 
 def binary(b: Builder, fn: str, x: Tensor, y: Tensor) -> Tensor:

@@ -49,7 +49,7 @@ def _spatial_pads(
 
 
 def conv2d(
-    b: Builder, x: Tensor, kernel: Tensor, stride: tuple[int, int], pad: tuple[int, int], dilation: tuple[int, int]
+    b: Builder, x: Tensor, kernel: Tensor, *, stride: tuple[int, int], pad: tuple[int, int], dilation: tuple[int, int]
 ) -> Tensor:
     """x [N,C,H,W] * kernel [OC,C,KH,KW] -> [N,OC,OH,OW] (symmetric padding)."""
     n, c, h, w = x.shape
@@ -89,7 +89,7 @@ def convolution(
     x: Tensor,
     kernel_of_group: list[Tensor],
     bias: Tensor | None,
-    node: Node,
+    *,
     strides: list[int],
     dilations: list[int],
     before: list[int],
@@ -105,7 +105,8 @@ def convolution(
     groups = len(kernel_of_group)
     group_in = x.shape[1] // groups
     outputs = []
-    for g, kernel in enumerate(kernel_of_group):
+    for g, group_kernel in enumerate(kernel_of_group):
+        kernel = group_kernel
         part = (
             x
             if groups == 1
@@ -114,7 +115,14 @@ def convolution(
         if one_d:
             kernel = ops.reshape(b, kernel, (kernel.shape[0], kernel.shape[1], 1, kernel.shape[2]))
         outputs.append(
-            conv2d(b, part, kernel, (strides[0], strides[1]), (before[0], before[1]), (dilations[0], dilations[1]))
+            conv2d(
+                b,
+                part,
+                kernel,
+                stride=(strides[0], strides[1]),
+                pad=(before[0], before[1]),
+                dilation=(dilations[0], dilations[1]),
+            )
         )
     y = outputs[0] if groups == 1 else ops.concat(b, outputs, 1)
     if bias is not None:
@@ -176,7 +184,7 @@ def register(registry: ConverterRegistry) -> None:
             raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
         kernels = _group_kernels(b, node, groups, transform=_as_float32)
         bias = b.tensor(node, 2) if node.has(2) else None
-        return [convolution(b, x, kernels, bias, node, strides, dilations, before, after)]
+        return [convolution(b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after)]
 
     @registry.register("ConvTranspose", since_version=1, check=check_conv)
     def convert_conv_transpose(b: Builder, node: Node) -> list[Value]:
@@ -224,4 +232,4 @@ def register(registry: ConverterRegistry) -> None:
 
         kernels = _group_kernels(b, node, groups, transform=flipped)
         bias = b.tensor(node, 2) if node.has(2) else None
-        return [convolution(b, up, kernels, bias, node, [1, 1], dilations, before, after)]
+        return [convolution(b, up, kernels, bias, strides=[1, 1], dilations=dilations, before=before, after=after)]

@@ -74,7 +74,8 @@ def register(registry: ConverterRegistry) -> None:
         a_vector = a.rank == 1
         if a_vector:
             a = ops.reshape(b, a, (1, a.shape[0]))
-        b_vector = np.ndim(node.value(1)) == 1 if not isinstance(node.value(1), Tensor) else node.value(1).rank == 1
+        right = node.value(1)
+        b_vector = right.rank == 1 if isinstance(right, Tensor) else np.ndim(right) == 1
         bt = transposed_operand(b, node, 1)
         y = matmul(b, a, bt)
         shape = list(y.shape)
@@ -136,7 +137,10 @@ def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
     for c in batch + contract:
         if x.shape[ta.index(c)] != y.shape[tb.index(c)]:
             raise Unsupported(f"Einsum {equation!r}: index {c!r} has different sizes")
-    size = lambda cs: math.prod(dims[c] for c in cs)  # noqa: E731
+
+    def size(letters: list[str]) -> int:
+        return math.prod(dims[c] for c in letters)
+
     xa = ops.reshape(
         b,
         ops.transpose(b, x, [ta.index(c) for c in batch + left + contract]),

@@ -120,7 +120,7 @@ def register(registry: ConverterRegistry) -> None:
         if node.attr("select_last_index", 0):
             raise Unsupported(f"{node.op} with select_last_index")
         axis = int(node.attr("axis", 0)) % x.rank
-        rows, kept_shape, _ = _rows_last(b, x, [axis])
+        rows, _, _ = _rows_last(b, x, [axis])
         if node.op == "ArgMin":
             rows = ops.unary(b, "ggml_neg", rows)
         result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))

@@ -42,7 +42,8 @@ def _onnx_nearest(in_size: int, out_size: int, scale: float, mode: str, rounding
 
 def _ggml_nearest(in_size: int, out_size: int) -> np.ndarray:
     sf = np.float32(out_size) / np.float32(in_size)
-    return np.minimum((np.arange(out_size, dtype=np.float32) / sf).astype(np.int64), in_size - 1)
+    picked: np.ndarray = np.minimum((np.arange(out_size, dtype=np.float32) / sf).astype(np.int64), in_size - 1)
+    return picked
 
 
 def register(registry: ConverterRegistry) -> None:
@@ -53,7 +54,9 @@ def register(registry: ConverterRegistry) -> None:
         ops.require_rank(x, 4, "Resize")
         mode = node.attr("mode", "nearest")
         if node.op == "Upsample":
-            scales = np.asarray(node.attr("scales") if node.opset < 9 else b.const(node, 1, "scales"), dtype=np.float64)
+            scales: np.ndarray | None = np.asarray(
+                node.attr("scales") if node.opset < 9 else b.const(node, 1, "scales"), dtype=np.float64
+            )
             sizes = None
             transform = "asymmetric"
         else:
@@ -102,7 +105,8 @@ def register(registry: ConverterRegistry) -> None:
             exact = all(abs(float(s) - o / i) < 1e-9 for s, o, i in zip(scales, out_shape, x.shape, strict=True))
             if any(o < i for o, i in zip(out_shape, x.shape, strict=True)) or not exact:
                 raise Unsupported(
-                    "Resize linear downsampling or a scale that is not out/in: ggml's bilinear maps coordinates by out/in"
+                    "Resize linear downsampling or a scale that is not out/in: "
+                    "ggml's bilinear maps coordinates by out/in"
                 )
             if transform in ("half_pixel", "pytorch_half_pixel"):
                 flags = L.GGML_SCALE_MODE_BILINEAR

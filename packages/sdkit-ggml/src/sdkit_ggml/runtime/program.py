@@ -3,6 +3,7 @@ the ggml graph created once and computed again on every run."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +21,9 @@ def to_storage(array: np.ndarray, tensor: Tensor, what: str) -> np.ndarray:
     """Convert a numpy array to the ggml storage of ``tensor`` (F32, F16 or I32), checked."""
     target = storage_numpy(tensor.ggml_type)
     array = np.asarray(array)
-    if target == np.int32 and array.dtype != np.int32 and array.size:
-        if array.dtype.kind in "iu" and (array.min() < _I32_MIN or array.max() > _I32_MAX):
-            raise InputError(f"{what}: integer values outside the int32 range ggml stores")
+    out_of_range = array.dtype.kind in "iu" and array.size and (array.min() < _I32_MIN or array.max() > _I32_MAX)
+    if target == np.int32 and out_of_range:
+        raise InputError(f"{what}: integer values outside the int32 range ggml stores")
     converted = np.ascontiguousarray(array, dtype=target)
     if converted.size != tensor.size:
         raise InputError(f"{what}: {array.size} elements, expected {tensor.size} ({list(tensor.shape)})")
@@ -31,8 +32,8 @@ def to_storage(array: np.ndarray, tensor: Tensor, what: str) -> np.ndarray:
 
 def from_storage(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     if dtype == BOOL:
-        return raw != 0
-    return raw.astype(dtype, copy=False)
+        return np.asarray(raw != 0)
+    return np.asarray(raw.astype(dtype, copy=False))
 
 
 class Program:
@@ -114,7 +115,5 @@ class Program:
         self.plan.builder.free()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone
             self.close()
-        except Exception:  # interpreter shutdown: the library may already be gone
-            pass
