@@ -75,6 +75,9 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     ggml_type: int = L.GGML_TYPE_F32
+    # Known value range of an integer tensor (argmax results, index arithmetic): lets
+    # computed gather indices be proven in range at compile time.
+    bounds: tuple[int, int] | None = None
 
     @property
     def rank(self) -> int:

@@ -6,6 +6,7 @@ the same conditions first and raise ``Unsupported`` instead. Every result is con
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,8 +39,8 @@ def reshape(b: Builder, t: Tensor, shape: Sequence[int]) -> Tensor:
     if math.prod(shape) != t.size:
         raise Unsupported(f"cannot reshape {list(t.shape)} to {list(shape)}")
     if ne_of(shape) == ne_of(t.shape):
-        return Tensor(t.ptr, shape, t.dtype, t.ggml_type)
-    return b.op("ggml_reshape_4d", t.ptr, *ne_of(shape), shape=shape, dtype=t.dtype)
+        return Tensor(t.ptr, shape, t.dtype, t.ggml_type, t.bounds)
+    return with_bounds(b.op("ggml_reshape_4d", t.ptr, *ne_of(shape), shape=shape, dtype=t.dtype), t.bounds)
 
 
 def cont(b: Builder, t: Tensor) -> Tensor:
@@ -67,7 +68,7 @@ def transpose(b: Builder, t: Tensor, perm: Sequence[int]) -> Tensor:
         axes[r - 1 - p] = r - 1 - j
     view = b.op("ggml_permute", t.ptr, *axes, shape=out_shape, dtype=t.dtype)
     # permute gives a non-contiguous view whose ne is already out_shape's.
-    return b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype)
+    return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
 
 
 def broadcast_shape(a: Sequence[int], c: Sequence[int]) -> tuple[int, ...]:
@@ -174,7 +175,7 @@ def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int
         dtype=t.dtype,
         ggml_type=t.ggml_type,
     )
-    return b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype)
+    return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
 
 
 def concat(b: Builder, tensors: Sequence[Tensor], axis: int) -> Tensor:
@@ -197,4 +198,8 @@ def concat(b: Builder, tensors: Sequence[Tensor], axis: int) -> Tensor:
 
 def retype(t: Tensor, dtype: np.dtype[Any]) -> Tensor:
     """The same data seen as another ONNX dtype of the same ggml storage."""
-    return Tensor(t.ptr, t.shape, np.dtype(dtype), t.ggml_type)
+    return Tensor(t.ptr, t.shape, np.dtype(dtype), t.ggml_type, t.bounds)
+
+
+def with_bounds(t: Tensor, bounds: tuple[int, int] | None) -> Tensor:
+    return t if bounds is None else dataclasses.replace(t, bounds=bounds)

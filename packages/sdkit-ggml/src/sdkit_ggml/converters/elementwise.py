@@ -7,6 +7,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import BOOL, Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.converters.integer import integer_binary, is_integer
 from sdkit_ggml.runtime import lib as L
 
 BINARY = {"Add": "ggml_add", "Sub": "ggml_sub", "Mul": "ggml_mul", "Div": "ggml_div"}
@@ -39,6 +40,8 @@ def _binary_values(b: Builder, node: Node, fn: str) -> Tensor:
 def register(registry: ConverterRegistry) -> None:
     @registry.register(list(BINARY), since_version=7)
     def convert_binary(b: Builder, node: Node) -> list[Value]:
+        if is_integer(node.value(0)) or is_integer(node.value(1)):
+            return [integer_binary(b, node)]
         return [_binary_values(b, node, BINARY[node.op])]
 
     @registry.register(list(UNARY), since_version=6)

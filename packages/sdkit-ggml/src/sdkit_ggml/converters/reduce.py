@@ -124,6 +124,7 @@ def register(registry: ConverterRegistry) -> None:
         if node.op == "ArgMin":
             rows = ops.unary(b, "ggml_neg", rows)
         result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
+        result = ops.with_bounds(result, (0, rows.shape[1] - 1))
         shape = list(x.shape)
         if node.attr("keepdims", 1):
             shape[axis] = 1

@@ -243,8 +243,12 @@ def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, constant:
     if indices.ggml_type != L.GGML_TYPE_I32:
         raise Unsupported("Gather indices must be integers")
     source = "" if constant else b.input_names.get(indices.ptr)
+    dim = data.shape[axis]
     if source is None:
-        raise Unsupported("Gather with computed indices (indices must be a graph input or a constant)")
+        proven = indices.bounds is not None and indices.bounds[0] >= 0 and indices.bounds[1] < dim
+        if not proven:
+            raise Unsupported("Gather with computed indices not provably in range (ggml would abort on a bad index)")
+        source = ""
     if source:  # a graph input: its values are range-checked before each run
         bound = data.shape[axis]
         b.index_bounds[source] = min(bound, b.index_bounds.get(source, bound))
