@@ -1,8 +1,9 @@
 """Comparisons, boolean logic and Where, on bools stored as F32 0/1.
 
 ggml has no comparison kernels; ggml_step (1 where x > 0) gives exact 0/1 results from
-differences of finite values. Where is c*x + (1-c)*y: exact for finite x and y (an infinite
-value in the branch not taken would give NaN; masks in exported graphs are constants and fold).
+differences of finite values. Where is c*x + (1-c)*y: exact for finite x and y; a constant
+all-infinite branch (attention masks' -inf) becomes +-log(c) instead, which is exact too.
+An infinite value inside a runtime tensor in the branch not taken would still give NaN.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ def _float_inputs(b: Builder, node: Node) -> tuple[Tensor, Tensor]:
         if t.dtype.kind in "iu":
             raise Unsupported(f"{node.op} on {t.dtype}: ggml compares float tensors only")
     return x, y
+
+
+def _masked(b: Builder, node: Node, index: int, mask: Tensor) -> Tensor:
+    """value * mask (mask 0/1), without inf * 0 = NaN for a constant infinite branch: there
+    the term is +-log(mask), which is 0 where selected and +-inf where not."""
+    value = node.value(index)
+    if not isinstance(value, Tensor):
+        array = np.asarray(value)
+        if array.size and np.isinf(array).all() and (array == array.reshape(-1)[0]).all():
+            log_mask = ops.unary(b, "ggml_log", mask)
+            return log_mask if array.reshape(-1)[0] < 0 else ops.unary(b, "ggml_neg", log_mask)
+    return ops.binary(b, "ggml_mul", b.tensor(node, index), mask)
 
 
 def register(registry: ConverterRegistry) -> None:
@@ -72,9 +85,9 @@ def register(registry: ConverterRegistry) -> None:
             cond_t = b.constant(np.asarray(cond, dtype=np.float32), dtype=np.dtype(np.float32))
         else:
             cond_t = ops.retype(cond, np.dtype(np.float32))
-        x, y = b.tensor(node, 1), b.tensor(node, 2)
-        if x.dtype.kind in "iu" or y.dtype.kind in "iu":
-            raise Unsupported("Where on integer tensors: ggml selects float tensors only")
-        picked = ops.binary(b, "ggml_mul", x, cond_t)
-        other = ops.binary(b, "ggml_mul", y, _not(b, cond_t))
-        return [ops.retype(ops.binary(b, "ggml_add", picked, other), x.dtype)]
+        for index in (1, 2):
+            if node.value(index).dtype.kind in "iu":
+                raise Unsupported("Where on integer tensors: ggml selects float tensors only")
+        picked = _masked(b, node, 1, cond_t)
+        other = _masked(b, node, 2, _not(b, cond_t))
+        return [ops.retype(ops.binary(b, "ggml_add", picked, other), node.value(1).dtype)]
