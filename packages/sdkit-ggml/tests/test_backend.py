@@ -123,3 +123,22 @@ def test_fp16_conv_error_is_small() -> None:
     half = sdkit.compile(model, backend="ggml", precision="fp16").run({"x": x})["out0"]
     assert max(compare_with_reference({"out0": exact}, model, {"x": x}).values()) <= 1e-5
     assert 0 < float(np.abs(half - exact).max()) <= 2e-2
+
+
+def test_refit_recomputes_folded_weight_preprocessing() -> None:
+    rng = np.random.default_rng(5)
+    w1, w2 = rng.random((3, 4), dtype=np.float32), rng.random((3, 4), dtype=np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, [3, 4], w1.ravel())],
+    )
+    model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    compiled = sdkit.compile(model, backend="ggml")
+    x = rng.random((2, 4), dtype=np.float32)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w1.T, rtol=1e-5)
+    compiled.refit(model.weights.updated({"w": w2}))
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w2.T, rtol=1e-5)

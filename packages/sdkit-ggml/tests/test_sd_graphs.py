@@ -36,6 +36,15 @@ def test_tiny_clip_text(sd_fixtures: Any) -> None:
     _check(sd_fixtures.load_model("tiny_clip_text"), sd_fixtures.example_inputs("tiny_clip_text"))
 
 
+def test_tiny_controlnet(sd_fixtures: Any) -> None:
+    _check(sd_fixtures.load_model("tiny_controlnet"), sd_fixtures.example_inputs("tiny_controlnet"))
+
+
+@pytest.mark.slow
+def test_sd15_vae_encoder(sd_fixtures: Any) -> None:
+    _check(sd_fixtures.load_model("sd15_vae_encoder"), sd_fixtures.example_inputs("sd15_vae_encoder"))
+
+
 @pytest.mark.slow
 def test_sd15_vae_decoder(sd_fixtures: Any) -> None:
     _check(sd_fixtures.load_model("sd15_vae_decoder"), sd_fixtures.example_inputs("sd15_vae_decoder"))
