@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from sdkit.errors import UnsupportedModelError, UnsupportedNode
 
-from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
+from sdkit_ggml.compiler.context import Builder, NeedsValue, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.fold import NOT_FOLDABLE, evaluate_node
 from sdkit_ggml.compiler.registry import ConverterRegistry
 
@@ -97,6 +97,14 @@ def build_plan(
                 )
         try:
             results = _lower(node, args, opset, opsets=opsets, registry=registry, builder=builder, plan=plan)
+        except NeedsValue:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, RuntimeError) as exc:
+            # a converter tripping over inconsistent attributes or shapes: still one clear error
+            raise UnsupportedModelError(
+                BACKEND,
+                [UnsupportedNode(_node_label(node), node.op_type, domain, opset, f"{type(exc).__name__}: {exc}")],
+            ) from None
         except Unsupported as exc:
             raise UnsupportedModelError(
                 BACKEND, [UnsupportedNode(_node_label(node), node.op_type, domain, opset, str(exc))]

@@ -174,6 +174,8 @@ class Builder:
         ggml_type: int = L.GGML_TYPE_F32,
     ) -> Tensor:
         """Call ggml function ``fn(ctx, *args)`` expected to produce ONNX ``shape``."""
+        if any(d < 0 for d in shape):
+            raise Unsupported(f"negative dimension in {list(shape)}")
         if 0 in shape:
             raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
         self._reserve()

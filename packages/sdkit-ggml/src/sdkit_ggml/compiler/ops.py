@@ -145,6 +145,11 @@ def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int
     """A strided view (copied to contiguous) of ``t``: per ONNX axis start, size, step>0."""
     r = t.rank
     require_rank(t, 4, "Slice")
+    if len(starts) != r or len(sizes) != r or len(steps) != r:
+        raise Unsupported(f"slice of a rank-{r} tensor given {len(starts)} axes")
+    for dim, start, size, step in zip(t.shape, starts, sizes, steps, strict=True):
+        if size < 1 or step < 1 or start < 0 or start + (size - 1) * step >= dim:
+            raise Unsupported(f"slice start {start}, size {size}, step {step} outside a dim of {dim}")
     if r and steps[-1] != 1 and sizes[-1] > 1:
         # ggml views cannot stride the innermost dim; move it out of the way and back.
         perm = [r - 1, *range(r - 1)]

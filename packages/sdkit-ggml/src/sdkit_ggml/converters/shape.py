@@ -188,6 +188,8 @@ def register(registry: ConverterRegistry) -> None:
     def convert_tile(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         repeats = [int(r) for r in np.asarray(b.const(node, 1, "repeats")).reshape(-1)]
+        if len(repeats) != x.rank or any(r < 1 for r in repeats):
+            raise Unsupported(f"Tile repeats {repeats} for a rank-{x.rank} input (each must be >= 1)")
         shape = tuple(d * r for d, r in zip(x.shape, repeats, strict=True))
         ops.require_rank(x, 4, "Tile")
         if x.ggml_type != L.GGML_TYPE_F32:
@@ -206,10 +208,14 @@ def register(registry: ConverterRegistry) -> None:
             value = float(np.asarray(b.const(node, 2, "constant_value")).reshape(-1)[0]) if node.has(2) else 0.0
             if node.has(3):
                 axes = [int(a) % x.rank for a in np.asarray(b.const(node, 3, "axes")).reshape(-1)]
+                if len(pads) != 2 * len(axes):
+                    raise Unsupported(f"Pad: {len(pads)} pads for {len(axes)} axes")
                 full = [0] * (2 * x.rank)
                 for i, a in enumerate(axes):
                     full[a], full[a + x.rank] = pads[i], pads[i + len(axes)]
                 pads = full
+        if len(pads) != 2 * x.rank:
+            raise Unsupported(f"Pad: {len(pads)} pads for a rank-{x.rank} input")
         if mode != "constant":
             raise Unsupported(f"Pad mode {mode!r}: only constant padding is lowered to ggml")
         return [pad_constant(b, x, pads[: x.rank], pads[x.rank :], value)]
@@ -219,6 +225,8 @@ def pad_constant(b: Builder, x: Tensor, before: list[int], after: list[int], val
     """Zero padding with ggml_pad_ext; a non-zero value is added where the padding went."""
     ops.require_rank(x, 4, "Pad")
     ops.require_float(x, what="Pad")
+    if any(d + p + q < 1 for d, p, q in zip(x.shape, before, after, strict=True)):
+        raise Unsupported(f"Pad: pads {before} {after} leave nothing of {list(x.shape)}")
     if any(p < 0 for p in [*before, *after]):
         starts = [max(0, -p) for p in before]
         sizes = [d - max(0, -p) - max(0, -q) for d, p, q in zip(x.shape, before, after, strict=True)]
