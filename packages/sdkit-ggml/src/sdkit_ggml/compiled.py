@@ -12,7 +12,7 @@ from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
 
 from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
-from sdkit_ggml.compiler.context import Builder, NeedsValue
+from sdkit_ggml.compiler.context import Builder, NeedsValue, Tensor
 from sdkit_ggml.runtime.program import Program
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class GgmlCompiledModel(CompiledModel):
         self._registry = registry
         self._constants = self._initializers(weights)
         self._programs: dict[Signature, Program] = {}
+        self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
@@ -97,7 +98,7 @@ class GgmlCompiledModel(CompiledModel):
             if program is not None:
                 return program
             capacity = max(MIN_CAPACITY, TENSORS_PER_NODE * len(self.graph.proto.graph.node))
-            builder = Builder(self._lib, capacity, self.options.precision)
+            builder = Builder(self._lib, capacity, self.options.precision, self._shared_weights)
             try:
                 plan = build_plan(
                     self.graph.proto, self._constants, specs, self._registry, builder, value_inputs=values
@@ -106,6 +107,10 @@ class GgmlCompiledModel(CompiledModel):
             except BaseException:
                 builder.free()
                 raise
+            # Programs live as long as this model, so later signatures may use these weights;
+            # only those computed from weights alone (other folded values depend on input shapes).
+            shareable = builder.weight_derived
+            self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
             self._programs[signature] = program
             return program
 
@@ -162,6 +167,7 @@ class GgmlCompiledModel(CompiledModel):
             for program in self._programs.values():
                 program.close()
             self._programs.clear()
+            self._shared_weights.clear()
 
 
 __all__ = ["GgmlCompiledModel", "SdkitError"]

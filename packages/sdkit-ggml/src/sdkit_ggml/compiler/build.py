@@ -57,6 +57,8 @@ def build_plan(
     axes...), compiled in as constants."""
     opsets = opsets_of(proto)
     values: dict[str, Value] = dict(constants)
+    builder.weight_derived.update(constants)
+    builder.weight_dependent.update(constants)
     values.update(value_inputs or {})
     inputs: dict[str, Tensor] = {}
     plan = Plan(builder, inputs, {}, value_inputs=dict(value_inputs or {}))
@@ -133,6 +135,11 @@ def _lower(
     present = [a for a in args if a is not None]
     if node.op_type not in NOT_FOLDABLE and not any(isinstance(a, Tensor) for a in present) and not _has_subgraph(node):
         plan.folded.append(node)
+        if any(name in builder.weight_dependent for name in node.input if name):
+            builder.weight_dependent.update(o for o in node.output if o)
+        if all(name in builder.weight_derived for name in node.input if name):
+            # computed from weights alone: the same for every input signature
+            builder.weight_derived.update(o for o in node.output if o)
         return list(evaluate_node(node, [None if a is None else np.asarray(a) for a in args], opsets))
     if domain == "" and node.op_type in ("Shape", "Size") and present and isinstance(present[0], Tensor):
         value = _shape_of(node, present[0])

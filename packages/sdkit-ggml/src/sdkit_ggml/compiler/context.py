@@ -9,7 +9,7 @@ Layout convention: a Tensor is always contiguous, with ggml ``ne`` the reversed 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -139,8 +139,16 @@ class Builder:
     """Creates the ggml graph of one shape signature. Every ggml call goes through ``op`` so
     that the tensor count stays under the context's capacity and each result's ne is checked."""
 
-    def __init__(self, lib: GgmlLib, capacity: int, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        lib: GgmlLib,
+        capacity: int,
+        precision: str = "fp32",
+        shared_weights: Mapping[tuple[str, str], Tensor] | None = None,
+    ) -> None:
         self.lib = lib
+        # Weights already on the device from another signature's graph: reused, not re-uploaded.
+        self.shared_weights = shared_weights or {}
         self.capacity = capacity
         self.precision = precision
         overhead = lib.ggml_tensor_overhead()
@@ -152,7 +160,12 @@ class Builder:
         self.count = 0
         self.weight_count = 0
         self.weights: list[WeightEntry] = []
-        self._weight_cache: dict[tuple[str, str], Tensor] = {}
+        self.weight_cache: dict[tuple[str, str], Tensor] = {}
+        # Graph values that depend on the weights only (initializers and what folds from them).
+        self.weight_derived: set[str] = set()
+        # Graph values refit may change (initializers and anything folded from them): never
+        # specialised on their contents.
+        self.weight_dependent: set[str] = set()
         self.structural: dict[str, np.ndarray] = {}  # constants the graph's structure depends on
         self.input_names: dict[int, str] = {}  # graph input tensor ptr -> input name
         # Runtime index inputs to range-check before compute (ggml asserts on a bad index):
@@ -235,14 +248,16 @@ class Builder:
         raw = np.asarray(array)
         if source is not None:
             cache_key = (source, key + ("/f16" if half else ""))
-            if cache_key in self._weight_cache:
-                return self._weight_cache[cache_key]
+            if cache_key in self.weight_cache:
+                return self.weight_cache[cache_key]
+            if cache_key in self.shared_weights:
+                return self.shared_weights[cache_key]
         value = transform(raw) if transform is not None else raw
         onnx_dtype = np.dtype(dtype or (raw.dtype if raw.dtype != np.float64 else np.float32))
         ggml_type = L.GGML_TYPE_F16 if half else storage_type(onnx_dtype)
         tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
         if source is not None:
-            self._weight_cache[cache_key] = tensor
+            self.weight_cache[cache_key] = tensor
         return tensor
 
     def tensor(
@@ -260,6 +275,13 @@ class Builder:
                 raise Unsupported(f"input {index} must be a constant (weights known at compile time)")
             return value
         return self.constant(value, source=node.input_name(index), transform=transform, key=key, half=half)
+
+    def fixed_value(self, node: Node, index: int) -> np.ndarray | None:
+        """Input ``index`` as a constant refit cannot change (attributes, shapes), else None."""
+        value = node.value(index)
+        if isinstance(value, Tensor) or node.input_name(index) in self.weight_dependent:
+            return None
+        return np.asarray(value)
 
     def const(self, node: Node, index: int, what: str = "") -> np.ndarray:
         """Input ``index`` of ``node`` as a compile-time constant the graph structure depends on

@@ -37,11 +37,40 @@ def _binary_values(b: Builder, node: Node, fn: str) -> Tensor:
     return ops.binary(b, fn, x, y)
 
 
+# x op c == x exactly for these (op, c); the constant side may be on the left for + and *.
+_NEUTRAL = {("Add", 0.0, 1), ("Add", 0.0, 0), ("Sub", 0.0, 1), ("Mul", 1.0, 1), ("Mul", 1.0, 0), ("Div", 1.0, 1)}
+
+
+def _with_uniform_constant(b: Builder, node: Node) -> Tensor | None:
+    """A constant operand holding one repeated value (torch's baddbmm exports add a zeros
+    tensor as large as the attention scores) is not materialised: a neutral one is dropped,
+    another is uploaded as a single broadcast element. Only for constants refit cannot change."""
+    for index in (0, 1):
+        other = node.value(1 - index)
+        array = b.fixed_value(node, index)
+        if array is None or not isinstance(other, Tensor) or array.size == 0:
+            continue
+        first = array.reshape(-1)[0]
+        if not bool((array == first).all()) or array.dtype.kind != "f":
+            continue
+        out_shape = ops.broadcast_shape(other.shape, array.shape)
+        if (node.op, float(first), index) in _NEUTRAL and not np.signbit(first):
+            return ops.expand(b, other, out_shape)
+        single = b.constant(np.full((1,) * max(array.ndim, 1), first, dtype=np.float32))
+        pair = (single, other) if index == 0 else (other, single)
+        result = ops.binary(b, BINARY[node.op], *pair)
+        return result if result.shape == out_shape else ops.expand(b, result, out_shape)
+    return None
+
+
 def register(registry: ConverterRegistry) -> None:
     @registry.register(list(BINARY), since_version=7)
     def convert_binary(b: Builder, node: Node) -> list[Value]:
         if is_integer(node.value(0)) or is_integer(node.value(1)):
             return [integer_binary(b, node)]
+        simplified = _with_uniform_constant(b, node)
+        if simplified is not None:
+            return [simplified]
         return [_binary_values(b, node, BINARY[node.op])]
 
     @registry.register(list(UNARY), since_version=6)
