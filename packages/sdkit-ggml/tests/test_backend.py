@@ -142,3 +142,28 @@ def test_refit_recomputes_folded_weight_preprocessing() -> None:
     np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w1.T, rtol=1e-5)
     compiled.refit(model.weights.updated({"w": w2}))
     np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w2.T, rtol=1e-5)
+
+
+def test_check_reports_attribute_values_and_dtypes() -> None:
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["a"], mode="reflect"),
+        helper.make_node("Resize", ["a", "", "scales"], ["b"], mode="cubic"),
+        helper.make_node("Cast", ["b"], ["y"], to=TensorProto.DOUBLE),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        initializer=[
+            helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1]),
+            helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2]),
+        ],
+    )
+    model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    report = sdkit.check(model, backend="ggml")["ggml"]
+    reasons = {u.op_type: u.reason for u in report.unsupported}
+    assert set(reasons) == {"Pad", "Resize", "Cast"}
+    assert "reflect" in reasons["Pad"]
+    assert "cubic" in reasons["Resize"]
+    assert "float64" in reasons["Cast"]

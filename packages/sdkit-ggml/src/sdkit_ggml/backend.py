@@ -41,9 +41,11 @@ class GgmlBackend(Backend):
 
     def check(self, graph: Graph) -> SupportReport:
         from sdkit_ggml.compiler.registry import default_registry
+        from sdkit_ggml.compiler.static_checks import SUPPORTED_DTYPES, tensor_dtypes, unsupported_dtype
 
         registry = default_registry()
         report = SupportReport(self.name)
+        dtypes = tensor_dtypes(graph.proto)
         opsets = {(e.domain if e.domain != "ai.onnx" else ""): int(e.version) for e in graph.proto.opset_import}
         known = set(graph.initializer_names)
         for node in graph.nodes:
@@ -62,13 +64,13 @@ class GgmlBackend(Backend):
                     else "operator not supported by sdkit-ggml"
                 )
             else:
-                why = converter.check(node) if converter.check else None
+                why = (converter.check(node) if converter.check else None) or unsupported_dtype(node, dtypes)
             if why:
                 report.unsupported.append(
                     UnsupportedNode(node.name or node.output[0], node.op_type, domain, opset, why)
                 )
         for info in graph.inputs:
-            if info.dtype.kind not in "fiub" or (info.dtype.itemsize > 4 and info.dtype.kind == "f"):
+            if info.dtype not in SUPPORTED_DTYPES:
                 report.unsupported.append(
                     UnsupportedNode(f"input {info.name}", "<input>", "", 0, f"ggml has no {info.dtype} tensors")
                 )
@@ -92,7 +94,8 @@ class GgmlBackend(Backend):
 
 def _folds_statically(node: onnx.NodeProto, known: set[str]) -> bool:
     """Constant nodes, shape queries and nodes fed only by constants fold at compile time."""
+    from sdkit_ggml.compiler.fold import NOT_FOLDABLE
+
     if node.op_type in ("Constant", "Shape", "Size"):
         return True
-    inputs = [i for i in node.input if i]
-    return bool(inputs) and all(i in known for i in inputs)
+    return node.op_type not in NOT_FOLDABLE and all(i in known for i in node.input if i)

@@ -7,6 +7,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import BOOL, Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import SUPPORTED_DTYPES, check_cast
 from sdkit_ggml.converters.integer import integer_binary, is_integer
 from sdkit_ggml.runtime import lib as L
 
@@ -201,7 +202,7 @@ def register(registry: ConverterRegistry) -> None:
             result = ops.binary(b, "ggml_add", result, b.tensor(node, i))
         return [ops.binary(b, "ggml_div", result, b.constant(np.full((1,), len(node.inputs), np.float32)))]
 
-    @registry.register("Cast", since_version=6)
+    @registry.register("Cast", since_version=6, check=check_cast)
     def convert_cast(b: Builder, node: Node) -> list[Value]:
         from onnx import helper
 
@@ -246,7 +247,7 @@ def cast(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:
     bools (F32 0/1) and integers (I32)."""
     if target == x.dtype:
         return x
-    if target == np.float64 or target.kind not in "fiub":
+    if target not in SUPPORTED_DTYPES:
         raise Unsupported(f"Cast to {target}: ggml has no such tensors")
     if target == BOOL:
         if x.ggml_type != L.GGML_TYPE_F32:

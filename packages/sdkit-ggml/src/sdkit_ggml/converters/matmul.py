@@ -14,6 +14,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import check_einsum
 
 
 def _swap_last(array: np.ndarray) -> np.ndarray:
@@ -102,7 +103,7 @@ def register(registry: ConverterRegistry) -> None:
             y = ops.binary(b, "ggml_add", y, c)
         return [y]
 
-    @registry.register("Einsum", since_version=12)
+    @registry.register("Einsum", since_version=12, check=check_einsum)
     def convert_einsum(b: Builder, node: Node) -> list[Value]:
         return [
             einsum(b, str(node.attr("equation")).replace(" ", ""), [b.tensor(node, i) for i in range(len(node.inputs))])

@@ -13,6 +13,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import check_extra_outputs
 
 
 def normalize_rows(b: Builder, x: Tensor, rows: int, eps: float) -> Tensor:
@@ -58,7 +59,7 @@ def register(registry: ConverterRegistry) -> None:
         y = ops.binary(b, "ggml_mul", y, _per_channel(b, node, 1, channels, x.rank))
         return [ops.binary(b, "ggml_add", y, _per_channel(b, node, 2, channels, x.rank))]
 
-    @registry.register("LayerNormalization", since_version=17)
+    @registry.register("LayerNormalization", since_version=17, check=check_extra_outputs)
     def convert_layer_norm(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         if len([o for o in node.proto.output if o]) > 1:
@@ -75,7 +76,7 @@ def register(registry: ConverterRegistry) -> None:
             raise Unsupported(f"LayerNormalization scale shape {list(scale.shape)} does not fit {list(norm_shape)}")
         return [y]
 
-    @registry.register("BatchNormalization", since_version=6)
+    @registry.register("BatchNormalization", since_version=6, check=check_extra_outputs)
     def convert_batch_norm(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         if node.attr("training_mode", 0):

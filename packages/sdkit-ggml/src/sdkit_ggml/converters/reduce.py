@@ -10,6 +10,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import check_arg
 from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.runtime import lib as L
 
@@ -111,7 +112,7 @@ def register(registry: ConverterRegistry) -> None:
                 y = ops.unary(b, "ggml_log", y)
         return [ops.reshape(b, y, out_shape)]
 
-    @registry.register(["ArgMax", "ArgMin"], since_version=1)
+    @registry.register(["ArgMax", "ArgMin"], since_version=1, check=check_arg)
     def convert_argmax(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24

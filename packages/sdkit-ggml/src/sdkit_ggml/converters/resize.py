@@ -12,6 +12,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import check_resize
 from sdkit_ggml.runtime import lib as L
 
 
@@ -47,7 +48,7 @@ def _ggml_nearest(in_size: int, out_size: int) -> np.ndarray:
 
 
 def register(registry: ConverterRegistry) -> None:
-    @registry.register(["Resize", "Upsample"], since_version=7)
+    @registry.register(["Resize", "Upsample"], since_version=7, check=check_resize)
     def convert_resize(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         ops.require_float(x, what="Resize")

@@ -10,6 +10,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import check_pad
 from sdkit_ggml.runtime import lib as L
 
 
@@ -196,7 +197,7 @@ def register(registry: ConverterRegistry) -> None:
             raise Unsupported("ggml tiles F32 tensors only")
         return [b.op("ggml_repeat_4d", x.ptr, *ops.ne_of(shape), shape=shape, dtype=x.dtype)]
 
-    @registry.register("Pad", since_version=2)
+    @registry.register("Pad", since_version=2, check=check_pad)
     def convert_pad(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         mode = node.attr("mode", "constant")
