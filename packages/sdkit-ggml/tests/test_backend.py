@@ -167,3 +167,31 @@ def test_check_reports_attribute_values_and_dtypes() -> None:
     assert "reflect" in reasons["Pad"]
     assert "cubic" in reasons["Resize"]
     assert "float64" in reasons["Cast"]
+
+
+def test_unknown_device_and_bad_library_dir_are_clear_errors(tmp_path: object) -> None:
+    from sdkit.errors import DeviceError
+
+    model = one_node_model("Relu", {"x": np.zeros((2, 2), np.float32)})
+    with pytest.raises(DeviceError):
+        sdkit.compile(model, backend="ggml", device="cuda:7")
+    code = (
+        "from sdkit_ggml.backend import GgmlBackend; a = GgmlBackend().probe(); "
+        "print(a.ok, 'no libggml' in a.reason, bool(a.install_hint))"
+    )
+    env = {**__import__("os").environ, "SDKIT_GGML_LIB_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.split() == ["False", "True", "True"]
+
+
+def test_concurrent_runs_are_serialised() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = np.random.default_rng(6).random((64, 64), dtype=np.float32)
+    model = one_node_model("MatMul", {"a": a, "b": a})
+    compiled = sdkit.compile(model, backend="ggml")
+    inputs = [np.full((64, 64), i, np.float32) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: compiled.run({"a": x, "b": a})["out0"], inputs))
+    for x, got in zip(inputs, results, strict=True):
+        np.testing.assert_allclose(got, x @ a, rtol=1e-5)

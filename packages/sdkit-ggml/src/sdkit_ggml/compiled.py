@@ -54,6 +54,7 @@ class GgmlCompiledModel(CompiledModel):
         self._programs: dict[Signature, Program] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
         static = all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape)
@@ -117,7 +118,9 @@ class GgmlCompiledModel(CompiledModel):
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         specs = {i.name: (tuple(feeds[i.name].shape), feeds[i.name].dtype) for i in self.inputs}
         program = self._program(specs, feeds)
-        return program.run(feeds, self.threads)
+        # A program's input, output and intermediate tensors are shared by its runs.
+        with self._run_lock:
+            return program.run(feeds, self.threads)
 
     def refit(self, weights: WeightSet) -> None:
         """Re-upload every weight (re-running compile-time folding and weight preprocessing)."""
