@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -179,7 +180,7 @@ def test_unknown_device_and_bad_library_dir_are_clear_errors(tmp_path: object) -
         "from sdkit_ggml.backend import GgmlBackend; a = GgmlBackend().probe(); "
         "print(a.ok, 'no libggml' in a.reason, bool(a.install_hint))"
     )
-    env = {**__import__("os").environ, "SDKIT_GGML_LIB_DIR": str(tmp_path)}
+    env = {**os.environ, "SDKIT_GGML_LIB_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.split() == ["False", "True", "True"]
 
