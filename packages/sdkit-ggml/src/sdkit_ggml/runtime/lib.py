@@ -19,7 +19,7 @@ from typing import Any
 from sdkit.errors import BackendUnavailableError
 
 # The ggml releases whose headers these bindings were checked against (ggml_version()).
-SUPPORTED_GGML = ((0, 20), (0, 21))
+SUPPORTED_GGML = ((0, 20),)
 INSTALL_HINT = "pip install 'libggml-python>=0.20.2,<0.21' (or set SDKIT_GGML_LIB_DIR to your ggml build)"
 
 # enum ggml_type
