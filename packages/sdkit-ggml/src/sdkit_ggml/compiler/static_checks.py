@@ -48,7 +48,7 @@ def check_extra_outputs(node: onnx.NodeProto) -> str | None:
     a = attrs(node)
     if a.get("training_mode", 0):
         return f"{node.op_type} in training mode"
-    if node.op_type in ("LayerNormalization", "BatchNormalization") and len([o for o in node.output if o]) > 1:
+    if node.op_type == "BatchNormalization" and len([o for o in node.output if o]) > 1:
         return f"{node.op_type}'s extra statistics outputs are not lowered"
     return None
 

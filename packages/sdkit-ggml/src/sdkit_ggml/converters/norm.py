@@ -62,8 +62,6 @@ def register(registry: ConverterRegistry) -> None:
     @registry.register("LayerNormalization", since_version=17, check=check_extra_outputs)
     def convert_layer_norm(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
-        if len([o for o in node.proto.output if o]) > 1:
-            raise Unsupported("LayerNormalization's Mean / InvStdDev outputs are not lowered")
         axis = int(node.attr("axis", -1)) % x.rank
         rows = math.prod(x.shape[:axis])
         y = normalize_rows(b, x, rows, float(node.attr("epsilon", 1e-5)))
@@ -74,7 +72,21 @@ def register(registry: ConverterRegistry) -> None:
             y = ops.binary(b, "ggml_add", y, b.tensor(node, 2))
         if y.shape != x.shape:
             raise Unsupported(f"LayerNormalization scale shape {list(scale.shape)} does not fit {list(norm_shape)}")
-        return [y]
+        if len(node.proto.output) < 2 or not any(node.proto.output[1:]):
+            return [y]
+        # Mean and InvStdDev outputs: [rows, 1] statistics with the normalized axes kept as 1.
+        eps = float(node.attr("epsilon", 1e-5))
+        flat = ops.reshape(b, x, (rows, x.size // rows))
+        n = np.array([flat.shape[1]], dtype=np.float32)
+        mean = ops.binary(b, "ggml_div", b.op("ggml_sum_rows", flat.ptr, shape=(rows, 1), dtype=x.dtype), b.constant(n))
+        centred = ops.unary(b, "ggml_sqr", ops.binary(b, "ggml_sub", flat, mean))
+        var = ops.binary(
+            b, "ggml_div", b.op("ggml_sum_rows", centred.ptr, shape=(rows, 1), dtype=x.dtype), b.constant(n)
+        )
+        one = b.constant(np.ones((1,), np.float32))
+        inv_std = ops.binary(b, "ggml_div", one, ops.unary(b, "ggml_sqrt", ops.scale(b, var, 1.0, eps)))
+        stats_shape = (*x.shape[:axis], *([1] * (x.rank - axis)))
+        return [y, ops.reshape(b, mean, stats_shape), ops.reshape(b, inv_std, stats_shape)]
 
     @registry.register("BatchNormalization", since_version=6, check=check_extra_outputs)
     def convert_batch_norm(b: Builder, node: Node) -> list[Value]:
