@@ -18,6 +18,7 @@ from sdkit.errors import UnsupportedModelError, UnsupportedNode
 from sdkit_ggml.compiler.context import Builder, NeedsValue, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.fold import NOT_FOLDABLE, evaluate_node
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.static_checks import SUPPORTED_DTYPES
 
 BACKEND = "ggml"
 
@@ -133,6 +134,19 @@ def _lower(
 ) -> list[Value]:
     domain = node.domain if node.domain != "ai.onnx" else ""
     present = [a for a in args if a is not None]
+    if (
+        domain == ""
+        and node.op_type == "CastLike"
+        and args
+        and args[0] is not None
+        and not isinstance(args[0], Tensor)
+        and node.input[0] not in builder.weight_dependent  # refit could not replay it
+    ):
+        # only the dtype of the second input matters: a constant first input folds
+        like = args[1] if len(args) > 1 else None
+        if like is not None and np.dtype(like.dtype) in SUPPORTED_DTYPES:
+            target = np.dtype(like.dtype)
+            return [np.asarray(args[0]).astype(target)]
     if node.op_type not in NOT_FOLDABLE and not any(isinstance(a, Tensor) for a in present) and not _has_subgraph(node):
         plan.folded.append(node)
         if any(name in builder.weight_dependent for name in node.input if name):

@@ -10,3 +10,4 @@ def register_builtin(registry: ConverterRegistry) -> None:
 
     for module in (elementwise, shape, conv, norm, resize, matmul, reduce, logic, pool):
         module.register(registry)
+    shape.register_shape_producers(registry)

@@ -139,7 +139,9 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
     kernel = node.value(1)
     if isinstance(kernel, Tensor):  # a runtime kernel (used as is: no transform possible)
         if transform is not None and getattr(transform, "reorders", False):
-            raise Unsupported(f"{node.op} with a runtime kernel (weights must be initializers)")
+            # the kernel must be flipped at compile time: a graph input there becomes part of
+            # the signature (NeedsValue); a computed kernel is unsupported
+            b.const(node, 1, "kernel")
         ops.require_float(kernel, what=node.op)
         per = kernel.shape[0] // groups
         if groups == 1:
@@ -192,22 +194,38 @@ def register(registry: ConverterRegistry) -> None:
     def convert_conv_transpose(b: Builder, node: Node) -> list[Value]:
         x = b.tensor(node, 0)
         ops.require_float(x, what="ConvTranspose")
-        if x.rank != 4:
-            raise Unsupported("ConvTranspose: only 2-D is lowered")
-        weight = node.value(1)
-        if isinstance(weight, Tensor):
-            raise Unsupported("ConvTranspose with a runtime kernel (weights must be initializers)")
+        one_d = x.rank == 3  # lowered as 2-D over a height of 1
+
+        def pair(name: str, default: int) -> list[int]:
+            values = [int(v) for v in (node.attr(name) or [default] * (x.rank - 2))]
+            return [default, *values] if one_d else values
+
+        if x.rank not in (3, 4):
+            raise Unsupported("ConvTranspose: only 1-D and 2-D are lowered")
+        # the kernel is flipped at compile time: a graph input there specialises the signature
+        weight = b.const(node, 1, "kernel") if isinstance(node.value(1), Tensor) else node.value(1)
         groups = int(node.attr("group", 1))
         kernel = [int(k) for k in (node.attr("kernel_shape") or weight.shape[2:])]
-        strides = [int(s) for s in (node.attr("strides") or [1, 1])]
-        dilations = [int(d) for d in (node.attr("dilations") or [1, 1])]
-        out_pad = [int(p) for p in (node.attr("output_padding") or [0, 0])]
-        if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            raise Unsupported("ConvTranspose with output_shape or SAME auto_pad")
-        pads = [int(p) for p in (node.attr("pads") or [0, 0, 0, 0])]
+        kernel = [1, *kernel] if one_d else kernel
+        strides, dilations, out_pad = pair("strides", 1), pair("dilations", 1), pair("output_padding", 0)
+        raw_pads = [int(p) for p in (node.attr("pads") or [0] * (2 * (x.rank - 2)))]
+        pads = [0, raw_pads[0], 0, raw_pads[1]] if one_d else raw_pads
+        if one_d:
+            x = ops.reshape(b, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
         n, c, h, w = x.shape
+        auto_pad = node.attr("auto_pad", "NOTSET")
+        if node.attr("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # pads follow from the requested output size (ONNX ConvTranspose formula)
+            requested = [int(v) for v in (node.attr("output_shape") or [])]
+            wanted = requested[-2:] if requested else [h * strides[0], w * strides[1]]
+            if one_d and requested:
+                wanted = [1, requested[-1]]
+            for i, size in enumerate((h, w)):
+                total = strides[i] * (size - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - wanted[i]
+                small, big = total // 2, total - total // 2
+                pads[i], pads[i + 2] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
         # Insert stride-1 zeros between pixels: [N,C,H,W] -> [N,C,(H-1)*s+1,(W-1)*s+1].
-        up = x
+        up = ops.reshape(b, x, (n * c, h, w))
         sh, sw = strides
         if sw > 1:
             up = ops.reshape(b, up, (n * c, h, w, 1))
@@ -225,13 +243,17 @@ def register(registry: ConverterRegistry) -> None:
         after = [dilations[i] * (kernel[i] - 1) - pads[i + 2] + out_pad[i] for i in range(2)]
 
         def flipped(wt: np.ndarray) -> np.ndarray:
-            cin, cout_g = wt.shape[0], wt.shape[1]
-            grouped = np.asarray(wt, dtype=np.float32).reshape(groups, cin // groups, cout_g, *wt.shape[2:])
+            full = np.asarray(wt, dtype=np.float32)
+            if full.ndim == 3:
+                full = full[:, :, None, :]
+            cin, cout_g = full.shape[0], full.shape[1]
+            grouped = full.reshape(groups, cin // groups, cout_g, *full.shape[2:])
             grouped = grouped.transpose(0, 2, 1, 3, 4)[:, :, :, ::-1, ::-1]
-            return np.ascontiguousarray(grouped.reshape(groups * cout_g, cin // groups, *wt.shape[2:]))
+            return np.ascontiguousarray(grouped.reshape(groups * cout_g, cin // groups, *full.shape[2:]))
 
         flipped.reorders = True  # type: ignore[attr-defined]
 
         kernels = _group_kernels(b, node, groups, transform=flipped)
         bias = b.tensor(node, 2) if node.has(2) else None
-        return [convolution(b, up, kernels, bias, strides=[1, 1], dilations=dilations, before=before, after=after)]
+        y = convolution(b, up, kernels, bias, strides=[1, 1], dilations=dilations, before=before, after=after)
+        return [ops.reshape(b, y, (y.shape[0], y.shape[1], y.shape[3])) if one_d else y]

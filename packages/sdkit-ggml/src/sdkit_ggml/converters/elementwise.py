@@ -57,7 +57,7 @@ def _with_uniform_constant(b: Builder, node: Node) -> Tensor | None:
         out_shape = ops.broadcast_shape(other.shape, array.shape)
         if (node.op, float(first), index) in _NEUTRAL and not np.signbit(first):
             return ops.expand(b, other, out_shape)
-        single = b.constant(np.full((1,) * max(array.ndim, 1), first, dtype=np.float32))
+        single = b.constant(np.full((1,) * max(array.ndim, 1), first, dtype=np.float32), dtype=other.dtype)
         pair = (single, other) if index == 0 else (other, single)
         result = ops.binary(b, BINARY[node.op], *pair)
         return result if result.shape == out_shape else ops.expand(b, result, out_shape)

@@ -268,3 +268,17 @@ def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, constant:
     flat = ops.reshape(b, indices, (indices.size,))
     got = b.op("ggml_get_rows", rows.ptr, flat.ptr, shape=(indices.size, inner), dtype=data.dtype)
     return ops.reshape(b, got, (*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]))
+
+
+def register_shape_producers(registry: ConverterRegistry) -> None:
+    """Ops whose inputs decide output shapes: a graph input there specialises the signature
+    (the op then folds); computed inputs are unsupported (static ggml graphs)."""
+
+    @registry.register(["ConstantOfShape", "Range"], since_version=9)
+    def convert_shape_producer(b: Builder, node: Node) -> list[Value]:
+        from sdkit_ggml.compiler.fold import evaluate_node
+
+        values = [
+            np.asarray(b.const(node, i, "a shape argument")) if node.has(i) else None for i in range(len(node.inputs))
+        ]
+        return list(evaluate_node(node.proto, values, {"": node.opset}))
