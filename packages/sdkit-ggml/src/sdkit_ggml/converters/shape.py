@@ -176,7 +176,7 @@ def register(registry: ConverterRegistry) -> None:
             starts[axis], sizes[axis] = int(flat[0]), int(flat.size)
             return [ops.reshape(b, ops.slice_view(b, data, starts, sizes, [1] * data.rank), out_shape)]
         index_tensor = b.constant(idx.reshape(-1).astype(np.int32), dtype=np.dtype(np.int32))
-        result = _gather_rows(b, data, index_tensor, axis, constant=True)
+        result = _gather_rows(b, data, index_tensor, axis, checked=True)
         return [ops.reshape(b, result, out_shape)]
 
     @registry.register("Expand", since_version=8)
@@ -247,11 +247,11 @@ def pad_constant(b: Builder, x: Tensor, before: list[int], after: list[int], val
     return ops.binary(b, "ggml_add", padded, fill)
 
 
-def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, constant: bool = False) -> Tensor:
+def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, checked: bool = False) -> Tensor:
     """ggml_get_rows over ``axis`` of ``data`` (axis must have only 1-sized dims before it)."""
     if indices.ggml_type != L.GGML_TYPE_I32:
         raise Unsupported("Gather indices must be integers")
-    source = "" if constant else b.input_names.get(indices.ptr)
+    source = "" if checked else b.input_names.get(indices.ptr)  # checked: constants, recursion
     dim = data.shape[axis]
     if source is None:
         proven = indices.bounds is not None and indices.bounds[0] >= 0 and indices.bounds[1] < dim
@@ -262,7 +262,13 @@ def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, constant:
         bound = data.shape[axis]
         b.index_bounds[source] = min(bound, b.index_bounds.get(source, bound))
     if math.prod(data.shape[:axis]) != 1:
-        raise Unsupported("Gather with runtime indices on an inner axis")
+        # move the gathered axis outermost, gather rows, move the result axes back
+        r = data.rank
+        front = ops.transpose(b, data, [axis, *range(axis), *range(axis + 1, r)])
+        gathered = _gather_rows(b, front, indices, 0, checked=True)
+        k = indices.rank
+        order = [*range(k, k + axis), *range(k), *range(k + axis, k + r - 1)]
+        return ops.transpose(b, gathered, order)
     inner = math.prod(data.shape[axis + 1 :])
     rows = ops.reshape(b, data, (data.shape[axis], inner))
     flat = ops.reshape(b, indices, (indices.size,))
