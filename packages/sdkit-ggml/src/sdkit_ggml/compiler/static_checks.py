@@ -36,7 +36,7 @@ def check_resize(node: onnx.NodeProto) -> str | None:
 
 def check_pad(node: onnx.NodeProto) -> str | None:
     mode = attrs(node).get("mode", "constant")
-    return None if mode == "constant" else f"Pad mode {mode!r}: only constant padding is lowered to ggml"
+    return None if mode in ("constant", "edge", "reflect", "wrap") else f"Pad mode {mode!r}"
 
 
 def check_cast(node: onnx.NodeProto) -> str | None:

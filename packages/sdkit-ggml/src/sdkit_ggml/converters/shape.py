@@ -217,8 +217,10 @@ def register(registry: ConverterRegistry) -> None:
                 pads = full
         if len(pads) != 2 * x.rank:
             raise Unsupported(f"Pad: {len(pads)} pads for a rank-{x.rank} input")
+        if mode in ("edge", "reflect", "wrap"):
+            return [pad_copying(b, x, pads[: x.rank], pads[x.rank :], mode)]
         if mode != "constant":
-            raise Unsupported(f"Pad mode {mode!r}: only constant padding is lowered to ggml")
+            raise Unsupported(f"Pad mode {mode!r}")
         return [pad_constant(b, x, pads[: x.rank], pads[x.rank :], value)]
 
 
@@ -245,6 +247,38 @@ def pad_constant(b: Builder, x: Tensor, before: list[int], after: list[int], val
     inside = b.op("ggml_pad_ext", b.constant(np.ones(x.shape, np.float32)).ptr, *args, shape=shape)
     fill = ops.scale(b, inside, -value, value)  # value where padded, 0 inside
     return ops.binary(b, "ggml_add", padded, fill)
+
+
+def pad_copying(b: Builder, x: Tensor, before: list[int], after: list[int], mode: str) -> Tensor:
+    """edge / reflect / wrap padding, one axis at a time, from slices of ``x`` and concat."""
+    if any(p < 0 for p in [*before, *after]):
+        raise Unsupported(f"Pad mode {mode!r} with negative pads")
+    result = x
+    for axis in range(x.rank):
+        dim = result.shape[axis]
+        if mode == "reflect" and max(before[axis], after[axis]) >= dim:
+            raise Unsupported(f"Pad reflect by {max(before[axis], after[axis])} on a dim of {dim}")
+        if mode == "wrap" and max(before[axis], after[axis]) > dim:
+            raise Unsupported(f"Pad wrap by more than the dim ({dim})")
+
+        def piece(start: int, size: int, current: Tensor = result, axis: int = axis) -> Tensor:
+            starts, sizes = [0] * current.rank, list(current.shape)
+            starts[axis], sizes[axis] = start, size
+            return ops.slice_view(b, current, starts, sizes, [1] * current.rank)
+
+        if mode == "edge":
+            left = [piece(0, 1)] * before[axis]
+            right = [piece(dim - 1, 1)] * after[axis]
+        elif mode == "reflect":  # mirror without repeating the border: x[p], ..., x[1]
+            left = [piece(i, 1) for i in range(before[axis], 0, -1)]
+            right = [piece(dim - 2 - i, 1) for i in range(after[axis])]
+        else:  # wrap
+            left = [piece(dim - before[axis], before[axis])] if before[axis] else []
+            right = [piece(0, after[axis])] if after[axis] else []
+        parts = [*left, result, *right]
+        if len(parts) > 1:
+            result = ops.concat(b, parts, axis)
+    return result
 
 
 def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, checked: bool = False) -> Tensor:
