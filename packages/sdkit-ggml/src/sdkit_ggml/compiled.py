@@ -1,0 +1,176 @@
+"""``GgmlCompiledModel``: compiles lazily per input signature, reuses, refits weights."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sdkit.backend import CompiledModel, TensorInfo
+from sdkit.errors import InputError, SdkitError, UnsupportedModelError
+from sdkit.options import physical_cores
+
+from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
+from sdkit_ggml.compiler.context import Builder, NeedsValue, Tensor
+from sdkit_ggml.runtime.program import Program
+
+if TYPE_CHECKING:
+    from sdkit.device import Device
+    from sdkit.model import Graph, WeightSet
+    from sdkit.options import Options
+
+    from sdkit_ggml.compiler.registry import ConverterRegistry
+    from sdkit_ggml.runtime.lib import GgmlLib
+
+Signature = tuple[tuple[str, tuple[int, ...], str], ...]
+# Tensors per ONNX node a lowering may create (reshapes, views, broadcasts...), with headroom.
+TENSORS_PER_NODE = 48
+MIN_CAPACITY = 4096
+
+
+class GgmlCompiledModel(CompiledModel):
+    def __init__(
+        self,
+        graph: Graph,
+        weights: WeightSet,
+        device: Device,
+        options: Options,
+        *,
+        lib: GgmlLib,
+        backend: int,
+        registry: ConverterRegistry,
+    ) -> None:
+        self.graph = graph
+        self.inputs: list[TensorInfo] = graph.inputs
+        self.outputs: list[TensorInfo] = graph.outputs
+        self.device = device
+        self.options = options
+        self.threads = options.threads or physical_cores()
+        self._lib = lib
+        self._backend = backend
+        self._registry = registry
+        self._constants = self._initializers(weights)
+        self._programs: dict[Signature, Program] = {}
+        self._shared_weights: dict[tuple[str, str], Tensor] = {}
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        # Inputs used as shapes/axes: their values become part of the signature.
+        self._value_inputs: set[str] = set()
+        static = all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape)
+        if static:  # report problems at compile time when the signature is already known
+            specs = {i.name: (tuple(int(d) for d in i.shape if isinstance(d, int)), i.dtype) for i in self.inputs}
+            try:
+                self._program(specs, {})
+            except NeedsValue as need:
+                self._value_inputs.add(need.name)
+
+    def _initializers(self, weights: WeightSet) -> dict[str, np.ndarray]:
+        names = self.graph.initializer_names
+        missing = sorted(n for n in names if n not in weights)
+        if missing:
+            raise InputError(f"weights are missing {len(missing)} initializer(s), e.g. {missing[0]!r}")
+        return {name: np.asarray(weights[name]) for name in names}
+
+    @property
+    def signatures(self) -> list[Signature]:
+        return list(self._programs)
+
+    def _program(
+        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
+    ) -> Program:
+        while True:
+            try:
+                return self._build(specs, feeds)
+            except NeedsValue as need:
+                if need.name in self._value_inputs or need.name not in feeds:
+                    raise
+                self._value_inputs.add(need.name)
+
+    def _build(
+        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
+    ) -> Program:
+        values = {n: np.array(feeds[n], copy=True) for n in sorted(self._value_inputs)}
+        signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items()) + tuple(
+            (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
+        )
+        with self._lock:
+            program = self._programs.get(signature)
+            if program is not None:
+                return program
+            capacity = max(MIN_CAPACITY, TENSORS_PER_NODE * len(self.graph.proto.graph.node))
+            builder = Builder(self._lib, capacity, self.options.precision, self._shared_weights)
+            try:
+                plan = build_plan(
+                    self.graph.proto, self._constants, specs, self._registry, builder, value_inputs=values
+                )
+                program = Program(self._lib, self._backend, plan, self.threads)
+            except BaseException:
+                builder.free()
+                raise
+            # Programs live as long as this model, so later signatures may use these weights;
+            # only those computed from weights alone (other folded values depend on input shapes).
+            shareable = builder.weight_derived
+            self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
+            self._programs[signature] = program
+            return program
+
+    def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        specs = {i.name: (tuple(feeds[i.name].shape), feeds[i.name].dtype) for i in self.inputs}
+        program = self._program(specs, feeds)
+        # A program's input, output and intermediate tensors are shared by its runs.
+        with self._run_lock:
+            return program.run(feeds, self.threads)
+
+    def refit(self, weights: WeightSet) -> None:
+        """Re-upload every weight (re-running compile-time folding and weight preprocessing)."""
+        constants = self._initializers(weights)
+        for name, array in constants.items():
+            previous = self._constants[name]
+            if array.shape != previous.shape or array.dtype != previous.dtype:
+                raise InputError(
+                    f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, "
+                    f"the model has {previous.dtype}{list(previous.shape)}"
+                )
+        updates = []
+        for program in self._programs.values():
+            values = replay_constants(program.plan, self.graph.proto, constants)
+            for name, before in program.plan.builder.structural.items():
+                now = values.get(name)
+                if now is None or now.shape != before.shape or not np.array_equal(now, before):
+                    raise UnsupportedModelError(
+                        BACKEND, [f"refit: {name!r} changed, and the graph's structure depends on it; compile again"]
+                    )
+            entries = []
+            for entry in program.plan.builder.weights:
+                if entry.source is None:
+                    continue
+                raw = values[entry.source]
+                array = entry.transform(raw) if entry.transform is not None else raw
+                if array.shape != entry.array.shape:
+                    raise InputError(f"refit: {entry.source!r} changes shape")
+                entries.append(type(entry)(entry.tensor, entry.source, array, entry.transform))
+            updates.append((program, entries))
+        for program, entries in updates:
+            program.upload(entries)
+            refittable = [e for e in program.plan.builder.weights if e.source is not None]
+            for entry, new in zip(refittable, entries, strict=True):
+                entry.array = new.array
+        self._constants = constants
+
+    def memory(self) -> dict[str, int]:
+        weights = compute = 0
+        for program in self._programs.values():
+            w, c = program.memory()
+            weights, compute = weights + w, compute + c
+        return {"weights": weights, "compute": compute}
+
+    def close(self) -> None:
+        with self._lock:
+            for program in self._programs.values():
+                program.close()
+            self._programs.clear()
+            self._shared_weights.clear()
+
+
+__all__ = ["GgmlCompiledModel", "SdkitError"]

@@ -1,0 +1,210 @@
+"""Shape-checked building blocks over ggml: reshape, permute, broadcasting binary ops, views.
+
+ggml aborts the process (GGML_ASSERT) on a shape it does not accept; these helpers check
+the same conditions first and raise ``Unsupported`` instead. Every result is contiguous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sdkit_ggml.compiler.context import BOOL, FLOAT_DTYPES, Builder, Tensor, Unsupported, ne_of
+
+__all__ = ["ne_of"]  # re-exported for converters
+from sdkit_ggml.runtime import lib as L
+
+COMMUTATIVE = {"ggml_add", "ggml_mul"}
+
+
+def require_float(*tensors: Tensor, what: str = "this op") -> None:
+    for t in tensors:
+        if t.dtype not in FLOAT_DTYPES and t.dtype != BOOL:
+            raise Unsupported(f"ggml runs {what} on float tensors only, not {t.dtype}")
+        if t.ggml_type != L.GGML_TYPE_F32:
+            raise Unsupported(f"{what} needs F32 data")
+
+
+def require_rank(t: Tensor, limit: int = 4, what: str = "this op") -> None:
+    if t.rank > limit:
+        raise Unsupported(f"{what} on a rank-{t.rank} tensor: ggml tensors have at most {limit} dims")
+
+
+def reshape(b: Builder, t: Tensor, shape: Sequence[int]) -> Tensor:
+    shape = tuple(int(d) for d in shape)
+    if math.prod(shape) != t.size:
+        raise Unsupported(f"cannot reshape {list(t.shape)} to {list(shape)}")
+    if ne_of(shape) == ne_of(t.shape):
+        return Tensor(t.ptr, shape, t.dtype, t.ggml_type, t.bounds)
+    return with_bounds(b.op("ggml_reshape_4d", t.ptr, *ne_of(shape), shape=shape, dtype=t.dtype), t.bounds)
+
+
+def cont(b: Builder, t: Tensor) -> Tensor:
+    return b.op("ggml_cont", t.ptr, shape=t.shape, dtype=t.dtype)
+
+
+def transpose(b: Builder, t: Tensor, perm: Sequence[int]) -> Tensor:
+    """ONNX Transpose: out.shape[i] = in.shape[perm[i]]."""
+    r = t.rank
+    perm = [int(p) % r if r else 0 for p in perm]
+    if sorted(perm) != list(range(r)):
+        raise Unsupported(f"invalid permutation {perm} for rank {r}")
+    if perm == list(range(r)):
+        return t
+    # Drop size-1 axes' influence: if the non-1 axes keep their order, it is a reshape.
+    moved = [p for p in perm if t.shape[p] != 1]
+    out_shape = tuple(t.shape[p] for p in perm)
+    if moved == sorted(moved):
+        return reshape(b, t, out_shape)
+    if r > 4:
+        raise Unsupported(f"Transpose of a rank-{r} tensor: ggml permutes at most 4 dims")
+    # ggml dim k is ONNX axis r-1-k; input dim k goes to output position axes[k].
+    axes = list(range(4))
+    for j, p in enumerate(perm):
+        axes[r - 1 - p] = r - 1 - j
+    view = b.op("ggml_permute", t.ptr, *axes, shape=out_shape, dtype=t.dtype)
+    # permute gives a non-contiguous view whose ne is already out_shape's.
+    return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
+
+
+def broadcast_shape(a: Sequence[int], c: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(tuple(a), tuple(c)))
+    except ValueError:
+        raise Unsupported(f"shapes {list(a)} and {list(c)} do not broadcast") from None
+
+
+def _aligned(shape: Sequence[int], rank: int) -> tuple[int, ...]:
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def expand(b: Builder, t: Tensor, shape: Sequence[int]) -> Tensor:
+    """Broadcast (repeat) ``t`` to ``shape``."""
+    shape = tuple(int(d) for d in shape)
+    if tuple(t.shape) == shape:
+        return t
+    aligned = _aligned(t.shape, len(shape))
+    if len(shape) > 4 and any(x != y for x, y in zip(aligned[: len(shape) - 3], shape[: len(shape) - 3], strict=True)):
+        raise Unsupported(f"broadcasting over the leading dims of a rank-{len(shape)} tensor")
+    src = reshape(b, t, aligned)
+    if src.ggml_type != L.GGML_TYPE_F32:
+        raise Unsupported("ggml repeats F32 tensors only")
+    return b.op("ggml_repeat_4d", src.ptr, *ne_of(shape), shape=shape, dtype=t.dtype)
+
+
+def _repeatable(small: Sequence[int], big: Sequence[int]) -> bool:
+    return all(s in (1, g) for s, g in zip(ne_of(small), ne_of(big), strict=True))
+
+
+def binary(b: Builder, fn: str, x: Tensor, y: Tensor) -> Tensor:
+    """ONNX-broadcasting binary op; ggml broadcasts only its second operand."""
+    require_float(x, y, what=fn.removeprefix("ggml_"))
+    out = broadcast_shape(x.shape, y.shape)
+    r = len(out)
+    xs, ys = _aligned(x.shape, r), _aligned(y.shape, r)
+    if r > 4:
+        # Leading dims merge into ne[3]: each operand must match them all or be 1 in all.
+        for s in (xs, ys):
+            if s[: r - 3] != out[: r - 3] and any(d != 1 for d in s[: r - 3]):
+                raise Unsupported(f"broadcasting {list(x.shape)} with {list(y.shape)}: more than 4 dims")
+    if xs == out and _repeatable(ys, out):
+        return b.op(fn, reshape(b, x, out).ptr, reshape(b, y, ys).ptr, shape=out, dtype=x.dtype)
+    if ys == out and fn in COMMUTATIVE and _repeatable(xs, out):
+        return b.op(fn, reshape(b, y, out).ptr, reshape(b, x, xs).ptr, shape=out, dtype=x.dtype)
+    big = expand(b, x, out)
+    ys_t = reshape(b, y, ys)
+    if not _repeatable(ys, out):
+        ys_t = expand(b, y, out)
+    return b.op(fn, big.ptr, ys_t.ptr, shape=out, dtype=x.dtype)
+
+
+def unary(b: Builder, fn: str, x: Tensor, *args: Any) -> Tensor:
+    require_float(x, what=fn.removeprefix("ggml_"))
+    return b.op(fn, x.ptr, *args, shape=x.shape, dtype=x.dtype)
+
+
+def scale(b: Builder, x: Tensor, s: float, bias: float = 0.0) -> Tensor:
+    require_float(x, what="scale")
+    if bias == 0.0:
+        return b.op("ggml_scale", x.ptr, float(s), shape=x.shape, dtype=x.dtype)
+    return b.op("ggml_scale_bias", x.ptr, float(s), float(bias), shape=x.shape, dtype=x.dtype)
+
+
+def cast(b: Builder, x: Tensor, ggml_type: int, dtype: np.dtype[Any]) -> Tensor:
+    if x.ggml_type == ggml_type:
+        return Tensor(x.ptr, x.shape, np.dtype(dtype), x.ggml_type)
+    result = b.op("ggml_cast", x.ptr, ggml_type, shape=x.shape, dtype=dtype)
+    return result
+
+
+def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int], steps: Sequence[int]) -> Tensor:
+    """A strided view (copied to contiguous) of ``t``: per ONNX axis start, size, step>0."""
+    r = t.rank
+    require_rank(t, 4, "Slice")
+    if len(starts) != r or len(sizes) != r or len(steps) != r:
+        raise Unsupported(f"slice of a rank-{r} tensor given {len(starts)} axes")
+    for dim, start, size, step in zip(t.shape, starts, sizes, steps, strict=True):
+        if size < 1 or step < 1 or start < 0 or start + (size - 1) * step >= dim:
+            raise Unsupported(f"slice start {start}, size {size}, step {step} outside a dim of {dim}")
+    if r and steps[-1] != 1 and sizes[-1] > 1:
+        # ggml views cannot stride the innermost dim; move it out of the way and back.
+        perm = [r - 1, *range(r - 1)]
+        inv = [*range(1, r), 0]
+        moved = transpose(b, t, perm)
+        inner = slice_view(b, moved, [starts[-1], *starts[:-1]], [sizes[-1], *sizes[:-1]], [steps[-1], *steps[:-1]])
+        return transpose(b, inner, inv)
+    elem = 4  # F32 and I32 storage
+    ne = ne_of(t.shape)
+    nb = [elem, elem * ne[0], elem * ne[0] * ne[1], elem * ne[0] * ne[1] * ne[2]]
+    out_shape = tuple(int(s) for s in sizes)
+    offset = 0
+    view_nb = list(nb)
+    for axis in range(r):
+        k = r - 1 - axis
+        offset += int(starts[axis]) * nb[k]
+        view_nb[k] = nb[k] * int(steps[axis])
+    out_ne = ne_of(out_shape)
+    view = b.op(
+        "ggml_view_4d",
+        t.ptr,
+        *out_ne,
+        view_nb[1],
+        view_nb[2],
+        view_nb[3],
+        offset,
+        shape=out_shape,
+        dtype=t.dtype,
+        ggml_type=t.ggml_type,
+    )
+    return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
+
+
+def concat(b: Builder, tensors: Sequence[Tensor], axis: int) -> Tensor:
+    r = tensors[0].rank
+    require_rank(tensors[0], 4, "Concat")
+    axis %= r
+    result = tensors[0]
+    for t in tensors[1:]:
+        if t.rank != r or any(
+            d1 != d2 for i, (d1, d2) in enumerate(zip(result.shape, t.shape, strict=True)) if i != axis
+        ):
+            raise Unsupported(f"Concat of shapes {list(result.shape)} and {list(t.shape)} on axis {axis}")
+        if t.ggml_type != result.ggml_type:
+            raise Unsupported("Concat of tensors of different types")
+        shape = list(result.shape)
+        shape[axis] += t.shape[axis]
+        result = b.op("ggml_concat", result.ptr, t.ptr, r - 1 - axis, shape=shape, dtype=result.dtype)
+    return result
+
+
+def retype(t: Tensor, dtype: np.dtype[Any]) -> Tensor:
+    """The same data seen as another ONNX dtype of the same ggml storage."""
+    return Tensor(t.ptr, t.shape, np.dtype(dtype), t.ggml_type, t.bounds)
+
+
+def with_bounds(t: Tensor, bounds: tuple[int, int] | None) -> Tensor:
+    return t if bounds is None else dataclasses.replace(t, bounds=bounds)

@@ -1,0 +1,71 @@
+"""Integer arithmetic on runtime tensors, for index computations (CLIP's pooled-token gather).
+
+ggml's CPU binary kernels are float-only, so integers are computed in F32 and cast back to
+I32. That is exact only while every value stays below 2**24 in magnitude, so each integer
+tensor carries a value interval known at compile time (from its dtype, an ArgMax, or
+constants) and an op whose result interval is not provably exact is reported unsupported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdkit_ggml.compiler import ops
+from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
+from sdkit_ggml.runtime import lib as L
+
+EXACT_LIMIT = 1 << 24  # integers F32 represents exactly
+_INTERVALS = {"Add": "ggml_add", "Sub": "ggml_sub", "Mul": "ggml_mul"}
+
+
+def is_integer(value: Value) -> bool:
+    dtype = value.dtype
+    return bool(np.dtype(dtype).kind in "iu")
+
+
+def value_bounds(value: Value) -> tuple[int, int] | None:
+    """The interval an integer value is known to lie in, or None."""
+    if not isinstance(value, Tensor):
+        array = np.asarray(value)
+        return (int(array.min()), int(array.max())) if array.size else (0, 0)
+    if value.bounds is not None:
+        return value.bounds
+    if value.dtype.itemsize <= 2:  # int8/uint8/int16/uint16 inputs: the dtype bounds them
+        info = np.iinfo(value.dtype)
+        return int(info.min), int(info.max)
+    return None
+
+
+def _combine(op: str, x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
+    if op == "Add":
+        return x[0] + y[0], x[1] + y[1]
+    if op == "Sub":
+        return x[0] - y[1], x[1] - y[0]
+    corners = [a * c for a in x for c in y]
+    return min(corners), max(corners)
+
+
+def _as_float(b: Builder, value: Value) -> Tensor:
+    if isinstance(value, Tensor):
+        return ops.cast(b, value, L.GGML_TYPE_F32, np.dtype(np.float32))
+    return b.constant(np.asarray(value, dtype=np.float32), dtype=np.dtype(np.float32))
+
+
+def integer_binary(b: Builder, node: Node) -> Tensor:
+    """Add/Sub/Mul of integers with a provably exact and non-overflowing result."""
+    if node.op not in _INTERVALS:
+        raise Unsupported(f"integer {node.op}: ggml's kernels are float-only")
+    x, y = node.value(0), node.value(1)
+    bx, by = value_bounds(x), value_bounds(y)
+    if bx is None or by is None:
+        raise Unsupported(f"integer {node.op} on values of unknown range (ggml computes integers in F32)")
+    low, high = _combine(node.op, bx, by)
+    out_dtype = np.dtype(x.dtype)
+    info = np.iinfo(out_dtype)
+    if max(abs(low), abs(high)) >= EXACT_LIMIT or low < info.min or high > info.max:
+        raise Unsupported(
+            f"integer {node.op} may leave [{info.min}, {info.max}] or exceed 2**24 (values in [{low}, {high}])"
+        )
+    result = ops.binary(b, _INTERVALS[node.op], _as_float(b, x), _as_float(b, y))
+    back = ops.cast(b, result, L.GGML_TYPE_I32, out_dtype)
+    return ops.with_bounds(back, (low, high))

@@ -1,0 +1,119 @@
+"""A built graph made runnable: weights in a backend buffer, intermediates from gallocr,
+the ggml graph created once and computed again on every run."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from sdkit.errors import InputError, SdkitError
+
+from sdkit_ggml.compiler.build import Plan
+from sdkit_ggml.compiler.context import BOOL, Tensor, WeightEntry, storage_numpy
+from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
+
+_I32_MIN, _I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+
+
+def to_storage(array: np.ndarray, tensor: Tensor, what: str) -> np.ndarray:
+    """Convert a numpy array to the ggml storage of ``tensor`` (F32, F16 or I32), checked."""
+    target = storage_numpy(tensor.ggml_type)
+    array = np.asarray(array)
+    out_of_range = array.dtype.kind in "iu" and array.size and (array.min() < _I32_MIN or array.max() > _I32_MAX)
+    if target == np.int32 and out_of_range:
+        raise InputError(f"{what}: integer values outside the int32 range ggml stores")
+    converted = np.ascontiguousarray(array, dtype=target)
+    if converted.size != tensor.size:
+        raise InputError(f"{what}: {array.size} elements, expected {tensor.size} ({list(tensor.shape)})")
+    return converted
+
+
+def from_storage(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    if dtype == BOOL:
+        return np.asarray(raw != 0)
+    return np.asarray(raw.astype(dtype, copy=False))
+
+
+class Program:
+    """One shape signature, allocated on one ggml backend."""
+
+    def __init__(self, lib: GgmlLib, backend: int, plan: Plan, threads: int | None) -> None:
+        self.lib = lib
+        self.backend = backend
+        self.plan = plan
+        self.threads = threads
+        self.weight_buffer: int | None = None
+        self.gallocr: int | None = None
+        b = plan.builder
+        self.graph = lib.ggml_new_graph_custom(b.ctx, b.capacity, False)
+        tensors = [v for v in plan.outputs.values() if isinstance(v, Tensor)]
+        for tensor in tensors:
+            lib.ggml_set_output(tensor.ptr)
+            lib.ggml_build_forward_expand(self.graph, tensor.ptr)
+        # Inputs nothing reads still need memory for tensor_set.
+        for tensor in plan.inputs.values():
+            lib.ggml_build_forward_expand(self.graph, tensor.ptr)
+        if b.weights:
+            self.weight_buffer = lib.ggml_backend_alloc_ctx_tensors(b.wctx, backend)
+            if not self.weight_buffer:
+                raise SdkitError("ggml could not allocate the weight buffer (out of device memory?)")
+            self.upload(b.weights)
+        self.gallocr = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(backend))
+        if not lib.ggml_gallocr_alloc_graph(self.gallocr, self.graph):
+            self.close()
+            raise SdkitError("ggml could not allocate the compute buffer (out of device memory?)")
+
+    @property
+    def nodes(self) -> int:
+        return int(self.lib.ggml_graph_n_nodes(self.graph))
+
+    def memory(self) -> tuple[int, int]:
+        """(weight bytes, compute bytes) held on the device."""
+        weights = self.lib.ggml_backend_buffer_get_size(self.weight_buffer) if self.weight_buffer else 0
+        compute = self.lib.ggml_gallocr_get_buffer_size(self.gallocr, 0) if self.gallocr else 0
+        return int(weights), int(compute)
+
+    def upload(self, entries: list[WeightEntry]) -> None:
+        for entry in entries:
+            data = to_storage(entry.array, entry.tensor, f"constant {entry.source or '<literal>'}")
+            self.lib.ggml_backend_tensor_set(entry.tensor.ptr, data.ctypes.data, 0, data.nbytes)
+
+    def run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+        for name, bound in self.plan.builder.index_bounds.items():
+            values = np.asarray(feeds[name])
+            if values.size and (values.min() < 0 or values.max() >= bound):
+                raise InputError(
+                    f"input {name!r}: indices must lie in [0, {bound}), got [{values.min()}, {values.max()}]"
+                )
+        for name, tensor in self.plan.inputs.items():
+            data = to_storage(feeds[name], tensor, f"input {name!r}")
+            self.lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)
+        if self.lib.has_cpu and self.lib.ggml_backend_is_cpu(self.backend):
+            self.lib.ggml_backend_cpu_set_n_threads(self.backend, int(threads))
+        status = self.lib.ggml_backend_graph_compute(self.backend, self.graph)
+        if status != GGML_STATUS_SUCCESS:
+            raise SdkitError(f"ggml graph compute failed (status {status})")
+        results: dict[str, np.ndarray] = {}
+        for name, value in self.plan.outputs.items():
+            if isinstance(value, Tensor):
+                raw = np.empty(value.shape, dtype=storage_numpy(value.ggml_type))
+                self.lib.ggml_backend_tensor_get(value.ptr, raw.ctypes.data, 0, raw.nbytes)
+                results[name] = from_storage(raw, value.dtype)
+            else:
+                results[name] = np.array(value, copy=True)
+        return results
+
+    def close(self) -> None:
+        if self.gallocr:
+            self.lib.ggml_gallocr_free(self.gallocr)
+            self.gallocr = None
+        if self.weight_buffer:
+            self.lib.ggml_backend_buffer_free(self.weight_buffer)
+            self.weight_buffer = None
+        self.plan.builder.free()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone
+            self.close()
