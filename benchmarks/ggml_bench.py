@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--skip-reference", action="store_true")
     args = parser.parse_args()
     import onnxruntime as ort
+
     import sdkit
     from sdkit.model import load_onnx
     from sdkit.options import physical_cores

@@ -8,8 +8,9 @@ import sys
 
 import numpy as np
 import pytest
-import sdkit
 from onnx import TensorProto, helper
+
+import sdkit
 from sdkit.errors import InputError, OptionError, SdkitError, UnsupportedModelError
 from sdkit.model import Model
 from sdkit.testing import compare_with_reference, one_node_model

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import sdkit
 from onnx import TensorProto, helper
+
+import sdkit
 from sdkit.model import Model
 from sdkit.plugins import get_plugins, hookimpl
 from sdkit_ggml.compiler import ops

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
 import sdkit
 from sdkit.errors import SdkitError
 from sdkit.model import Model

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+
 import sdkit
 from sdkit.model import Model
 

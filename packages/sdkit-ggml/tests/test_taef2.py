@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import sdkit
 from sdkit.model import load_onnx
 

@@ -9,6 +9,7 @@ from sdkit.errors import BackendUnavailableError, OptionError, UnsupportedNode
 
 if TYPE_CHECKING:
     import onnx
+
     from sdkit.backend import CompiledModel
     from sdkit.device import Device
     from sdkit.model import Graph, WeightSet

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from sdkit.backend import CompiledModel, TensorInfo
 from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
-
 from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
 from sdkit_ggml.compiler.context import Builder, NeedsValue, Tensor
 from sdkit_ggml.runtime.program import Program
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from sdkit.device import Device
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
-
     from sdkit_ggml.compiler.registry import ConverterRegistry
     from sdkit_ggml.runtime.lib import GgmlLib
 

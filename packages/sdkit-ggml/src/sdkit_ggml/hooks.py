@@ -8,6 +8,7 @@ from sdkit.plugins import hookimpl
 
 if TYPE_CHECKING:
     import pluggy
+
     from sdkit.plugins.registries import BackendRegistry
 
 

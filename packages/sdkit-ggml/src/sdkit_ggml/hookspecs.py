@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pluggy
+
 from sdkit.plugins.hookspecs import PROJECT
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import onnx
-from sdkit.errors import UnsupportedModelError, UnsupportedNode
 
+from sdkit.errors import UnsupportedModelError, UnsupportedNode
 from sdkit_ggml.compiler.context import Builder, NeedsValue, Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.fold import NOT_FOLDABLE, evaluate_node
 from sdkit_ggml.compiler.registry import ConverterRegistry

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from sdkit.device import Device
 from sdkit.errors import DeviceError
-
 from sdkit_ggml.runtime.lib import DEV_TYPE_ACCEL, DEV_TYPE_CPU, GgmlLib
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from sdkit.errors import InputError, SdkitError
 
+from sdkit.errors import InputError, SdkitError
 from sdkit_ggml.compiler.build import Plan
 from sdkit_ggml.compiler.context import BOOL, Tensor, WeightEntry, storage_numpy
 from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
