@@ -27,25 +27,25 @@ def _check(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
         assert _rel_l2(got[info.name], ref) <= 1e-4, info.name
 
 
-def test_tiny_unet(sd_fixtures: Any) -> None:
-    _check(sd_fixtures.load_model("tiny_unet"), sd_fixtures.example_inputs("tiny_unet"))
+def test_tiny_unet(sd_graphs: Any) -> None:
+    _check(sd_graphs.load_model("tiny_unet"), sd_graphs.example_inputs("tiny_unet"))
 
 
-def test_tiny_clip_text(sd_fixtures: Any) -> None:
+def test_tiny_clip_text(sd_graphs: Any) -> None:
     # pooler_output gathers at argmax(input_ids) + row offsets: integer index arithmetic whose
     # range is proven at compile time
-    _check(sd_fixtures.load_model("tiny_clip_text"), sd_fixtures.example_inputs("tiny_clip_text"))
+    _check(sd_graphs.load_model("tiny_clip_text"), sd_graphs.example_inputs("tiny_clip_text"))
 
 
-def test_tiny_controlnet(sd_fixtures: Any) -> None:
-    _check(sd_fixtures.load_model("tiny_controlnet"), sd_fixtures.example_inputs("tiny_controlnet"))
-
-
-@pytest.mark.slow
-def test_sd15_vae_encoder(sd_fixtures: Any) -> None:
-    _check(sd_fixtures.load_model("sd15_vae_encoder"), sd_fixtures.example_inputs("sd15_vae_encoder"))
+def test_tiny_controlnet(sd_graphs: Any) -> None:
+    _check(sd_graphs.load_model("tiny_controlnet"), sd_graphs.example_inputs("tiny_controlnet"))
 
 
 @pytest.mark.slow
-def test_sd15_vae_decoder(sd_fixtures: Any) -> None:
-    _check(sd_fixtures.load_model("sd15_vae_decoder"), sd_fixtures.example_inputs("sd15_vae_decoder"))
+def test_sd15_vae_encoder(sd_graphs: Any) -> None:
+    _check(sd_graphs.load_model("sd15_vae_encoder"), sd_graphs.example_inputs("sd15_vae_encoder"))
+
+
+@pytest.mark.slow
+def test_sd15_vae_decoder(sd_graphs: Any) -> None:
+    _check(sd_graphs.load_model("sd15_vae_decoder"), sd_graphs.example_inputs("sd15_vae_decoder"))

@@ -18,14 +18,6 @@ from sdkit_trt.driver import DriverReport, Gpu
 REPO = Path(__file__).resolve().parents[3]
 
 
-def taef2_dir() -> Path | None:
-    """``<repo>/models/taef2`` or the shared copy beside the repository; None if neither."""
-    for folder in (REPO / "models" / "taef2", REPO.parent / "shared" / "models" / "taef2"):
-        if (folder / "taef2_decoder.onnx").is_file():
-            return folder
-    return None
-
-
 def run_ort(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run a complete ModelProto on onnxruntime's CPU provider (2 threads)."""
     import onnxruntime as ort

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
 from sdkit.model import Model
+from sdkit.testing.assets import sd_graphs_module, taef2_dir
 from sdkit.testing.models import compare_with_reference, one_node_model
 
 
@@ -50,3 +52,22 @@ def assert_like_reference() -> Callable[..., None]:
         assert not worst, f"outputs differ from onnx.reference by more than {atol}: {worst}"
 
     return check
+
+
+@pytest.fixture
+def taef2(request: pytest.FixtureRequest) -> Path:
+    """The real TAEF2 model folder (``models/taef2`` of the checkout, or a ``shared/`` copy
+    beside it); skips when neither exists."""
+    folder = taef2_dir(request.config.rootpath)
+    if folder is None:
+        pytest.skip("TAEF2 model not found (models/taef2 or shared/models/taef2 above the test root)")
+    return folder
+
+
+@pytest.fixture
+def sd_graphs(request: pytest.FixtureRequest) -> ModuleType:
+    """The ``fixtures/sd_graphs`` module of the checkout; skips when absent."""
+    module = sd_graphs_module(request.config.rootpath)
+    if module is None:
+        pytest.skip("fixtures/sd_graphs.py not found above the test root")
+    return module
