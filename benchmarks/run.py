@@ -1,7 +1,7 @@
 """Speed and memory of sdkit backends against their peers, measured in the same run.
 
     python benchmarks/run.py taef2_decoder --runners ggml,openvino,onnxruntime --repeat 5
-    python benchmarks/run.py sd15_vae_decoder --shape latent=1x4x32x32
+    python benchmarks/run.py sd15_vae_decoder --shape latent_sample=1x4x64x64
 
 Each (runner, model) pair runs in its own process, so peak RSS is that runner's alone.
 Runners: any sdkit backend name, plus ``onnxruntime`` (the peer, run directly through its
@@ -28,8 +28,8 @@ WORKER = Path(__file__).with_name("worker.py")
 MODELS: dict[str, dict[str, tuple[int, ...]]] = {
     "taef2_decoder": {"latent": (1, 32, 64, 64)},
     "taef2_encoder": {"image": (1, 3, 512, 512)},
-    "sd15_vae_decoder": {"latent": (1, 4, 32, 32)},
-    "sd15_vae_encoder": {"image": (1, 3, 256, 256)},
+    "sd15_vae_decoder": {"latent_sample": (1, 4, 32, 32)},
+    "sd15_vae_encoder": {"sample": (1, 3, 256, 256)},
     "tiny_unet": {},
     "tiny_clip_text": {},
     "sd15_unet": {},
