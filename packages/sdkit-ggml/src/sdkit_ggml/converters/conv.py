@@ -29,9 +29,11 @@ def check_conv(node: Any) -> str | None:
     return None
 
 
-def _spatial_pads(
+def spatial_pads(
     node: Node, in_sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int]
 ) -> tuple[list[int], list[int]]:
+    """(before, after) pads of the spatial axes: explicit ``pads`` or ``auto_pad`` SAME/VALID
+    (shared with pooling, whose dilation is 1)."""
     n = len(kernel)
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -183,7 +185,7 @@ def register(registry: ConverterRegistry) -> None:
         strides = [int(s) for s in (node.attr("strides") or [1] * spatial)]
         dilations = [int(d) for d in (node.attr("dilations") or [1] * spatial)]
         groups = int(node.attr("group", 1))
-        before, after = _spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
+        before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
         if x.shape[1] % groups or weight.shape[0] % groups:
             raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
         kernels = _group_kernels(b, node, groups, transform=_as_float32)

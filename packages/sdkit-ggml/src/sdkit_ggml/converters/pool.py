@@ -9,6 +9,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.context import Builder, Node, Unsupported, Value
 from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.converters.conv import spatial_pads
 from sdkit_ggml.converters.reduce import row_max
 from sdkit_ggml.converters.shape import pad_constant
 from sdkit_ggml.runtime import lib as L
@@ -26,20 +27,7 @@ def check_pool(node: Any) -> str | None:
 
 
 def _pool_pads(node: Node, sizes: list[int], kernel: list[int], strides: list[int]) -> tuple[list[int], list[int]]:
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    n = len(kernel)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        before, after = [], []
-        for size, k, s in zip(sizes, kernel, strides, strict=True):
-            total = max(0, (-(-size // s) - 1) * s + k - size)
-            small, big = total // 2, total - total // 2
-            before.append(small if auto_pad == "SAME_UPPER" else big)
-            after.append(big if auto_pad == "SAME_UPPER" else small)
-        return before, after
-    if auto_pad == "VALID":
-        return [0] * n, [0] * n
-    pads = [int(p) for p in (node.attr("pads") or [0] * (2 * n))]
-    return pads[:n], pads[n:]
+    return spatial_pads(node, sizes, kernel, strides, [1] * len(kernel))
 
 
 def _window_factor(mask: np.ndarray, kernel: list[int], strides: list[int], out: list[int]) -> np.ndarray:
