@@ -15,7 +15,7 @@ from sdkit.pipelines.images import GenerationParameters
 def test_generate_writes_png_with_parameters(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "cat.png"
+    out = tmp_path / "new" / "folder" / "cat.png"  # missing folders are created
     argv = [
         "generate",
         "a red cat",

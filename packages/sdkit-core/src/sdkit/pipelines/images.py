@@ -131,6 +131,7 @@ def save_png(image: Image.Image, path: str | os.PathLike[str], parameters: Gener
     info.add_text("parameters", parameters.a1111_text())
     path = Path(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         image.save(path, format="PNG", pnginfo=info)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc}") from None
