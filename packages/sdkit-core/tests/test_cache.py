@@ -115,3 +115,20 @@ def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
         cache.store(_key(), explode)
     assert not cache.entry_dir(_key()).exists()
     assert list(cache.entry_dir(_key()).parent.iterdir()) == []
+
+
+def test_manifest_that_is_not_an_object_is_rebuilt(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    cache.load_or_build(_key(), builder.build, builder.load)
+    (cache.entry_dir(_key()) / "sdkit-manifest.json").write_text("[1]")
+    value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert not hit
+    assert value == b"compiled-2"
+
+
+def test_an_entry_stored_meanwhile_by_another_writer_wins(tmp_path: Path) -> None:
+    cache, builder = ArtifactCache(tmp_path), Builder()
+    first = cache.store(_key(), builder.build)
+    again = cache.store(_key(), builder.build)  # as if a second process finished later
+    assert again == first
+    assert Builder.load(first) == b"compiled-1"

@@ -130,3 +130,11 @@ def test_pipeline_folder_given_to_run_is_refused_quickly(capsys: pytest.CaptureF
     (tmp_path / "model_index.json").write_text("{}")
     code, _, err = _run(capsys, "run", str(tmp_path), "--random", "x=1")
     assert code == 1 and "is a folder" in err
+
+
+def test_bench_reports_nan_outputs_as_infinitely_wrong() -> None:
+    from sdkit.cli.bench import _max_diff
+
+    ones = {"y": np.ones(3, np.float32)}
+    assert _max_diff({"y": np.array([1, np.nan, 1], np.float32)}, ones) == float("inf")
+    assert _max_diff({"y": np.array([1, 1, 1.5], np.float32)}, ones) == 0.5

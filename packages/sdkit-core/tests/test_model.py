@@ -138,3 +138,26 @@ def test_weights_override_at_load(tmp_path: Path) -> None:
     WeightSet({"w": np.full((3, 4), 2, np.float32)}).save_safetensors(tmp_path / "w.safetensors")
     model = sdkit.load_model(tmp_path / "mm.onnx", weights=tmp_path / "w.safetensors")
     assert float(model.weights["w"].sum()) == 24.0
+
+
+def test_weight_hash_is_deterministic_for_every_dtype() -> None:
+    import ml_dtypes
+
+    arrays = {
+        "bf16": np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3),
+        "empty": np.zeros((0, 3), np.float32),
+        "f16": np.ones(4, np.float16),
+        "scalar": np.array(3, np.int64),
+    }
+    first, second = WeightSet(arrays).hash(), WeightSet(dict(reversed(arrays.items()))).hash()
+    assert first == second
+    changed = dict(arrays, f16=np.full(4, 2, np.float16))
+    assert WeightSet(changed).hash() != first
+
+
+def test_unknown_load_options_are_refused(tmp_path: Path) -> None:
+    from sdkit.errors import OptionError
+
+    onnx.save(_matmul_model(), tmp_path / "mm.onnx")
+    with pytest.raises(OptionError, match="weigths"):
+        sdkit.load_model(tmp_path / "mm.onnx", weigths="typo.safetensors")

@@ -240,3 +240,28 @@ def test_broken_installed_distribution_is_reported_by_the_cli(tmp_path: Path) ->
     assert failure["distribution"] == "sdkit-broken-plugin"
     assert "broken on purpose" in failure["error"]
     assert "reference" in [b["name"] for b in data["backends"]]
+
+
+def test_plugin_calling_back_into_sdkit_while_loading_fails_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch, fake_modules: list[str]
+) -> None:
+    from sdkit.plugins import get_plugins, reset_plugins
+
+    _module(
+        "fake_reentrant",
+        """
+        from sdkit.plugins import hookimpl, get_plugins
+        @hookimpl
+        def sdkit_register_schedulers(registry):
+            get_plugins()  # e.g. to look up a built-in scheduler to subclass
+        """,
+    )
+    fake_modules += ["fake_reentrant"]
+    ep = _ep("reentrant", "fake_reentrant")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [ep])
+    reset_plugins()
+    plugins = get_plugins()
+    [failure] = plugins.failures
+    assert failure.name == "reentrant"
+    assert "still loading" in failure.error
+    assert "euler" in plugins.schedulers.names()

@@ -35,6 +35,8 @@ def test_device_matching_and_errors() -> None:
     assert Device("cpu", description="x") == Device("cpu")
     with pytest.raises(DeviceError):
         Device.parse("!!")
+    with pytest.raises(DeviceError, match="string"):
+        Device.parse(0)  # type: ignore[arg-type]
 
 
 def test_options_are_validated() -> None:

@@ -94,9 +94,11 @@ class ArtifactCache:
             return None
         try:
             manifest = json.loads((folder / MANIFEST).read_text())
-            intact = manifest.get("key") == json.loads(json.dumps(key, default=str)) and manifest.get(
-                "files"
-            ) == _file_sums(folder)
+            intact = (
+                isinstance(manifest, dict)
+                and manifest.get("key") == json.loads(json.dumps(key, default=str))
+                and manifest.get("files") == _file_sums(folder)
+            )
         except (OSError, ValueError):
             intact = False
         if not intact:
@@ -116,9 +118,13 @@ class ArtifactCache:
             build(tmp)
             manifest = {"key": json.loads(json.dumps(key, default=str)), "files": _file_sums(tmp)}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-            if folder.exists():
-                shutil.rmtree(folder, ignore_errors=True)
-            tmp.replace(folder)
+            if self.lookup(key) is not None:  # (lookup removes a damaged entry)
+                return folder  # another process stored it meanwhile: the first writer wins
+            try:
+                tmp.replace(folder)
+            except OSError:
+                if self.lookup(key) is None:
+                    raise CacheError(f"cannot write the artifact cache entry {folder}") from None
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -40,6 +40,8 @@ class Device:
         """``"cuda:0"`` -> ``Device("cuda", 0)``; vendor spellings (``GPU.0``, ``CUDA0``) too."""
         if isinstance(text, Device):
             return text
+        if not isinstance(text, str):
+            raise DeviceError(f"a device is written as a string such as 'cpu' or 'cuda:0', not {text!r}")
         raw = text.strip()
         match = _DEVICE_RE.match(raw.lower())
         if match:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sdkit.errors import OptionError
 from sdkit.model import Model, load_onnx
 
 
@@ -19,5 +20,7 @@ class OnnxLoader:
     def sniff(self, path: Path) -> bool:
         return path.suffix.lower() == ".onnx"
 
-    def load(self, path: Path, weights: str | os.PathLike[str] | None = None, **_: Any) -> Model:
+    def load(self, path: Path, weights: str | os.PathLike[str] | None = None, **unknown: Any) -> Model:
+        if unknown:
+            raise OptionError(f"unknown load_model option(s) for an .onnx file: {', '.join(sorted(unknown))}")
         return load_onnx(path, weights=weights)

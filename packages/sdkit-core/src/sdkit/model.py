@@ -77,7 +77,7 @@ class WeightSet(Mapping[str, np.ndarray]):
         for name in sorted(self._arrays):
             array = np.ascontiguousarray(self._arrays[name])
             digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-            digest.update(array.tobytes() if array.dtype.hasobject else memoryview(array).cast("B"))  # type: ignore[arg-type]
+            digest.update(array.tobytes() if array.dtype.hasobject else array.reshape(-1).view(np.uint8).data)
         return digest.hexdigest()
 
     def updated(self, changes: Mapping[str, np.ndarray], strict: bool = True) -> WeightSet:
@@ -301,7 +301,8 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
         else:  # by path: the checker reads external data itself past protobuf's limit
             onnx.checker.check_model(str(path))
     except Exception as exc:
-        raise ModelFormatError(f"{path.name} is not a valid ONNX model: {str(exc).splitlines()[0]}") from None
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ModelFormatError(f"{path.name} is not a valid ONNX model: {first}") from None
     model = Model.from_proto(proto, path)
     if weights is not None:
         model = model.with_weights(WeightSet.load_safetensors(weights))

@@ -53,7 +53,7 @@ def make_options(raw: Mapping[str, Any], extra_schema: Mapping[str, type | tuple
     threads = raw.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise OptionError(f"threads must be a positive integer, not {threads!r}")
-    cache = raw.get("cache", os.environ.get("SDKIT_CACHE", "1") != "0")
+    cache = raw.get("cache", os.environ.get("SDKIT_CACHE", "1").strip().lower() not in {"0", "false", "no", "off"})
     if not isinstance(cache, bool):
         raise OptionError(f"cache must be true or false, not {cache!r}")
     extra: dict[str, Any] = {}

@@ -45,8 +45,12 @@ def load_pipeline(
     }
     pipeline = StableDiffusionPipeline(layout, components, tokenizer)
     if memory == "keep":
-        for name in ("text_encoder", "unet", "vae_decoder"):
-            components[name].prepare()
+        try:
+            for name in ("text_encoder", "unet", "vae_decoder"):
+                components[name].prepare()
+        except BaseException:
+            pipeline.close()  # release what compiled before the failure
+            raise
     return pipeline
 
 

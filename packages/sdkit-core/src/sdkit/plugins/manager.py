@@ -167,21 +167,32 @@ class Plugins:
         return {n: p for n, p in self.pm.list_name_plugin() if p is not None}
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _plugins: Plugins | None = None
+_loading = False
 
 
 def get_plugins() -> Plugins:
     """The process-wide plugin set, loaded on first use."""
-    global _plugins
+    global _plugins, _loading
     with _lock:
         if _plugins is None:
-            _plugins = Plugins()
+            if _loading:  # a plugin's hook called back into sdkit: fail it, never deadlock
+                raise PluginLoadError("a plugin called into sdkit while the plugins were still loading")
+            _loading = True
+            try:
+                _plugins = Plugins()
+            finally:
+                _loading = False
         return _plugins
 
 
 def reset_plugins() -> None:
-    """Forget loaded plugins (tests, or after changing SDKIT_* plugin variables)."""
+    """Forget loaded plugins and their probe results (tests, or after changing SDKIT_*
+    plugin variables)."""
     global _plugins
+    from sdkit.selection import forget_probes
+
     with _lock:
         _plugins = None
+    forget_probes()

@@ -58,7 +58,7 @@ _UNSUPPORTED_SETTINGS: dict[str, tuple[object, ...]] = {
     "use_beta_sigmas": (False, None),
     "use_lu_lambdas": (False, None),
     "use_flow_sigmas": (False, None),
-    "variance_type": (None,),
+    "variance_type": (None, "fixed_small"),  # DDPM's default; no sampler here reads it
 }
 
 
