@@ -13,6 +13,7 @@ from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
 from sdkit_ggml.compiler.context import Builder, NeedsValue, Tensor
+from sdkit_ggml.runtime.devices import compute_lock
 from sdkit_ggml.runtime.program import Program
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class GgmlCompiledModel(CompiledModel):
         self._programs: dict[Signature, Program] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        self._run_lock = compute_lock(backend)
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
         static = all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape)
@@ -150,12 +151,13 @@ class GgmlCompiledModel(CompiledModel):
                     raise InputError(f"refit: {entry.source!r} changes shape")
                 entries.append(type(entry)(entry.tensor, entry.source, array, entry.transform))
             updates.append((program, entries))
-        for program, entries in updates:
-            program.upload(entries)
-            refittable = [e for e in program.plan.builder.weights if e.source is not None]
-            for entry, new in zip(refittable, entries, strict=True):
-                entry.array = new.array
-        self._constants = constants
+        with self._run_lock:  # never upload under a running compute
+            for program, entries in updates:
+                program.upload(entries)
+                refittable = [e for e in program.plan.builder.weights if e.source is not None]
+                for entry, new in zip(refittable, entries, strict=True):
+                    entry.array = new.array
+            self._constants = constants
 
     def memory(self) -> dict[str, int]:
         weights = compute = 0
@@ -165,7 +167,7 @@ class GgmlCompiledModel(CompiledModel):
         return {"weights": weights, "compute": compute}
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._run_lock:  # never free buffers under a running compute
             for program in self._programs.values():
                 program.close()
             self._programs.clear()

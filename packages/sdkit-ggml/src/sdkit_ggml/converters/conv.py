@@ -153,7 +153,7 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
             for g in range(groups)
         ]
     if groups == 1:
-        return [b.tensor(node, 1, transform=transform, key="conv", half=half)]
+        return [b.tensor(node, 1, transform=transform, key=f"{node.op}/1", half=half)]
     if groups > MAX_GROUPS:
         raise Unsupported(f"Conv with {groups} groups: at most {MAX_GROUPS} are lowered")
     kernels = []
@@ -164,7 +164,7 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
             per = full.shape[0] // groups
             return np.ascontiguousarray(full[g * per : (g + 1) * per])
 
-        kernels.append(b.tensor(node, 1, transform=pick, key=f"conv/g{g}", half=half))
+        kernels.append(b.tensor(node, 1, transform=pick, key=f"{node.op}/{groups}/g{g}", half=half))
     return kernels
 
 

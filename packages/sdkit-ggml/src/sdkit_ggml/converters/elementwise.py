@@ -255,6 +255,13 @@ def cast(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:
         return ops.retype(ops.unary(b, "ggml_step", ops.unary(b, "ggml_abs", x)), BOOL)
     if target.kind in "iu":
         if x.ggml_type == L.GGML_TYPE_I32:
+            info = np.iinfo(target)
+            fits = x.bounds is not None and info.min <= x.bounds[0] and x.bounds[1] <= info.max
+            if target.itemsize < 4 and not fits:
+                # Storage is I32: a narrowing Cast would have to wrap values, which ggml cannot do.
+                raise Unsupported(
+                    f"Cast from {x.dtype} to {target}: values are not proven to fit, and ggml cannot wrap"
+                )
             return ops.retype(x, target)
         if x.dtype != BOOL:
             raise Unsupported(

@@ -57,6 +57,15 @@ def find_device(lib: GgmlLib, wanted: Device) -> GgmlDevice:
 
 _lock = threading.Lock()
 _opened: dict[int, int] = {}
+_compute_locks: dict[int, threading.Lock] = {}
+
+
+def compute_lock(backend: int) -> threading.Lock:
+    """One lock per ggml_backend_t: the backend is shared by every model on its device and
+    keeps per-compute state (the CPU work buffer, the thread count), so computes, weight
+    uploads and frees on it are serialised."""
+    with _lock:
+        return _compute_locks.setdefault(backend, threading.Lock())
 
 
 def open_backend(lib: GgmlLib, entry: GgmlDevice) -> int:
