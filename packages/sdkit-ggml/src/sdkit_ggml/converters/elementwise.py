@@ -255,7 +255,7 @@ def cast(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:
         return ops.retype(ops.unary(b, "ggml_step", ops.unary(b, "ggml_abs", x)), BOOL)
     if target.kind in "iu":
         if x.ggml_type == L.GGML_TYPE_I32:
-            info = np.iinfo(target)
+            info = np.iinfo(str(target))
             fits = x.bounds is not None and info.min <= x.bounds[0] and x.bounds[1] <= info.max
             if target.itemsize < 4 and not fits:
                 # Storage is I32: a narrowing Cast would have to wrap values, which ggml cannot do.
