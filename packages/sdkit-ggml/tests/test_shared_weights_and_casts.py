@@ -80,3 +80,24 @@ def test_two_models_computing_at_once_match_their_sequential_results() -> None:
     for t in threads:
         t.join()
     assert mismatches[0] == 0
+
+
+def test_refit_after_a_folded_castlike_matches_onnxruntime() -> None:
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([1.0, 2.0], np.float64)))
+    model = _model(
+        [
+            const,
+            helper.make_node("CastLike", ["c", "x"], ["cl"]),
+            helper.make_node("Mul", ["x", "cl"], ["y0"]),
+            helper.make_node("Add", ["y0", "w"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.zeros(2, np.float32), "w")],
+    )
+    compiled = sdkit.compile(model, backend="ggml")
+    new = model.weights.updated({"w": np.array([0.5, -1.0], np.float32)})
+    compiled.refit(new)
+    x = np.array([3.0, 4.0], np.float32)
+    expected = ort.InferenceSession(model.graph.to_onnx(new).SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, atol=1e-6)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -66,6 +67,7 @@ class TrtCompiledModel(CompiledModel):
         self.cache = ArtifactCache() if options.cache else None
         self.engines: dict[Signature | None, tuple[TrtEngine, dict[str, str]]] = {}
         self.cache_hits: list[bool] = []
+        self._call_lock = threading.RLock()
         set_device(gpu.ordinal)
         self.stream = Stream()
         if profiles or is_static(self.inputs):
@@ -155,6 +157,11 @@ class TrtCompiledModel(CompiledModel):
 
     # -- the CompiledModel contract ----------------------------------------------------
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        # One execution context, stream and staging buffers per model: one call at a time.
+        with self._call_lock:
+            return self._execute(feeds)
+
+    def _execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         sig: Signature | None = None
         if self.profiles:
             check_in_profiles(self.profiles, feeds)
@@ -169,6 +176,10 @@ class TrtCompiledModel(CompiledModel):
     def refit(self, weights: WeightSet) -> None:
         """Swap every weight (the complete set; a missing or mis-shaped one is an InputError)."""
         validated = validate_weights(self.graph, weights)
+        with self._call_lock:
+            self._refit(validated)
+
+    def _refit(self, validated: WeightSet) -> None:
         for _, baked in self.engines.values():
             refuse_baked_change(changed_baked(baked, validated))
         for sig, (engine, _) in self.engines.items():
@@ -177,6 +188,10 @@ class TrtCompiledModel(CompiledModel):
         self.weights = validated
 
     def close(self) -> None:
+        with self._call_lock:
+            self._close()
+
+    def _close(self) -> None:
         for engine, _ in self.engines.values():
             engine.close()
         self.engines.clear()

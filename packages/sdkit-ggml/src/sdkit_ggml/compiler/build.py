@@ -146,7 +146,9 @@ def _lower(
         like = args[1] if len(args) > 1 else None
         if like is not None and np.dtype(like.dtype) in SUPPORTED_DTYPES:
             target = np.dtype(like.dtype)
-            return [np.asarray(args[0]).astype(target)]
+            value = np.asarray(args[0]).astype(target)
+            plan.shape_constants[node.output[0]] = value  # weight-independent: refit reuses it
+            return [value]
     if node.op_type not in NOT_FOLDABLE and not any(isinstance(a, Tensor) for a in present) and not _has_subgraph(node):
         plan.folded.append(node)
         if any(name in builder.weight_dependent for name in node.input if name):
