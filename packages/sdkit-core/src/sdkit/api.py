@@ -11,7 +11,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
-from sdkit.model import PICKLED_SUFFIXES, Model
+from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.options import make_options
 from sdkit.plugins import get_plugins
 from sdkit.selection import choose, get_backend, probe
@@ -64,10 +64,7 @@ def backends() -> list[BackendInfo]:
 def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:
     """Load a model with the first registered loader whose ``sniff`` accepts ``path``."""
     path = Path(path)
-    if path.suffix.lower() in PICKLED_SUFFIXES:
-        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
-    if not path.exists():
-        raise ModelFormatError(f"model not found: {path}")
+    refuse_unsafe_or_missing(path, "model")
     registry = get_plugins().loaders
     loaders = sorted((cls() for _, cls in registry.items()), key=lambda loader: -getattr(loader, "priority", 0))
     for loader in loaders:

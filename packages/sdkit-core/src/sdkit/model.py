@@ -28,6 +28,14 @@ _STRIPPED = "sdkit:weightset"  # external-data location marking a stripped initi
 _PROTO_LIMIT = 2_000_000_000  # protobuf's 2 GiB message limit, with headroom
 
 
+def refuse_unsafe_or_missing(path: Path, what: str = "model file") -> None:
+    """Refuse pickle-based files unread (loading them can run code) and missing paths."""
+    if path.suffix.lower() in PICKLED_SUFFIXES:
+        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
+    if not path.exists():
+        raise ModelFormatError(f"{what} not found: {path}")
+
+
 def _np_dtype(elem_type: int) -> np.dtype[Any]:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
@@ -104,10 +112,7 @@ class WeightSet(Mapping[str, np.ndarray]):
         from safetensors.numpy import load_file
 
         path = Path(path)
-        if path.suffix.lower() in PICKLED_SUFFIXES:
-            raise ModelFormatError(f"{path.name}: pickled checkpoints are refused; convert to .safetensors")
-        if not path.is_file():
-            raise ModelFormatError(f"weights file not found: {path}")
+        refuse_unsafe_or_missing(path, "weights file")
         try:
             return cls(load_file(str(path)))
         except (SafetensorError, OSError, ValueError) as exc:
@@ -281,10 +286,7 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
     """Load an ``.onnx`` file (external data included); optionally override weights from a
     ``.safetensors`` file keyed by initializer name."""
     path = Path(path)
-    if path.suffix.lower() in PICKLED_SUFFIXES:
-        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
-    if not path.exists():
-        raise ModelFormatError(f"model file not found: {path}")
+    refuse_unsafe_or_missing(path)
     if path.is_dir():
         raise ModelFormatError(f"{path} is a directory, not an .onnx file")
     try:

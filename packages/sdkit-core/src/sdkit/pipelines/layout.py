@@ -34,7 +34,8 @@ def is_pipeline_dir(path: Path) -> bool:
     return path.is_dir() and (path / "model_index.json").is_file()
 
 
-def _json(path: Path, what: str) -> dict[str, Any]:
+def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
+    """A JSON file holding an object, or one ModelFormatError."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -44,8 +45,9 @@ def _json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _optional_json(path: Path) -> dict[str, Any]:
-    return _json(path, "config") if path.is_file() else {}
+def read_optional_json_object(path: Path, what: str = "config") -> dict[str, Any]:
+    """``read_json_object``, or an empty dict when the file is absent."""
+    return read_json_object(path, what) if path.is_file() else {}
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
         raise ModelFormatError(f"{root} is a file, not a pipeline folder (a folder with model_index.json)")
     if not (root / "model_index.json").is_file():
         raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
-    index = _json(root / "model_index.json", "pipeline index")
+    index = read_json_object(root / "model_index.json", "pipeline index")
     class_name = str(index.get("_class_name", ""))
     if "XL" in class_name or "Flux" in class_name or "text_encoder_2" in index:
         raise ModelFormatError(
@@ -112,8 +114,8 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     if not tokenizer_dir.is_dir():
         raise ModelFormatError(f"{root.name}: missing tokenizer/ folder")
     scheduler_file = root / "scheduler" / "scheduler_config.json"
-    scheduler_config = _json(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
-    configs = {c: _optional_json(root / c / "config.json") for c in COMPONENTS}
+    scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
+    configs = {c: read_optional_json_object(root / c / "config.json") for c in COMPONENTS}
     in_channels = configs["unet"].get("in_channels", 4)
     if in_channels != 4:
         raise ModelFormatError(

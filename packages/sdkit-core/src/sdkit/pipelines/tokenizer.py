@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.pipelines.layout import read_optional_json_object
 
 # CLIP's pre-tokenizer: contractions, letter runs, single digits, punctuation runs.
 _CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
@@ -39,18 +40,6 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{path} does not hold a JSON object")
-    return data
-
-
 class ClipTokenizer:
     """Prompt text -> fixed-length token-id windows for a CLIP text encoder."""
 
@@ -58,7 +47,10 @@ class ClipTokenizer:
         from tokenizers import Tokenizer
 
         folder = Path(folder)
-        config = {**_read_json(folder / "special_tokens_map.json"), **_read_json(folder / "tokenizer_config.json")}
+        config = {
+            **read_optional_json_object(folder / "special_tokens_map.json", "tokenizer file"),
+            **read_optional_json_object(folder / "tokenizer_config.json", "tokenizer file"),
+        }
         self.bos_token = _token_text(config.get("bos_token")) or "<|startoftext|>"
         self.eos_token = _token_text(config.get("eos_token")) or "<|endoftext|>"
         unk_token = _token_text(config.get("unk_token")) or self.eos_token
