@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 BACKENDS = ("sdkit.reference:ReferenceBackend",)
 MODEL_LOADERS = (
     "sdkit.loaders:OnnxLoader",
-    "sdkit.pipelines.loading:DiffusersOnnxLoader",
+    "sdkit.pipelines.diffusers_folder:DiffusersOnnxLoader",
 )
 # In the order ``sdkit.schedulers.scheduler_names()`` lists them.
 SCHEDULERS = (

@@ -72,10 +72,20 @@ are bit-identical.
 from __future__ import annotations
 
 from sdkit.schedulers.base import SCHEDULES, NoiseFn, Scheduler, SchedulerConfig, noise_from_seed
-from sdkit.schedulers.names import create_scheduler, resolve, resolve_schedule, scheduler_class, scheduler_names
+from sdkit.schedulers.names import (
+    SCHEDULE_LABELS,
+    create_scheduler,
+    resolve,
+    resolve_schedule,
+    sampler_label,
+    schedule_label,
+    scheduler_class,
+    scheduler_names,
+)
 
 __all__ = [
     "SCHEDULES",
+    "SCHEDULE_LABELS",
     "NoiseFn",
     "Scheduler",
     "SchedulerConfig",
@@ -83,6 +93,8 @@ __all__ = [
     "noise_from_seed",
     "resolve",
     "resolve_schedule",
+    "sampler_label",
+    "schedule_label",
     "scheduler_class",
     "scheduler_names",
 ]
