@@ -167,8 +167,11 @@ class GenerationRequest:
         return out
 
     def replace(self: R, **changes: Any) -> R:
-        """A copy with ``changes``, checked like ``create`` (``dataclasses.replace`` skips the checks)."""
+        """A copy with ``changes``, checked like ``create`` (``dataclasses.replace`` skips the
+        checks). A new ``sampler`` without a ``schedule`` takes the schedule its name implies."""
         current = {name: getattr(self, name) for name in self.field_names()}
+        if "sampler" in changes and "schedule" not in changes:
+            current["schedule"] = None
         return type(self).create(**{**current, **changes})
 
     @property
