@@ -157,3 +157,29 @@ def test_no_guidance_runs_one_batch() -> None:
         x = scheduler.scale_model_input(want, t)
         want = scheduler.step((0.1 * x + cond * (np.float32(t) / 1000)).astype(np.float32), t, want)
     np.testing.assert_allclose(loop.run(latents), want, rtol=1e-5, atol=1e-6)
+
+
+def test_stop_after_runs_the_first_steps_only() -> None:
+    """The seam a base/refiner split needs: the first k steps, as the full loop ran them."""
+    latents, embeddings = _inputs()
+    seen: list[tuple[int, int]] = []
+
+    def loop(stop_after: int | None) -> DenoiseLoop:
+        return DenoiseLoop(
+            _unet(_denoiser()),
+            _scheduler(),
+            SCALE,
+            {"encoder_hidden_states": embeddings},
+            callback=lambda i, n, x: seen.append((i, n)),
+            stop_after=stop_after,
+        )
+
+    partial = loop(2).run(latents)
+    assert seen == [(0, 2), (1, 2)]
+    scheduler = _scheduler()
+    want = latents
+    for t in scheduler.timesteps[:2]:
+        x = np.concatenate([scheduler.scale_model_input(want, t)] * 2)
+        uncond, cond = np.split((0.1 * x + embeddings * (np.float32(t) / 1000)).astype(np.float32), 2)
+        want = scheduler.step(uncond + SCALE * (cond - uncond), t, want)
+    np.testing.assert_allclose(partial, want, rtol=1e-5, atol=1e-6)

@@ -80,7 +80,9 @@ class DenoiseLoop:
 
     ``conditioning``: denoiser feeds that stay the same every step, batched like the sample
     (``encoder_hidden_states`` as ``[uncond x N, cond x N]`` when guided). ``noise``: the per-step
-    noise draw of ancestral/SDE samplers (``NoiseStream.normal``).
+    noise draw of ancestral/SDE samplers (``NoiseStream.normal``). ``stop_after``: run only the
+    first steps of the schedule (a base/refiner split hands the rest to a second loop, whose
+    scheduler starts there as img2img's ``strength`` does).
     """
 
     denoiser: Component
@@ -91,6 +93,7 @@ class DenoiseLoop:
     hooks: Sequence[StepHook] = ()
     callback: StepCallback | None = None
     inputs: DenoiserInputs = field(default_factory=DenoiserInputs)
+    stop_after: int | None = None
 
     @property
     def guided(self) -> bool:
@@ -101,7 +104,7 @@ class DenoiseLoop:
 
     def _run(self, compiled: CompiledModel, latents: np.ndarray) -> np.ndarray:
         scheduler = self.scheduler
-        timesteps = [float(t) for t in np.asarray(scheduler.timesteps).reshape(-1)]
+        timesteps = [float(t) for t in np.asarray(scheduler.timesteps).reshape(-1)][: self.stop_after]
         for index, t in enumerate(timesteps):
             timestep = scheduler.timesteps[index]
             sample = np.asarray(scheduler.scale_model_input(latents, timestep), dtype=np.float32)

@@ -30,6 +30,10 @@ ddim           DDIM                                       DDIMScheduler, eta=0 (
 lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
 =============  =========================================  ========================================================
 
+Each class's ``label`` is what A1111 writes in an image's ``Sampler:`` field
+(``sampler_label("euler_a") == "Euler a"``; a class without one is written under its first
+alias, else its name); ``schedule_label`` / ``SCHEDULE_LABELS`` give the ``Schedule type:``.
+
 A1111 names with a schedule suffix resolve to both: ``resolve("DPM++ 2M Karras") ==
 ("dpmpp_2m", "karras")``, ``resolve("DPM++ 2M SDE Exponential")``, ``"Euler SGM Uniform"``.
 
