@@ -25,7 +25,7 @@ PY = BIN / ("python.exe" if os.name == "nt" else "python")
 # (their probes say what is missing) but pull no vendor SDK here.
 RUNTIME_PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino"]
 PROBE_ONLY_PACKAGES = ["sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
-TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10"]
+TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10", "import-linter>=2.1"]
 TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
 
 
@@ -77,6 +77,8 @@ def test() -> int:
     sh(BIN / "ruff", "check", ".")
     sh(BIN / "ruff", "format", "--check", ".")
     sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
+    sh(BIN / "lint-imports", "--no-logo")  # the import graph's layers (.importlinter)
+    sh(PY, "tools/check_code_shape.py")  # no function over 80 lines in packages/*/src
     env = dict(os.environ)
     for var in ("SDKIT_BACKEND", "SDKIT_DISABLE_PLUGINS", "SDKIT_STRICT_PLUGINS", "SDKIT_CONFIG"):
         env.pop(var, None)
@@ -86,7 +88,7 @@ def test() -> int:
 
 def existing_tests() -> list[str]:
     tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
-    return [*tests, "examples/sdkit-onnxruntime/tests"]
+    return [*tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
 
 
 def main() -> int:

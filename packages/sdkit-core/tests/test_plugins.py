@@ -126,6 +126,66 @@ def test_raising_hook_drops_only_that_plugin(fake_modules: list[str]) -> None:
     assert "boom" in plugins.failures[0].error
 
 
+def test_registration_by_module_attr_reference(fake_modules: list[str]) -> None:
+    """A hook module may name its classes as "module:attr" (how core's built-in plugin registers
+    what lives above the plugins layer); a bad reference drops that plugin, not the others."""
+    _module("fake_good", GOOD)
+    _module(
+        "fake_by_name",
+        """
+        from sdkit.plugins import hookimpl
+        @hookimpl
+        def sdkit_register_backends(registry):
+            registry.add("fake_good:GoodBackend")
+        """,
+    )
+    _module(
+        "fake_bad_reference",
+        """
+        from sdkit.plugins import hookimpl
+        @hookimpl
+        def sdkit_register_backends(registry):
+            registry.add("fake_good:NoSuchBackend")
+        """,
+    )
+    fake_modules += ["fake_good", "fake_by_name", "fake_bad_reference"]
+    plugins = Plugins([_ep("byname", "fake_by_name"), _ep("bad", "fake_bad_reference")])
+    assert plugins.backends.owner("good") == "byname"
+    assert [(f.name, f.stage) for f in plugins.failures] == [("bad", "register")]
+    assert "NoSuchBackend" in plugins.failures[0].error
+    with pytest.raises(ValueError, match="module:attr"):
+        plugins.backends.add("fake_good.GoodBackend")
+
+
+def test_core_registers_its_own_implementations_by_reference() -> None:
+    plugins = Plugins([])
+    assert plugins.backends.owner("reference") == "core"
+    assert plugins.loaders.names() == ["onnx", "diffusers-onnx"]
+    assert plugins.schedulers.names() == [
+        "euler",
+        "euler_a",
+        "heun",
+        "dpmpp_2m",
+        "dpmpp_2m_sde",
+        "dpmpp_sde",
+        "ddim",
+        "lcm",
+    ]
+
+
+def test_reset_plugins_forgets_backend_instances_and_probes() -> None:
+    from sdkit.plugins import get_plugins, reset_plugins
+    from sdkit.selection import get_backend, probe
+
+    backend = get_backend("reference")
+    probe(backend)
+    assert get_plugins().probes["reference"].ok
+    assert get_backend("reference") is backend
+    reset_plugins()
+    assert get_plugins().probes == {}
+    assert get_backend("reference") is not backend
+
+
 def test_unknown_hook_is_a_validation_failure(fake_modules: list[str]) -> None:
     _module(
         "fake_unknown",

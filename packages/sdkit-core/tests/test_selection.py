@@ -155,3 +155,27 @@ def test_compile_and_run_through_the_public_api() -> None:
     assert compiled.backend_name == choose(model.graph).backend.name
     x = np.array([[-1, 0, 2], [3, -4, 5]], np.float32)
     np.testing.assert_array_equal(compiled.run({"x": x})["out0"], np.maximum(x, 0))
+
+
+@pytest.mark.usefixtures("fake_plugins")
+def test_choose_backend_says_what_auto_picks_and_why_not_the_others() -> None:
+    """The public question `sdkit doctor` asks, without sdkit.selection."""
+    choice = sdkit.choose_backend(_relu(), device="cpu")
+    assert (choice.backend, str(choice.device)) == ("fast", "cpu")
+    assert [name for name, _ in choice.rejected] == ["broken", "gpuonly", "picky"]
+    assert "runtime missing" in dict(choice.rejected)["broken"]
+    assert "Relu" in dict(choice.rejected)["picky"]
+    anything = sdkit.choose_backend()  # no model: no check() step
+    assert (anything.backend, str(anything.device)) == ("gpuonly", "cuda:0")
+    assert sdkit.choose_backend(backend="reference").rejected == ()
+    with pytest.raises(NoBackendError):
+        sdkit.choose_backend(_relu(), device="vulkan:0")
+
+
+@pytest.mark.usefixtures("fake_plugins")
+def test_devices_of_every_available_backend() -> None:
+    devices = sdkit.devices()
+    assert "broken" not in devices
+    assert [str(d) for d in devices["gpuonly"]] == ["cuda:0"]
+    assert [str(d) for d in devices["reference"]] == ["cpu"]
+    assert list(devices) == [b.name for b in sdkit.backends() if b.available]

@@ -76,3 +76,12 @@ def test_feeds_are_checked_with_clear_messages() -> None:
 def test_scalars_stay_scalars() -> None:
     info = [TensorInfo("s", np.dtype(np.int64), ())]
     assert check_feeds(info, {"s": np.array(3)})["s"].ndim == 0
+
+
+def test_shared_value_types_keep_their_public_names() -> None:
+    import sdkit
+    import sdkit.backend
+    import sdkit.types
+
+    assert sdkit.TensorInfo is sdkit.backend.TensorInfo is sdkit.types.TensorInfo
+    assert sdkit.backend.Dim is sdkit.types.Dim

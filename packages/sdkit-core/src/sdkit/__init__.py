@@ -9,7 +9,7 @@ image = compiled.run({"latent": latent})["image"]
 from __future__ import annotations
 
 from sdkit._version import __version__
-from sdkit.api import BackendInfo, backends, check, compile, load_model
+from sdkit.api import BackendChoice, BackendInfo, backends, check, choose_backend, compile, devices, load_model
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport, TensorInfo
 from sdkit.device import Device
 from sdkit.errors import SdkitError
@@ -20,6 +20,7 @@ from sdkit.pipelines import load_pipeline
 __all__ = [
     "Availability",
     "Backend",
+    "BackendChoice",
     "BackendInfo",
     "CompiledModel",
     "Device",
@@ -33,7 +34,9 @@ __all__ = [
     "__version__",
     "backends",
     "check",
+    "choose_backend",
     "compile",
+    "devices",
     "load_model",
     "load_pipeline",
 ]

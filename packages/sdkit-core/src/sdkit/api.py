@@ -1,4 +1,5 @@
-"""The public Python API: ``backends()``, ``load_model()``, ``compile()``, ``check()``."""
+"""The public Python API: ``backends()``, ``devices()``, ``choose_backend()``, ``load_model()``,
+``compile()``, ``check()``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.options import make_options
 from sdkit.plugins import get_plugins
@@ -61,17 +63,50 @@ def backends() -> list[BackendInfo]:
     return sorted(infos, key=lambda b: (-b.priority, b.name))
 
 
+def devices() -> dict[str, list[Device]]:
+    """The devices of every available backend, by backend name (in ``backends()`` order)."""
+    found: dict[str, list[Device]] = {}
+    for info in backends():
+        if info.available:
+            found[info.name] = get_backend(info.name).devices()
+    return found
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What ``choose_backend()`` answers: the backend and device a compile would use, and each
+    backend tried before it with the reason it was passed over (automatic choice only)."""
+
+    backend: str
+    device: Device
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+def choose_backend(
+    model: Model | str | os.PathLike[str] | None = None,
+    backend: str = "auto",
+    device: str | Device | None = None,
+) -> BackendChoice:
+    """The backend ``sdkit.compile(model, backend, device)`` would use, without compiling.
+
+    Without a model, the automatic choice skips the ``check()`` step (any model). Raises what
+    ``compile`` would: ``NoBackendError`` (listing every candidate and why), ``UnknownBackendError``,
+    ``BackendUnavailableError``, ``DeviceError``.
+    """
+    graph = as_model(model).graph if model is not None else None
+    choice = choose(graph, backend, device)
+    return BackendChoice(choice.backend.name, choice.device, tuple(choice.rejected))
+
+
 def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:
     """Load a model with the first registered loader whose ``sniff`` accepts ``path``."""
     path = Path(path)
     refuse_unsafe_or_missing(path, "model")
-    registry = get_plugins().loaders
-    loaders = sorted((cls() for _, cls in registry.items()), key=lambda loader: -getattr(loader, "priority", 0))
-    for loader in loaders:
-        if loader.sniff(path):
-            return loader.load(path, **kwargs)
-    names = ", ".join(registry.names())
-    raise ModelFormatError(f"no model loader recognises {path} (loaders: {names})")
+    loader = find_loader(path)
+    if loader is None:
+        names = ", ".join(get_plugins().loaders.names())
+        raise ModelFormatError(f"no model loader recognises {path} (loaders: {names})")
+    return loader.load(path, **kwargs)
 
 
 def as_model(model: Model | str | os.PathLike[str]) -> Model:

@@ -17,12 +17,21 @@ import numpy as np
 
 from sdkit.device import CPU, Device
 from sdkit.errors import InputError, UnsupportedNode
+from sdkit.types import Dim, TensorInfo
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
 
-Dim = int | str | None  # a fixed size, a symbolic name, or unknown
+__all__ = [
+    "Availability",
+    "Backend",
+    "CompiledModel",
+    "Dim",
+    "SupportReport",
+    "TensorInfo",
+    "check_feeds",
+]
 
 
 @dataclass(frozen=True)
@@ -33,23 +42,6 @@ class Availability:
     reason: str = ""
     install_hint: str = ""
     version: str = ""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A graph input or output: name, numpy dtype and shape (ints, symbolic names or None).
-
-    ``kind`` is ``"tensor"`` for ordinary tensors; ``"sequence"``, ``"optional"`` or ``"map"``
-    for the other ONNX value types (their dtype and shape are not checked)."""
-
-    name: str
-    dtype: np.dtype[Any]
-    shape: tuple[Dim, ...]
-    kind: str = "tensor"
-
-    def describe(self) -> str:
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        return f"{self.name}: {self.dtype}[{dims}]"
 
 
 @dataclass

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sdkit._version import __version__
 from sdkit.errors import CacheError
 
 FORMAT = 1
@@ -59,8 +60,6 @@ def make_key(
     weights_hash: str | None = None,
 ) -> dict[str, Any]:
     """The fields that decide whether a compiled artifact can be reused."""
-    from sdkit import __version__
-
     return {
         "format": FORMAT,
         "sdkit": __version__,

@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from sdkit.backend import Dim, TensorInfo
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.types import Dim, TensorInfo
 
 # Pickle-based formats: never loaded (arbitrary code execution on load).
 PICKLED_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle")

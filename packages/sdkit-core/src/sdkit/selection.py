@@ -12,35 +12,29 @@ from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, U
 from sdkit.model import Graph
 from sdkit.plugins import get_plugins
 
-_instances: dict[str, Backend] = {}
-_probes: dict[str, Availability] = {}
-
 
 def get_backend(name: str) -> Backend:
-    """The (cached) instance of a registered backend, by name."""
-    registry = get_plugins().backends
-    cls = registry.get(name)
+    """The instance of a registered backend, by name (one per plugin set: ``reset_plugins()``
+    forgets it)."""
+    plugins = get_plugins()
+    cls = plugins.backends.get(name)
     if cls is None:
-        raise UnknownBackendError(name, registry.names())
-    canonical = cls.name
-    if canonical not in _instances or type(_instances[canonical]) is not cls:
-        _instances[canonical] = cls()
-    return _instances[canonical]
+        raise UnknownBackendError(name, plugins.backends.names())
+    instances = plugins.backend_instances
+    if cls.name not in instances or type(instances[cls.name]) is not cls:
+        instances[cls.name] = cls()
+    return instances[cls.name]
 
 
 def probe(backend: Backend) -> Availability:
-    """``backend.probe()`` once per process; an exception in a probe is an unavailable backend."""
-    if backend.name not in _probes:
+    """``backend.probe()`` once per plugin set; an exception in a probe is an unavailable backend."""
+    probes = get_plugins().probes
+    if backend.name not in probes:
         try:
-            _probes[backend.name] = backend.probe()
+            probes[backend.name] = backend.probe()
         except Exception as exc:
-            _probes[backend.name] = Availability(False, f"probe failed: {type(exc).__name__}: {exc}")
-    return _probes[backend.name]
-
-
-def forget_probes() -> None:
-    _instances.clear()
-    _probes.clear()
+            probes[backend.name] = Availability(False, f"probe failed: {type(exc).__name__}: {exc}")
+    return probes[backend.name]
 
 
 def pick_device(backend: Backend, device: str | Device | None) -> Device:

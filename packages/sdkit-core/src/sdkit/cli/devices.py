@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 import sdkit
-from sdkit.selection import get_backend
 
 HELP = "list the devices each available backend can use"
 
@@ -15,10 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for info in sdkit.backends():
-        if not info.available:
-            continue
-        for device in get_backend(info.name).devices():
+    for name, devices in sdkit.devices().items():
+        for device in devices:
             note = f"  {device.description}" if device.description else ""
-            print(f"{info.name:<12} {device!s:<10}{note}")
+            print(f"{name:<12} {device!s:<10}{note}")
     return 0

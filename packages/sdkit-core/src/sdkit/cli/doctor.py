@@ -14,7 +14,6 @@ from sdkit.cache import cache_root
 from sdkit.config import config_path
 from sdkit.errors import SdkitError
 from sdkit.plugins import get_plugins
-from sdkit.selection import choose
 
 HELP = "diagnose this installation: plugins, backends, cache, configuration"
 
@@ -51,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
             hint = f"; fix: {b.install_hint}" if b.install_hint else ""
             print(f"  {b.name}: unavailable: {b.reason}{hint}")
     try:
-        choice = choose(None)
-        print(f"automatic choice: {choice.backend.name} on {choice.device}")
+        choice = sdkit.choose_backend()
+        print(f"automatic choice: {choice.backend} on {choice.device}")
+        for name, why in choice.rejected:
+            print(f"  passed over {name}: {why}")
     except SdkitError as exc:
         print(f"automatic choice: none ({exc})")
     root = cache_root()

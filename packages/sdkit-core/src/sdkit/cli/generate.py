@@ -7,7 +7,6 @@ so other tools read them back.
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.progress import interactive
 from sdkit.errors import InputError
+from sdkit.pipelines.request import GenerationRequest
 
 HELP = "generate images with a Stable Diffusion pipeline (txt2img, or img2img with --init-image)"
 
@@ -89,25 +89,32 @@ class StepBar:
             self._bar.close()
 
 
+def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> GenerationRequest:
+    """The request the flags describe, checked before any model loads: a typo fails in a second."""
+    return GenerationRequest.create(
+        args.prompt,
+        negative_prompt=args.negative,
+        seed=args.seed,
+        width=args.width,
+        height=args.height,
+        steps=args.steps,
+        guidance_scale=args.cfg,
+        sampler=args.sampler,
+        schedule=args.schedule,
+        init_image=args.init_image,
+        strength=args.strength,
+        num_images=args.num_images,
+        callback=callback,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import sdkit
     from sdkit.pipelines import save_png
-    from sdkit.pipelines.arguments import check_request
 
-    # Arguments first: a typo should fail in a second, not after the model compiled.
-    check_request(
-        steps=args.steps,
-        width=args.width,
-        height=args.height,
-        sampler=args.sampler,
-        schedule=args.schedule,
-        guidance_scale=args.cfg,
-        strength=args.strength,
-        num_images=args.num_images,
-        img2img=args.init_image is not None,
-    )
-    seed = args.seed if args.seed is not None else secrets.randbits(32)
-    paths = output_paths(args.output, seed, max(args.num_images, 1))
+    bar = StepBar()
+    request = build_request(args, bar)
+    paths = output_paths(args.output, request.seed, request.num_images)
     start = time.perf_counter()
     pipe = sdkit.load_pipeline(
         args.model,
@@ -116,28 +123,13 @@ def run(args: argparse.Namespace) -> int:
         memory=args.memory,
         **options_from(args),
     )
-    bar = StepBar()
     try:
-        images = pipe.generate(
-            args.prompt,
-            negative_prompt=args.negative,
-            seed=seed,
-            width=args.width,
-            height=args.height,
-            steps=args.steps,
-            guidance_scale=args.cfg,
-            sampler=args.sampler,
-            schedule=args.schedule,
-            init_image=args.init_image,
-            strength=args.strength,
-            num_images=args.num_images,
-            callback=bar,
-        )
+        images = pipe.run(request)
     finally:
         bar.close()
     for image, path in zip(images, paths, strict=True):
         save_png(image, path, image.info["sdkit_parameters"])
         print(f"saved {path}")
     backends = ", ".join(f"{name}={backend}" for name, backend in pipe.backends().items() if backend)
-    print(f"seed {seed}; {time.perf_counter() - start:.1f} s; backends: {backends}")
+    print(f"seed {request.seed}; {time.perf_counter() - start:.1f} s; backends: {backends}")
     return 0

@@ -1,10 +1,13 @@
-"""Pipeline components: one ONNX model each, compiled with ``sdkit.compile`` for the backend and
-device chosen for that component, under a memory policy.
+"""Pipeline components: one model each, taken from a ``ModelSource`` and compiled with
+``sdkit.compile`` for the backend and device chosen for that component, under a memory policy.
 
 - ``keep``: each component is compiled the first time it runs and stays resident.
-- ``offload``: each use loads the model from disk, compiles it, runs it and releases it (weights,
-  graph and compiled engine), so only one component is in memory at a time. Slower (a compile per
-  use; backends with an artifact cache make it cheaper), lower peak memory.
+- ``offload``: each use loads the model from its source, compiles it, runs it and releases it
+  (weights, graph and compiled engine), so only one component is in memory at a time. Slower (a
+  compile per use; backends with an artifact cache make it cheaper), lower peak memory.
+
+Weights can be swapped without a new source (a LoRA merge, a VAE swap): ``set_weights`` refits the
+compiled model where the backend can, else the next use compiles with the new weights.
 """
 
 from __future__ import annotations
@@ -14,23 +17,24 @@ import ctypes
 import gc
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 
-from sdkit.backend import CompiledModel, TensorInfo
+from sdkit.api import compile as compile_model
+from sdkit.backend import CompiledModel
 from sdkit.device import Device
-from sdkit.errors import InputError, OptionError
-from sdkit.model import Model, load_onnx
+from sdkit.errors import OptionError
+from sdkit.model import Model
 from sdkit.pipelines.pruning import keep_outputs
+from sdkit.pipelines.sources import ModelSource
 
 T = TypeVar("T")
 MemoryPolicy = Literal["keep", "offload"]
 MEMORY_POLICIES: tuple[str, ...] = ("keep", "offload")
-COMPONENT_NAMES: tuple[str, ...] = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
 PerComponent = str | Device | None | Mapping[str, Any]
+WeightSwap = Literal["refit", "recompile"]
 
 
 def per_component(value: PerComponent, components: tuple[str, ...], what: str, default: Any) -> dict[str, Any]:
@@ -60,26 +64,29 @@ class Component:
     """One model of the pipeline, compiled on demand for its backend and device."""
 
     name: str
-    path: Path
+    source: ModelSource
     backend: str = "auto"
     device: str | Device | None = None
     options: Mapping[str, Any] | None = None
     policy: MemoryPolicy = "keep"
     outputs: tuple[str, ...] = ()  # the outputs the pipeline reads; others are pruned away
+    _compiled: CompiledModel | None = field(default=None, init=False, repr=False)
+    _backend_name: str | None = field(default=None, init=False, repr=False)
+    _weights: Mapping[str, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.policy not in MEMORY_POLICIES:
             raise OptionError(f"unknown memory policy {self.policy!r}; choose one of {', '.join(MEMORY_POLICIES)}")
-        self._compiled: CompiledModel | None = None
-        self._backend_name: str | None = None
 
-    def _load(self) -> Model:
-        model = load_onnx(self.path)
+    def load_model(self) -> Model:
+        """The model this component compiles: the source's, with ``set_weights`` applied and the
+        outputs the pipeline never reads pruned."""
+        model = self.source.load()
+        if self._weights is not None:
+            model = model.with_weights(self._weights)
         return keep_outputs(model, self.outputs) if self.outputs else model
 
     def _compile(self, model: Model) -> CompiledModel:
-        from sdkit.api import compile as compile_model
-
         compiled = compile_model(model, backend=self.backend, device=self.device, **dict(self.options or {}))
         self._backend_name = compiled.backend_name or str(self.backend)
         return compiled
@@ -89,10 +96,15 @@ class Component:
         """The backend that compiled this component last (None before its first run)."""
         return self._backend_name
 
+    @property
+    def compiled(self) -> CompiledModel | None:
+        """The resident compiled model (``keep`` after the first use), else None."""
+        return self._compiled
+
     def prepare(self) -> None:
         """Compile now (``keep``), instead of on first use."""
         if self.policy == "keep" and self._compiled is None:
-            self._compiled = self._compile(self._load())
+            self._compiled = self._compile(self.load_model())
 
     def use(self, work: Callable[[CompiledModel], T]) -> T:
         """``work(compiled)`` for one or more runs; under ``offload`` the model is compiled for
@@ -102,7 +114,7 @@ class Component:
             self.prepare()
             assert self._compiled is not None
             return work(self._compiled)
-        model = self._load()
+        model = self.load_model()
         compiled = self._compile(model)
         del model
         try:
@@ -115,6 +127,29 @@ class Component:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.use(lambda compiled: compiled.run(feeds))
 
+    def set_weights(self, weights: Mapping[str, np.ndarray] | None) -> WeightSwap:
+        """Replace some or all of the source's weights (checked by name, shape and dtype when
+        the model is next loaded); ``None`` returns to the source's own.
+
+        A resident compiled model is refit in place where its backend can (``"refit"``); where
+        it cannot, it is released and the next use compiles with the new weights
+        (``"recompile"``, also the answer when nothing is compiled now). Callers hand a fresh
+        mapping each time (a LoRA merge makes new arrays, never changes the base in place).
+        """
+        self._weights = weights
+        if self._compiled is None:
+            return "recompile"
+        model = self.load_model()
+        try:
+            self._compiled.refit(model.weights)
+        except NotImplementedError:
+            self.release()
+            return "recompile"
+        except BaseException:
+            self.release()  # a half-refit engine must not run again
+            raise
+        return "refit"
+
     def release(self) -> None:
         if self._compiled is not None:
             self._compiled.close()
@@ -122,16 +157,51 @@ class Component:
             return_memory_to_os()
 
 
-def output_named(outputs: Mapping[str, np.ndarray], preferred: tuple[str, ...], component: str) -> np.ndarray:
-    """The first of ``preferred`` present in ``outputs``, else the only/first output."""
-    for name in preferred:
-        if name in outputs:
-            return outputs[name]
-    if not outputs:
-        raise InputError(f"the {component} model returned no outputs")
-    return next(iter(outputs.values()))
+@dataclass(frozen=True)
+class LoadSettings:
+    """How a pipeline's components compile: backend and device (one for all, or per component),
+    memory policy and compile options. Checked once, by ``load_pipeline`` / the loader."""
 
+    backend: str | Mapping[str, str] = "auto"
+    device: str | Device | Mapping[str, str | Device | None] | None = None
+    memory: str = "keep"
+    options: Mapping[str, Any] = field(default_factory=dict)
 
-def input_info(compiled: CompiledModel, name: str) -> TensorInfo | None:
-    """The compiled model's input called ``name``, if it has one."""
-    return next((i for i in compiled.inputs if i.name == name), None)
+    def __post_init__(self) -> None:
+        if self.memory not in MEMORY_POLICIES:
+            raise OptionError(f"unknown memory policy {self.memory!r}; choose one of {', '.join(MEMORY_POLICIES)}")
+
+    @classmethod
+    def create(
+        cls,
+        backend: str | Mapping[str, str] = "auto",
+        device: str | Device | Mapping[str, str | Device | None] | None = None,
+        memory: str = "keep",
+        **options: Any,
+    ) -> LoadSettings:
+        return cls(backend, device, memory, options)
+
+    def components(
+        self,
+        names: tuple[str, ...],
+        sources: Mapping[str, ModelSource],
+        outputs: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> dict[str, Component]:
+        """A Component for each source. ``names`` are every component the pipeline may have
+        (a backend or device mapping may name only those); ``outputs`` the ones it reads."""
+        names = tuple(dict.fromkeys((*names, *sources)))
+        backends = per_component(self.backend, names, "backend", "auto")
+        devices = per_component(self.device, names, "device", None)
+        reads = outputs or {}
+        return {
+            name: Component(
+                name,
+                source,
+                backends[name],
+                devices[name],
+                self.options,
+                cast("MemoryPolicy", self.memory),  # checked in __post_init__
+                reads.get(name, ()),
+            )
+            for name, source in sources.items()
+        }

@@ -12,38 +12,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sdkit.errors import InputError
+from sdkit.schedulers import sampler_label, schedule_label
 
 if TYPE_CHECKING:
     from PIL import Image
 
-# Display names A1111 writes for sdkit's canonical sampler and schedule names.
-SAMPLER_LABELS = {
-    "euler": "Euler",
-    "euler_a": "Euler a",
-    "euler_ancestral": "Euler a",
-    "ddim": "DDIM",
-    "dpmpp_2m": "DPM++ 2M",
-    "dpmpp_2m_sde": "DPM++ 2M SDE",
-    "dpmpp_sde": "DPM++ SDE",
-    "heun": "Heun",
-    "lms": "LMS",
-    "pndm": "PLMS",
-    "unipc": "UniPC",
-    "dpm2": "DPM2",
-    "dpm2_a": "DPM2 a",
-    "lcm": "LCM",
-}
-SCHEDULE_LABELS = {
-    "normal": "Automatic",
-    "karras": "Karras",
-    "exponential": "Exponential",
-    "sgm_uniform": "SGM Uniform",
-}
 
-
-def load_init_image(image: Any, width: int | None, height: int | None) -> tuple[np.ndarray, int, int]:
-    """An init image (PIL image, HWC uint8 array or a file path) as a ``[1, 3, H, W]`` float32
-    array in [-1, 1], resized (Lanczos) to ``width`` x ``height`` when those differ from its size."""
+def open_init_image(image: Any) -> Image.Image:
+    """An init image (PIL image, HxWx3 or HxWx4 uint8 array, or a file path) as an RGB PIL image;
+    an InputError when it cannot be one."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(image, (str, os.PathLike)):
@@ -52,24 +29,35 @@ def load_init_image(image: Any, width: int | None, height: int | None) -> tuple[
             raise InputError(f"init image not found: {path}")
         try:
             with Image.open(path) as opened:
-                pil = opened.convert("RGB")
+                rgb: Image.Image = opened.convert("RGB")
+                return rgb
         except (UnidentifiedImageError, OSError) as exc:
             raise InputError(f"{path} is not a readable image: {exc}") from None
-    elif isinstance(image, np.ndarray):
+    if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):
             raise InputError(f"an init image array must be uint8 HxWx3 (or 4), not {image.dtype}{list(image.shape)}")
-        pil = Image.fromarray(image).convert("RGB")
-    elif isinstance(image, Image.Image):
-        pil = image.convert("RGB")
-    else:
-        raise InputError(f"init_image must be a PIL image, a uint8 array or a path, not {type(image).__name__}")
-    # Without an explicit size, the image's own, rounded down to a multiple of 8 (as diffusers).
-    width = width or max(8, pil.width // 8 * 8)
-    height = height or max(8, pil.height // 8 * 8)
-    if (pil.width, pil.height) != (width, height):
-        pil = pil.resize((width, height), Image.Resampling.LANCZOS)
-    array = np.asarray(pil, dtype=np.float32) / 255.0  # as diffusers' VaeImageProcessor
-    return (array * 2.0 - 1.0).transpose(2, 0, 1)[None].copy(), width, height
+        return Image.fromarray(image).convert("RGB")
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")  # a copy: the request must not change with the caller's image
+    raise InputError(f"init_image must be a PIL image, a uint8 array or a path, not {type(image).__name__}")
+
+
+def init_image_size(image: Image.Image, width: int | None, height: int | None) -> tuple[int, int]:
+    """The size to generate at: the one asked for, else the image's own rounded down to a
+    multiple of 8 (as diffusers)."""
+    return width or max(8, image.width // 8 * 8), height or max(8, image.height // 8 * 8)
+
+
+def init_image_array(image: Image.Image, width: int, height: int) -> np.ndarray:
+    """An RGB image as the VAE's ``[1, 3, H, W]`` float32 input in [-1, 1], resized (Lanczos) to
+    ``width`` x ``height`` when its size differs."""
+    from PIL import Image
+
+    if (image.width, image.height) != (width, height):
+        image = image.resize((width, height), Image.Resampling.LANCZOS)
+    array = np.asarray(image, dtype=np.float32) / 255.0  # as diffusers' VaeImageProcessor
+    result: np.ndarray = (array * 2.0 - 1.0).transpose(2, 0, 1)[None].copy()
+    return result
 
 
 def decoded_to_float(decoded: np.ndarray) -> np.ndarray:
@@ -101,13 +89,12 @@ class GenerationParameters:
     strength: float | None = None
 
     def a1111_text(self) -> str:
-        """``prompt\\nNegative prompt: ...\\nSteps: 20, Sampler: Euler a, ...`` (A1111 style)."""
-        sampler = SAMPLER_LABELS.get(self.sampler, self.sampler)
-        schedule = SCHEDULE_LABELS.get(self.schedule, self.schedule)
+        """``prompt\\nNegative prompt: ...\\nSteps: 20, Sampler: Euler a, ...`` (A1111 style). Labels
+        come from the scheduler classes (``label``) and the schedules' table in ``sdkit.schedulers``."""
         fields = [
             f"Steps: {self.steps}",
-            f"Sampler: {sampler}",
-            f"Schedule type: {schedule}",
+            f"Sampler: {sampler_label(self.sampler)}",
+            f"Schedule type: {schedule_label(self.schedule)}",
             f"CFG scale: {self.guidance_scale:g}",
             f"Seed: {self.seed}",
             f"Size: {self.width}x{self.height}",

@@ -11,7 +11,8 @@ scheduler/scheduler_config.json
 ```
 
 Each ``<component>/config.json`` is optional; from it come the VAE's scaling factor and
-downsampling factor and the UNet's default sample size (SD defaults otherwise).
+downsampling factor and the UNet's default sample size (SD defaults otherwise): see
+``sdkit.pipelines.diffusers_folder.folder_config``.
 """
 
 from __future__ import annotations
@@ -60,24 +61,6 @@ class PipelineLayout:
     tokenizer_dir: Path
     scheduler_config: dict[str, Any]
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def vae_scaling_factor(self) -> float:
-        config = self.configs.get("vae_decoder") or self.configs.get("vae_encoder") or {}
-        return float(config.get("scaling_factor", 0.18215))
-
-    @property
-    def vae_scale_factor(self) -> int:
-        """Pixels per latent cell: 2 ** (number of VAE blocks - 1); 8 for every SD VAE."""
-        config = self.configs.get("vae_decoder") or self.configs.get("vae_encoder") or {}
-        blocks = config.get("block_out_channels")
-        return 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
-
-    @property
-    def default_size(self) -> int:
-        """The UNet's native image size: sample_size latents (64 for SD 1.x, 96 for SD 2.x-768)."""
-        sample = self.configs.get("unet", {}).get("sample_size", 64)
-        return int(sample if isinstance(sample, int) else sample[0]) * self.vae_scale_factor
 
     @property
     def name(self) -> str:

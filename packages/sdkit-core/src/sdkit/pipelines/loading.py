@@ -1,21 +1,27 @@
-"""``sdkit.load_pipeline`` and the model loader that recognises pipeline folders."""
+"""``sdkit.load_pipeline``: the pipeline loaders registered through
+``sdkit_register_model_loaders`` decide what a path is; ``PipelineLoader`` is their base.
+
+Today's loader is the diffusers/optimum ONNX folder (``sdkit.pipelines.diffusers_folder``); a
+single-file checkpoint loader (issue 14) plugs in the same way: register a ``PipelineLoader``
+subclass whose ``sniff`` recognises its files and whose ``build`` returns a pipeline from a
+``PipelineConfig`` (the family's defaults) and component sources (the family's graphs, the file's
+weights).
+"""
 
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from sdkit.device import Device
-from sdkit.errors import OptionError
-from sdkit.pipelines.components import COMPONENT_NAMES, MEMORY_POLICIES, Component, per_component
-from sdkit.pipelines.layout import is_pipeline_dir, read_layout
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
-from sdkit.pipelines.tokenizer import ClipTokenizer
-
-# What the pipeline reads from each component (optimum's output names).
-READ_OUTPUTS = {"text_encoder": ("last_hidden_state",), "unet": (), "vae_decoder": (), "vae_encoder": ()}
+from sdkit.errors import ModelFormatError
+from sdkit.loaders import loaders_by_priority
+from sdkit.model import refuse_unsafe_or_missing
+from sdkit.pipelines.base import Pipeline
+from sdkit.pipelines.components import LoadSettings
 
 
 def load_pipeline(
@@ -24,8 +30,9 @@ def load_pipeline(
     device: str | Device | Mapping[str, str | Device | None] | None = None,
     memory: str = "keep",
     **options: Any,
-) -> StableDiffusionPipeline:
-    """Load a diffusers/optimum ONNX Stable Diffusion 1.x/2.x pipeline folder.
+) -> Pipeline:
+    """Load a pipeline with the first registered pipeline loader that recognises ``path`` (today:
+    a diffusers/optimum ONNX Stable Diffusion 1.x/2.x folder).
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
@@ -33,35 +40,49 @@ def load_pipeline(
     decoder now and keeps them resident; ``"offload"`` loads, compiles, runs and releases each one
     when it is needed. ``options`` (precision, threads, cache, ...) go to every ``sdkit.compile``.
     """
-    if memory not in MEMORY_POLICIES:
-        raise OptionError(f"unknown memory policy {memory!r}; choose one of {', '.join(MEMORY_POLICIES)}")
-    layout = read_layout(path)
-    backends = per_component(backend, COMPONENT_NAMES, "backend", "auto")
-    devices = per_component(device, COMPONENT_NAMES, "device", None)
-    tokenizer = ClipTokenizer(layout.tokenizer_dir)
-    components = {
-        name: Component(name, file, backends[name], devices[name], options, memory, READ_OUTPUTS[name])  # type: ignore[arg-type]
-        for name, file in layout.model_files.items()
-    }
-    pipeline = StableDiffusionPipeline(layout, components, tokenizer)
-    if memory == "keep":
-        try:
-            for name in ("text_encoder", "unet", "vae_decoder"):
-                components[name].prepare()
-        except BaseException:
-            pipeline.close()  # release what compiled before the failure
-            raise
-    return pipeline
+    path = Path(path).expanduser()
+    refuse_unsafe_or_missing(path, "pipeline")
+    loaders = loaders_by_priority("pipeline")
+    for loader in loaders:
+        if loader.sniff(path):
+            pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
+            return pipeline
+    reasons = [(loader.name, loader.explain(path)) for loader in loaders if hasattr(loader, "explain")]
+    reasons = [(name, why) for name, why in reasons if why]
+    if len(reasons) == 1:  # one format: its own words (e.g. "it has no model_index.json")
+        raise ModelFormatError(reasons[0][1])
+    listed = "; ".join(f"{name}: {why}" for name, why in reasons) or ", ".join(loader.name for loader in loaders)
+    raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
 
 
-class DiffusersOnnxLoader:
-    """Model loader for pipeline folders (``model_index.json`` inside): returns a pipeline."""
+class PipelineLoader(ABC):
+    """Base of the loaders ``load_pipeline`` dispatches to (``kind = "pipeline"``).
 
-    name: ClassVar[str] = "diffusers-onnx"
-    priority: ClassVar[int] = 20
+    Subclasses set ``name`` and ``priority`` and implement ``sniff`` (cheap: a suffix, a file in
+    a folder, a header) and ``build``; ``explain`` says why a path is not theirs. ``load`` checks
+    the settings, builds, and compiles the resident components under ``memory="keep"``.
+    """
 
+    name: ClassVar[str]
+    priority: ClassVar[int] = 0
+    kind: ClassVar[str] = "pipeline"
+
+    @abstractmethod
     def sniff(self, path: Path) -> bool:
-        return is_pipeline_dir(Path(path))
+        """Whether ``path`` is this loader's format."""
 
-    def load(self, path: Path, **kwargs: Any) -> StableDiffusionPipeline:
-        return load_pipeline(path, **kwargs)
+    def explain(self, path: Path) -> str:
+        """Why ``path`` is not this loader's format (shown when no loader takes it)."""
+        return ""
+
+    @abstractmethod
+    def build(self, path: Path, settings: LoadSettings) -> Pipeline:
+        """The pipeline for ``path``, with components made by ``settings.components(...)``."""
+
+    def load(self, path: Path, **kwargs: Any) -> Pipeline:
+        """``sdkit.load_model`` and ``load_pipeline`` call this: ``kwargs`` are ``load_pipeline``'s."""
+        settings = LoadSettings.create(**kwargs)
+        pipeline = self.build(Path(path), settings)
+        if settings.memory == "keep":
+            pipeline.prepare()
+        return pipeline

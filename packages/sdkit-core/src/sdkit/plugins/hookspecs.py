@@ -1,7 +1,9 @@
 """sdkit's hook specifications (pluggy project ``sdkit``, entry-point group ``sdkit``).
 
 Registration hooks collect; core decides. A plugin's hook module must stay import-light:
-no vendor SDK (tensorrt, openvino, coremltools, migraphx, libggml) at import time.
+no vendor SDK (tensorrt, openvino, coremltools, migraphx, libggml) at import time. Every
+``registry.add`` takes a class or a ``"package.module:Class"`` reference to one, imported when it
+is added (a reference that fails to import drops the plugin, recorded like any failing hook).
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ def sdkit_register_backends(registry: BackendRegistry) -> None:
 def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
     """Add model loaders with ``registry.add(LoaderClass)``.
 
-    A loader has a ``name``, a cheap ``sniff(path) -> bool`` and ``load(path, **kwargs)``.
-    ``sdkit.load_model`` asks loaders in priority order and uses the first that sniffs true.
+    A loader has a ``name``, a ``priority`` (higher first), a ``kind`` (``"model"``, the
+    default, or ``"pipeline"``), a cheap ``sniff(path) -> bool`` and ``load(path, **kwargs)``.
+    ``sdkit.load_model`` asks every loader in priority order and uses the first that sniffs true;
+    ``sdkit.load_pipeline`` asks the ``"pipeline"`` loaders only, passing its own keywords
+    (``backend``, ``device``, ``memory``, compile options): subclass
+    ``sdkit.pipelines.PipelineLoader``, which also gives ``explain(path)`` for refusals.
     """
 
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import pluggy
 
+from sdkit.backend import Availability, Backend
 from sdkit.errors import DuplicateNameError, PluginLoadError
-from sdkit.plugins import hookspecs
+from sdkit.plugins import builtin, hookspecs
 from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, Registry, SchedulerRegistry
 
 ENTRY_POINT_GROUP = "sdkit"
@@ -59,9 +60,15 @@ def _dist_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
 
 
 class Plugins:
-    """All plugins of this process and what they registered. Use ``get_plugins()``."""
+    """All plugins of this process and what they registered. Use ``get_plugins()``.
+
+    It also holds what this process learnt about them: one instance of each backend and its
+    probe result (``sdkit.selection`` fills them), so ``reset_plugins()`` forgets both at once.
+    """
 
     def __init__(self, entry_points: list[importlib.metadata.EntryPoint] | None = None) -> None:
+        self.backend_instances: dict[str, Backend] = {}
+        self.probes: dict[str, Availability] = {}
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.failures: list[PluginFailure] = []
@@ -69,8 +76,6 @@ class Plugins:
         self.loaded: list[PluginInfo] = []
         # Historic: every plugin registered from now on gets this call as it registers.
         self.pm.hook.sdkit_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
-        from sdkit.plugins import builtin
-
         self.pm.register(builtin, name=CORE_PLUGIN)
         self._load_entry_points(entry_points)
         self._validate()
@@ -188,11 +193,8 @@ def get_plugins() -> Plugins:
 
 
 def reset_plugins() -> None:
-    """Forget loaded plugins and their probe results (tests, or after changing SDKIT_*
-    plugin variables)."""
+    """Forget loaded plugins, their backend instances and probe results (tests, or after
+    changing SDKIT_* plugin variables)."""
     global _plugins
-    from sdkit.selection import forget_probes
-
     with _lock:
         _plugins = None
-    forget_probes()

@@ -1,13 +1,32 @@
 """Registries handed to the registration hooks. They record which plugin added what, so a
-duplicate name is rejected naming both plugins."""
+duplicate name is rejected naming both plugins.
+
+``registry.add`` takes a class or a ``"module:attr"`` reference to one. A reference is imported
+when it is added, inside the registering plugin's own try/except (a bad reference drops that
+plugin, like any failing hook), so a hook module can name classes in modules it must not import
+itself: core's built-in plugin sits below the pipelines it registers loaders from, and a
+third-party hook module stays import-light.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from sdkit.backend import Backend
 from sdkit.errors import DuplicateNameError
+
+
+def import_object(reference: str) -> Any:
+    """The object a ``"package.module:attr"`` reference names (``attr`` may be dotted)."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"a registry reference is written 'module:attr', not {reference!r}")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
 
 
 class _Named(Protocol):
@@ -28,8 +47,11 @@ class Registry(Generic[T]):
         self._aliases: dict[str, str] = {}
         self.current_plugin = "<unknown>"
 
-    def add(self, cls: type[T]) -> type[T]:
-        """Register ``cls`` under ``cls.name`` (and ``cls.aliases`` if it has any)."""
+    def add(self, cls: type[T] | str) -> type[T]:
+        """Register ``cls`` (a class, or ``"module:attr"`` naming one) under ``cls.name`` and
+        ``cls.aliases`` if it has any. Returns the class."""
+        if isinstance(cls, str):
+            cls = cast("type[T]", import_object(cls))
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
             raise TypeError(f"{cls!r} has no 'name' string attribute")

@@ -30,6 +30,10 @@ ddim           DDIM                                       DDIMScheduler, eta=0 (
 lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
 =============  =========================================  ========================================================
 
+Each class's ``label`` is what A1111 writes in an image's ``Sampler:`` field
+(``sampler_label("euler_a") == "Euler a"``; a class without one is written under its first
+alias, else its name); ``schedule_label`` / ``SCHEDULE_LABELS`` give the ``Schedule type:``.
+
 A1111 names with a schedule suffix resolve to both: ``resolve("DPM++ 2M Karras") ==
 ("dpmpp_2m", "karras")``, ``resolve("DPM++ 2M SDE Exponential")``, ``"Euler SGM Uniform"``.
 
@@ -72,10 +76,20 @@ are bit-identical.
 from __future__ import annotations
 
 from sdkit.schedulers.base import SCHEDULES, NoiseFn, Scheduler, SchedulerConfig, noise_from_seed
-from sdkit.schedulers.names import create_scheduler, resolve, resolve_schedule, scheduler_class, scheduler_names
+from sdkit.schedulers.names import (
+    SCHEDULE_LABELS,
+    create_scheduler,
+    resolve,
+    resolve_schedule,
+    sampler_label,
+    schedule_label,
+    scheduler_class,
+    scheduler_names,
+)
 
 __all__ = [
     "SCHEDULES",
+    "SCHEDULE_LABELS",
     "NoiseFn",
     "Scheduler",
     "SchedulerConfig",
@@ -83,6 +97,8 @@ __all__ = [
     "noise_from_seed",
     "resolve",
     "resolve_schedule",
+    "sampler_label",
+    "schedule_label",
     "scheduler_class",
     "scheduler_names",
 ]

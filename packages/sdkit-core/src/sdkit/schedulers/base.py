@@ -172,6 +172,8 @@ class Scheduler(ABC):
 
     Class attributes (what the registry and the docs read):
       name, aliases: canonical name and the names A1111 / ComfyUI users type.
+      label: the name A1111 writes in an image's ``Sampler:`` field ("Euler a", "DPM++ 2M");
+        unset, ``sampler_label()`` falls back to the first alias, then to ``name``.
       schedules: the sigma schedules it supports (subset of ``SCHEDULES``).
       order: model evaluations per step (2 for Heun and DPM++ SDE), as diffusers' ``order``.
       needs_noise: whether ``step`` draws noise (ancestral and SDE samplers).
@@ -181,6 +183,7 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
+    label: ClassVar[str] = ""
     schedules: ClassVar[tuple[str, ...]] = SCHEDULES
     order: ClassVar[int] = 1
     needs_noise: ClassVar[bool] = False

@@ -56,6 +56,7 @@ class DDIM(DiscreteScheduler):
     """Deterministic DDIM (eta = 0, as A1111's and ComfyUI's default)."""
 
     name = "ddim"
+    label = "DDIM"
     aliases: ClassVar[tuple[str, ...]] = ("DDIM",)
     diffusers_class = "DDIMScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
@@ -108,6 +109,7 @@ class LCM(DiscreteScheduler):
     """
 
     name = "lcm"
+    label = "LCM"
     aliases: ClassVar[tuple[str, ...]] = ("LCM",)
     schedules: ClassVar[tuple[str, ...]] = ("normal",)
     needs_noise = True

@@ -43,6 +43,7 @@ def _sigma(t: np.float32) -> np.float32:
 
 class DPMPPSDE(SigmaScheduler):
     name = "dpmpp_sde"
+    label = "DPM++ SDE"
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ SDE", "k_dpmpp_sde", "dpm_solver_sde")
     order = 2
     needs_noise = True

@@ -154,11 +154,13 @@ class DPMSolverMultistep(Scheduler):
 
 class DPMPP2M(DPMSolverMultistep):
     name = "dpmpp_2m"
+    label = "DPM++ 2M"
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M", "k_dpmpp_2m", "dpmsolver++", "dpm_solver_multistep")
 
 
 class DPMPP2MSDE(DPMSolverMultistep):
     name = "dpmpp_2m_sde"
+    label = "DPM++ 2M SDE"
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M SDE", "k_dpmpp_2m_sde", "sde-dpmsolver++")
     stochastic = True
     needs_noise = True

@@ -72,6 +72,7 @@ class SigmaScheduler(Scheduler):
 class Euler(SigmaScheduler):
     name = "euler"
     config_sigma_range = True
+    label = "Euler"
     aliases: ClassVar[tuple[str, ...]] = ("Euler", "k_euler", "euler_discrete")
     diffusers_class = "EulerDiscreteScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
@@ -100,6 +101,7 @@ class EulerAncestral(Euler):
     option; here those schedules are EulerDiscreteScheduler's (checked that way)."""
 
     name = "euler_a"
+    label = "Euler a"
     aliases: ClassVar[tuple[str, ...]] = (
         "Euler a",
         "euler_ancestral",
@@ -128,6 +130,7 @@ class Heun(SigmaScheduler):
     ``timesteps`` repeats every timestep after the first (as diffusers)."""
 
     name = "heun"
+    label = "Heun"
     aliases: ClassVar[tuple[str, ...]] = ("Heun", "k_heun", "heun_discrete")
     order = 2
     diffusers_class = "HeunDiscreteScheduler"

@@ -26,6 +26,13 @@ SCHEDULE_ALIASES: dict[str, str] = {
     "sgm": "sgm_uniform",
     "trailing": "sgm_uniform",
 }
+# What A1111 writes in an image's "Schedule type:" field for each schedule.
+SCHEDULE_LABELS: dict[str, str] = {
+    "normal": "Automatic",
+    "karras": "Karras",
+    "exponential": "Exponential",
+    "sgm_uniform": "SGM Uniform",
+}
 
 
 def normalize(name: str) -> str:
@@ -113,6 +120,25 @@ def scheduler_class(name: str, registry: SchedulerRegistry | None = None) -> typ
     cls = reg.get(canonical)
     assert cls is not None  # resolve() only returns registered names
     return cls
+
+
+def sampler_label(name: str, registry: SchedulerRegistry | None = None) -> str:
+    """The display name A1111 writes for a sampler ("Euler a", "DPM++ 2M"): the class's ``label``;
+    for a class without one (a third-party scheduler), its first alias, else its name. A name no
+    plugin registers is returned as it is (reading back an image from another tool)."""
+    cls = _registry(registry).get(name)
+    if cls is None:
+        return name
+    label = getattr(cls, "label", "")
+    if isinstance(label, str) and label:
+        return label
+    aliases = tuple(getattr(cls, "aliases", ()))
+    return str(aliases[0]) if aliases else str(cls.name)
+
+
+def schedule_label(schedule: str) -> str:
+    """The display name A1111 writes for a schedule ("Karras"); unknown ones as they are."""
+    return SCHEDULE_LABELS.get(schedule, schedule)
 
 
 def create_scheduler(

@@ -20,7 +20,6 @@ def sdkit_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """A fresh plugin set, probe results and artifact cache (in ``tmp_path``) for one test.
     Clears SDKIT_BACKEND / SDKIT_DISABLE_PLUGINS / SDKIT_STRICT_PLUGINS from the environment."""
     from sdkit.plugins import reset_plugins
-    from sdkit.selection import forget_probes
 
     cache = tmp_path / "sdkit-cache"
     monkeypatch.setenv("SDKIT_CACHE_DIR", str(cache))
@@ -28,10 +27,8 @@ def sdkit_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     for var in ("SDKIT_BACKEND", "SDKIT_DISABLE_PLUGINS", "SDKIT_STRICT_PLUGINS"):
         monkeypatch.delenv(var, raising=False)
     reset_plugins()
-    forget_probes()
     yield cache
     reset_plugins()
-    forget_probes()
 
 
 @pytest.fixture

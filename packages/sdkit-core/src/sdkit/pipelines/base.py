@@ -1,0 +1,184 @@
+"""What every pipeline shares: its config and components, the request -> plan step that makes the
+model-dependent checks once, and the delivery of images with their PNG parameters.
+
+A pipeline class (``StableDiffusionPipeline`` today; SDXL, inpainting, SD3/Flux next) sets
+``component_names`` and implements ``run(request)`` from stages: encode the prompt, make the
+initial latents, ``DenoiseLoop``, decode, ``deliver``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from sdkit.errors import InputError, ModelFormatError, OptionError
+from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
+from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.rng import seed_list
+from sdkit.plugins import get_plugins
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from sdkit.pipelines.components import Component
+    from sdkit.schedulers import Scheduler
+
+
+@dataclass
+class GenerationPlan:
+    """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
+    shape, the per-image seeds and the scheduler with its timesteps set."""
+
+    request: GenerationRequest
+    width: int
+    height: int
+    latent_shape: tuple[int, ...]
+    seeds: list[int]
+    scheduler: Scheduler
+    image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
+
+
+class Pipeline:
+    """Base of every pipeline. Create one with ``sdkit.load_pipeline``."""
+
+    request_class: ClassVar[type[GenerationRequest]] = GenerationRequest
+    component_names: ClassVar[tuple[str, ...]] = ()  # every component it may have
+    prepared_components: ClassVar[tuple[str, ...]] = ()  # compiled at load under memory="keep"
+    image_encoder: ClassVar[str] = "vae_encoder"  # the component img2img needs
+
+    def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
+        self.config = config
+        self.components = components
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def backends(self) -> dict[str, str | None]:
+        """The backend each component ran on (None until it first ran)."""
+        return {name: c.backend_name for name, c in self.components.items()}
+
+    def prepare(self) -> None:
+        """Compile the components ``memory="keep"`` keeps resident from the start."""
+        try:
+            for name in self.prepared_components:
+                if name in self.components:
+                    self.components[name].prepare()
+        except BaseException:
+            self.close()  # release what compiled before the failure
+            raise
+
+    def close(self) -> None:
+        for component in self.components.values():
+            component.release()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def generate(self, prompt: str | GenerationRequest, **kwargs: Any) -> Any:
+        """``generate("a castle", steps=25, ...)`` (keywords: ``GenerationRequest``'s fields) or
+        ``generate(request)``. Returns PIL images with ``info["parameters"]``, or an array."""
+        if isinstance(prompt, GenerationRequest):
+            if kwargs:
+                raise OptionError("pass either a GenerationRequest or keyword options, not both")
+            return self.run(prompt)
+        return self.run(self.request_class.create(prompt, **kwargs))
+
+    def __call__(self, prompt: str | GenerationRequest, **kwargs: Any) -> list[Image.Image]:
+        result: list[Image.Image] = self.generate(prompt, **kwargs)
+        return result
+
+    def run(self, request: GenerationRequest) -> Any:
+        """Generate what a checked request asks for."""
+        raise NotImplementedError
+
+    def accept(self, request: GenerationRequest) -> GenerationRequest:
+        """``request`` as this pipeline's request class (a base request is re-created as it)."""
+        if isinstance(request, self.request_class):
+            return request
+        return self.request_class.create(**{n: getattr(request, n) for n in request.field_names()})
+
+    def plan(self, request: GenerationRequest) -> GenerationPlan:
+        """The checks that need the model, made once: size, img2img support, latents shape, and
+        the scheduler (whose ``set_timesteps`` refuses a strength that leaves no step)."""
+        config = self.config
+        image = None
+        width, height = request.width, request.height
+        if request.init_image is not None:
+            if self.image_encoder not in self.components:
+                raise ModelFormatError(
+                    f"{self.name}: img2img needs {self.image_encoder}/model.onnx, which this pipeline lacks"
+                )
+            width, height = init_image_size(request.init_image, width, height)
+        width = self._checked_size(width, "width")
+        height = self._checked_size(height, "height")
+        if request.init_image is not None:
+            image = init_image_array(request.init_image, width, height)
+        shape = config.latent_shape(request.num_images, width, height)
+        latents = request.latents
+        if latents is not None and (latents.shape != shape or latents.dtype != np.float32):
+            raise InputError(f"latents must be float32 {list(shape)}, got {latents.dtype}{list(latents.shape)}")
+        scheduler = self.make_scheduler(request)
+        scheduler.set_timesteps(request.steps, strength=request.strength if image is not None else 1.0)
+        seeds = seed_list(request.seed, request.num_images)
+        return GenerationPlan(request, width, height, shape, seeds, scheduler, image)
+
+    def make_scheduler(self, request: GenerationRequest) -> Scheduler:
+        """The request's sampler (already canonical), configured from the model's config."""
+        cls = get_plugins().schedulers.get(request.sampler)
+        if cls is None:  # the plugin set changed since the request was made
+            raise OptionError(f"sampler {request.sampler!r} is no longer registered")
+        scheduler: Scheduler = cls(
+            schedule=request.schedule,
+            config=self.config.scheduler_config,
+            prediction_type=self.config.prediction_type,
+        )
+        return scheduler
+
+    def _checked_size(self, value: int | None, what: str) -> int:
+        if value is None:
+            return self.config.default_size
+        multiple = self.config.size_multiple
+        if value % multiple:
+            raise InputError(f"{what} must be a multiple of {multiple}, got {value}")
+        return value
+
+    # -- results ----------------------------------------------------------------------------
+
+    def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
+        """``[N, H, W, 3]`` pixels as the request's output type; PIL images carry their A1111
+        ``parameters`` text and the ``GenerationParameters`` (``info["sdkit_parameters"]``)."""
+        request = plan.request
+        if request.output_type == "np":
+            return pixels
+        images = float_to_pil(pixels)
+        for seed, image in zip(plan.seeds, images, strict=True):
+            params = self.parameters(plan, seed)
+            image.info["parameters"] = params.a1111_text()
+            image.info["sdkit_parameters"] = params
+        return images
+
+    def parameters(self, plan: GenerationPlan, seed: int) -> GenerationParameters:
+        """What one image of ``plan`` was made with (a family with more settings adds them)."""
+        request = plan.request
+        return GenerationParameters(
+            request.prompt,
+            request.negative_prompt,
+            request.steps,
+            request.sampler,
+            request.schedule,
+            float(request.guidance_scale),
+            seed,
+            plan.width,
+            plan.height,
+            self.name,
+            float(request.strength) if plan.image is not None else None,
+        )

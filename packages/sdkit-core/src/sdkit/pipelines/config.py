@@ -1,0 +1,81 @@
+"""``PipelineConfig``: what a pipeline needs to know about its model besides the graphs.
+
+One value object, whatever the model came from: today a diffusers/optimum ONNX folder's
+``config.json`` files and ``scheduler_config.json`` (``sdkit.pipelines.diffusers_folder``);
+tomorrow a registered model family's defaults for a user's single-file checkpoint (with the
+prediction type from an A1111 ``.yaml`` or an option). The pipeline reads nothing else: the
+checks that depend on the model (size multiple, latent shape) are made against it, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdkit.errors import ModelFormatError
+
+PREDICTION_TYPES = ("epsilon", "v_prediction")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A pipeline's model configuration.
+
+    name: the model's name (written as ``Model:`` in the PNG parameters).
+    prediction_type: what the denoiser predicts: ``epsilon`` or ``v_prediction`` (SD 2.x-768).
+    latent_channels: channels of the VAE latent (4 for SD 1.x/2.x/XL, 16 for SD3/Flux).
+    vae_scaling_factor: latents are ``vae_output * scaling_factor`` (0.18215 for SD 1.x/2.x).
+    vae_scale_factor: pixels per latent cell, ``2 ** (VAE blocks - 1)`` (8 for every SD VAE).
+    sample_size: the denoiser's native latent size; the default image size is
+        ``sample_size * vae_scale_factor`` (512 for SD 1.x, 768 for SD 2.x-768, 1024 for SDXL).
+    scheduler_config: the diffusers ``scheduler_config.json`` dict the samplers take over with
+        ``from_config`` semantics (None: Stable Diffusion 1.x's).
+    tokenizers: text-encoder component -> tokenizer folder (``vocab.json`` + ``merges.txt`` or
+        ``tokenizer.json``); SDXL adds ``text_encoder_2``.
+    text_outputs: text-encoder component -> the outputs the pipeline reads (the others are pruned
+        before compiling), e.g. ``last_hidden_state``; SDXL reads penultimate hidden states and
+        the pooled projection.
+    """
+
+    name: str
+    prediction_type: str = "epsilon"
+    latent_channels: int = 4
+    vae_scaling_factor: float = 0.18215
+    vae_scale_factor: int = 8
+    sample_size: int = 64
+    scheduler_config: Mapping[str, Any] | None = None
+    tokenizers: Mapping[str, Path] = field(default_factory=dict)
+    text_outputs: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"text_encoder": ("last_hidden_state",)}
+    )
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.prediction_type not in PREDICTION_TYPES:
+            problems.append(f"prediction_type {self.prediction_type!r} (supported: {', '.join(PREDICTION_TYPES)})")
+        for what in ("latent_channels", "vae_scale_factor", "sample_size"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{what} {value!r} (a positive integer)")
+        scaling = self.vae_scaling_factor
+        if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not scaling > 0:
+            problems.append(f"vae_scaling_factor {scaling!r} (a positive number)")
+        if problems:
+            raise ModelFormatError(f"{self.name}: invalid pipeline configuration: {'; '.join(problems)}")
+
+    @property
+    def default_size(self) -> int:
+        """Width and height when a request gives none: the denoiser's native image size."""
+        return self.sample_size * self.vae_scale_factor
+
+    @property
+    def size_multiple(self) -> int:
+        """Width and height must be multiples of this: the VAE's factor, and at least 8."""
+        return max(8, self.vae_scale_factor)
+
+    def latent_shape(self, count: int, width: int, height: int) -> tuple[int, int, int, int]:
+        """The latents of ``count`` images of ``width`` x ``height`` pixels."""
+        factor = self.vae_scale_factor
+        return (count, self.latent_channels, height // factor, width // factor)

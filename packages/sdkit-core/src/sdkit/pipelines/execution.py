@@ -1,0 +1,64 @@
+"""Running a compiled component the way its graph wants: input dtypes, fixed batch sizes,
+output names (optimum's exports name them; other exports may not)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from sdkit.backend import CompiledModel
+from sdkit.errors import InputError
+from sdkit.types import TensorInfo
+
+
+def input_info(compiled: CompiledModel, name: str) -> TensorInfo | None:
+    """The compiled model's input called ``name``, if it has one."""
+    return next((i for i in compiled.inputs if i.name == name), None)
+
+
+def output_named(outputs: Mapping[str, np.ndarray], preferred: tuple[str, ...], component: str) -> np.ndarray:
+    """The first of ``preferred`` present in ``outputs``, else the only/first output."""
+    for name in preferred:
+        if name in outputs:
+            return outputs[name]
+    if not outputs:
+        raise InputError(f"the {component} model returned no outputs")
+    return next(iter(outputs.values()))
+
+
+def fixed_batch(compiled: CompiledModel, name: str) -> int | None:
+    """The fixed batch size of input ``name`` (None when the batch axis is dynamic)."""
+    info = input_info(compiled, name)
+    if info is None or not info.shape:
+        return None
+    first = info.shape[0]
+    return first if isinstance(first, int) and first > 0 else None
+
+
+def run_batched(
+    compiled: CompiledModel,
+    feeds: Mapping[str, np.ndarray],
+    batched: tuple[str, ...],
+    output: tuple[str, ...],
+    component: str,
+) -> np.ndarray:
+    """Run ``compiled`` once, or in chunks when its graph fixes a smaller batch size. ``batched``
+    names the feeds split along their first axis (the first one sets the batch)."""
+    batch = feeds[batched[0]].shape[0]
+    chunk = fixed_batch(compiled, batched[0]) or batch
+    if batch % chunk:
+        raise InputError(f"the {component} model takes batches of {chunk}; {batch} cannot be split into them")
+    parts = []
+    for start in range(0, batch, chunk):
+        part = {k: (v[start : start + chunk] if k in batched else v) for k, v in feeds.items()}
+        parts.append(np.asarray(output_named(compiled.run(part), output, component)))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def run_main_input(
+    compiled: CompiledModel, name: str, array: np.ndarray, output: tuple[str, ...], component: str
+) -> np.ndarray:
+    """Run a one-input model: the input called ``name`` (else the first), in its dtype."""
+    info = input_info(compiled, name) or compiled.inputs[0]
+    return run_batched(compiled, {info.name: array.astype(info.dtype)}, (info.name,), output, component)
