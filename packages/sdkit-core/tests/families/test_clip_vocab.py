@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.families.clip_vocab import BOS, EOS, VOCAB_SIZE, ShippedClipTokenizer, bytes_to_unicode, vocab_and_merges
+from sdkit.families.clip_tokenizer import BOS, EOS, VOCAB_SIZE, ShippedClipTokenizer, bytes_to_unicode, vocab_and_merges
 
 
 @pytest.fixture(scope="module")

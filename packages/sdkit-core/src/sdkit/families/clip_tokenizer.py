@@ -2,7 +2,7 @@
 
 A civitai ``.safetensors`` checkpoint carries no tokenizer, yet every SD family's text encoders
 (CLIP-L, OpenCLIP-H, OpenCLIP-bigG) use the one vocabulary OpenAI published with CLIP:
-``bpe_simple_vocab_16e6.txt.gz`` (MIT; the copy in ``clip_vocab/`` comes from a PyPI wheel, see
+``bpe_simple_vocab_16e6.txt.gz`` (MIT; the copy in ``clip_vocab/`` beside this module comes from a PyPI wheel, see
 its PROVENANCE.md). The token ids are built as CLIP's own ``SimpleTokenizer`` and SD's
 ``CLIPTokenizer`` (``vocab.json``) number them:
 
@@ -53,7 +53,7 @@ def _byte_symbols() -> list[str]:
 @lru_cache(maxsize=1)
 def vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """CLIP's ``vocab.json`` mapping and merge list, read from the shipped vocabulary file."""
-    data = resources.files("sdkit.families").joinpath("clip_vocab", VOCAB_FILE).read_bytes()
+    data = resources.files("sdkit.families").joinpath("clip_vocab").joinpath(VOCAB_FILE).read_bytes()
     lines = gzip.decompress(data).decode("utf-8").split("\n")
     merges = [tuple(line.split()) for line in lines[1 : MERGES + 1]]
     symbols = _byte_symbols()
@@ -100,7 +100,7 @@ class ShippedClipTokenizer(ClipTokenizer):
     and SDXL's OpenCLIP-bigG encoder (what their diffusers ``tokenizer_config.json`` say).
     """
 
-    def __init__(self, pad_token: str = EOS, model_max_length: int = 77) -> None:  # noqa: D107
+    def __init__(self, pad_token: str = EOS, model_max_length: int = 77) -> None:
         # ClipTokenizer's constructor reads a folder; this sets the same fields from the
         # shipped vocabulary instead.
         self.bos_token, self.eos_token, self.pad_token = BOS, EOS, pad_token
