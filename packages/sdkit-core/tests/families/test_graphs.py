@@ -120,41 +120,47 @@ def test_unknown_graph_name_is_one_clear_error() -> None:
 # --- tiny families -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_meta(families_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((families_dir / "tiny" / "goldens.json").read_text(encoding="utf-8"))
+TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
+
+
+def _meta(family: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((TINY / family / "goldens.json").read_text(encoding="utf-8"))
     return data
 
 
-@pytest.fixture(scope="module")
-def tiny_goldens(families_dir: Path) -> dict[str, np.ndarray]:
-    with np.load(families_dir / "tiny" / "goldens.npz", allow_pickle=False) as data:
+def _goldens(family: str) -> dict[str, np.ndarray]:
+    with np.load(TINY / family / "goldens.npz", allow_pickle=False) as data:
         return {k: data[k] for k in data.files}
 
 
 def _tiny_cases() -> list[tuple[str, str]]:
-    path = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "goldens.json"
-    if not path.is_file():
-        return []
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    return [(family, comp) for family, graphs in meta["manifests"].items() for comp in graphs]
+    """(family, component) for every family folder with goldens (each family has its own pair of
+    golden files, so ``make_checkpoints.py <family>`` regenerates one alone)."""
+    cases = []
+    for path in sorted(TINY.glob("*/goldens.json")):
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        cases += [(family, comp) for family, graphs in meta["manifests"].items() for comp in graphs]
+    return cases
+
+
+def test_tiny_families_are_all_there() -> None:
+    assert {family for family, _ in _tiny_cases()} == {"sd1", "sd2v", "sd1_inpaint", "sdxl", "sdxl_refiner"}
 
 
 @pytest.mark.parametrize(("family", "component"), _tiny_cases())
-def test_tiny_graph_on_reference_equals_diffusers(
-    family: str, component: str, families_dir: Path, tiny_meta: dict[str, Any], tiny_goldens: dict[str, np.ndarray]
-) -> None:
+def test_tiny_graph_on_reference_equals_diffusers(family: str, component: str, families_dir: Path) -> None:
     folder = families_dir / "tiny" / family
+    meta, goldens = _meta(family), _goldens(family)
     graph = shipped.load_graph(folder / "graphs" / f"{component}.onnx")
-    assert_contract(graph.proto, tiny_meta["manifests"][family][component])
+    assert_contract(graph.proto, meta["manifests"][family][component])
     weights = WeightSet.load_safetensors(folder / "weights" / f"{component}.safetensors")
     fp32 = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}  # the fp16 file's values, exactly
     compiled = sdkit.compile(Model(graph, WeightSet(fp32)), backend="reference")
     prefix = f"{family}/inputs/{component}/"
-    feeds = {k[len(prefix) :]: v for k, v in tiny_goldens.items() if k.startswith(prefix)}
+    feeds = {k[len(prefix) :]: v for k, v in goldens.items() if k.startswith(prefix)}
     outputs = compiled.run(feeds)
     golden_prefix = f"{family}_fp16/{component}/"
-    expected = {k[len(golden_prefix) :]: v for k, v in tiny_goldens.items() if k.startswith(golden_prefix)}
+    expected = {k[len(golden_prefix) :]: v for k, v in goldens.items() if k.startswith(golden_prefix)}
     assert set(expected) == {o.name for o in graph.outputs}
     for name, value in expected.items():
         np.testing.assert_allclose(outputs[name], value, rtol=0, atol=1e-4, err_msg=f"{family}/{component}/{name}")
