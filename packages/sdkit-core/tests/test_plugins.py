@@ -160,7 +160,9 @@ def test_registration_by_module_attr_reference(fake_modules: list[str]) -> None:
 def test_core_registers_its_own_implementations_by_reference() -> None:
     plugins = Plugins([])
     assert plugins.backends.owner("reference") == "core"
-    assert plugins.loaders.names() == ["onnx", "diffusers-onnx"]
+    assert plugins.loaders.names() == ["onnx", "diffusers-onnx", "checkpoint"]
+    assert plugins.families.names() == ["sd1", "sd1_inpaint", "sd2", "sd2v", "sdxl", "sdxl_inpaint", "sdxl_refiner"]
+    assert all(plugins.families.owner(name) == "core" for name in plugins.families.names())
     assert plugins.schedulers.names() == [
         "euler",
         "euler_a",
@@ -243,6 +245,7 @@ def test_every_hook_spec_is_documented_and_exercised() -> None:
         "sdkit_register_backends",
         "sdkit_register_model_loaders",
         "sdkit_register_schedulers",
+        "sdkit_register_model_families",
         "sdkit_addhooks",
     }
     for name, function in specs.items():
@@ -250,11 +253,61 @@ def test_every_hook_spec_is_documented_and_exercised() -> None:
     tests = Path(__file__).read_text()
     for name in specs:
         assert name in tests, f"no test mentions {name}"
-    # sdkit_register_model_loaders and sdkit_register_schedulers: through core's own plugin
+    # sdkit_register_model_loaders, sdkit_register_schedulers and sdkit_register_model_families:
+    # through core's own plugin (and test_model_families_register_like_any_plugin below)
     plugins = Plugins([])
     assert "onnx" in plugins.loaders.names()
     assert isinstance(plugins.schedulers.names(), list)
     assert plugins.backends.get("reference") is ReferenceBackend
+    assert [f.name for f in plugins.families.families()][:1] == ["sd2v"]  # highest priority first
+
+
+FAMILY_PLUGIN = """
+from sdkit.plugins import hookimpl
+from sdkit.families import builtin, sd_family
+
+MINE = sd_family(
+    "my_sd1", "my SD 1.x", unet_graph="sd1_unet", unet_config={**builtin.SD1_UNET, "cross_attention_dim": 512},
+    text_encoders=(builtin.CLIP_L,), vae_config=builtin.SD_VAE, scheduler_config=builtin.SD15_SCHEDULER,
+    tokenizers={"text_encoder": builtin.CLIP_VOCAB}, text_outputs=builtin.SD_OUTPUTS,
+)
+
+@hookimpl
+def sdkit_register_model_families(registry):
+    registry.add(MINE)
+"""
+
+
+def test_model_families_register_like_any_plugin(fake_modules: list[str]) -> None:
+    """A plugin adds a family object (or a reference to one); a duplicate name or an object that
+    is not a Family drops that plugin only."""
+    _module("fake_family", FAMILY_PLUGIN)
+    _module(
+        "fake_family_dup",
+        """
+        from sdkit.plugins import hookimpl
+        @hookimpl
+        def sdkit_register_model_families(registry):
+            registry.add("sdkit.families.builtin:SD1")
+        """,
+    )
+    _module(
+        "fake_family_bad",
+        """
+        from sdkit.plugins import hookimpl
+        @hookimpl
+        def sdkit_register_model_families(registry):
+            registry.add(object())
+        """,
+    )
+    fake_modules += ["fake_family", "fake_family_dup", "fake_family_bad"]
+    plugins = Plugins([_ep("mine", "fake_family"), _ep("dup", "fake_family_dup"), _ep("bad", "fake_family_bad")])
+    assert plugins.families.owner("my_sd1") == "mine"
+    mine = plugins.families.family("my_sd1")
+    assert mine is not None and mine.label == "my SD 1.x"
+    assert sorted((f.name, f.stage) for f in plugins.failures) == [("bad", "register"), ("dup", "register")]
+    assert "sd1" in next(f.error for f in plugins.failures if f.name == "dup")
+    assert "not a sdkit.families.Family" in next(f.error for f in plugins.failures if f.name == "bad")
 
 
 VENDOR_MODULES = ("tensorrt", "tensorrt_rtx", "openvino", "coremltools", "migraphx", "cuda", "torch")

@@ -106,6 +106,11 @@ class ModelFormatError(SdkitError):
     """A model or weights file is missing, truncated, malformed or of a refused format."""
 
 
+class UnsupportedFamilyError(SdkitError):
+    """A recognised model family whose pipeline is not available (not built yet, or its plugin
+    is not installed): the file is fine, sdkit cannot generate with it."""
+
+
 class InputError(SdkitError):
     """Inputs do not match the model: unknown or missing names, wrong shapes or dtypes."""
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import onnx
@@ -28,10 +28,22 @@ _STRIPPED = "sdkit:weightset"  # external-data location marking a stripped initi
 _PROTO_LIMIT = 2_000_000_000  # protobuf's 2 GiB message limit, with headroom
 
 
+def pickle_refusal(name: str, what: str = "pickled checkpoints are refused") -> str:
+    """Why a pickled checkpoint is refused, and the safe way to convert it (one line)."""
+    stem = Path(name).stem
+    return (
+        f"{name}: {what} (unpickling can run code); download the model's "
+        f".safetensors version, or convert this file once with PyTorch's restricted loader: "
+        f"python -c \"import torch, safetensors.torch as st; d = torch.load('{name}', map_location='cpu', "
+        f"weights_only=True); d = d.get('state_dict', d); st.save_file({{k: v.contiguous() for k, v in d.items() "
+        f"if isinstance(v, torch.Tensor)}}, '{stem}.safetensors')\""
+    )
+
+
 def refuse_unsafe_or_missing(path: Path, what: str = "model file") -> None:
     """Refuse pickle-based files unread (loading them can run code) and missing paths."""
     if path.suffix.lower() in PICKLED_SUFFIXES:
-        raise ModelFormatError(f"{path.name}: pickled checkpoints are refused (they can run code); use .safetensors")
+        raise ModelFormatError(pickle_refusal(path.name))
     if not path.exists():
         raise ModelFormatError(f"{what} not found: {path}")
 
@@ -57,14 +69,49 @@ def _value_info(vi: onnx.ValueInfoProto) -> TensorInfo:
     return TensorInfo(vi.name, _np_dtype(tensor.elem_type), tuple(dims))
 
 
-class WeightSet(Mapping[str, np.ndarray]):
-    """Weights by ONNX initializer name. Immutable; ``updated`` returns a new set."""
+@runtime_checkable
+class LazyArray(Protocol):
+    """A weight read on demand: its shape and dtype are known without reading it, and
+    ``load()`` returns a fresh array each time (e.g. a tensor of a memory-mapped checkpoint
+    converted from fp16 to the graph's fp32). ``WeightSet`` holds these for large files, so
+    loading a checkpoint never holds a converted copy of all of it at once."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None) -> None:
-        self._arrays: dict[str, np.ndarray] = dict(arrays or {})
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    def load(self) -> np.ndarray: ...
+
+
+def _is_lazy(entry: object) -> bool:
+    return isinstance(entry, LazyArray) and not isinstance(entry, np.ndarray)
+
+
+def _entry_spec(entry: np.ndarray | LazyArray) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if _is_lazy(entry):
+        return tuple(entry.shape), np.dtype(entry.dtype)
+    array = np.asarray(entry)
+    return tuple(array.shape), array.dtype
+
+
+class WeightSet(Mapping[str, np.ndarray]):
+    """Weights by ONNX initializer name. Immutable; ``updated`` returns a new set.
+
+    Entries are arrays or ``LazyArray``s: a lazy entry is read (and converted) on every access
+    and never kept, so ``weights[name]`` of a checkpoint-backed set costs a read each time; hold
+    the array when you need it twice. ``spec(name)`` gives shape and dtype without reading.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray | LazyArray] | None = None) -> None:
+        self._arrays: dict[str, np.ndarray | LazyArray] = dict(arrays or {})
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._arrays[name]
+        entry = self._arrays[name]
+        if _is_lazy(entry):
+            return cast("LazyArray", entry).load()
+        return cast("np.ndarray", entry)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
@@ -73,36 +120,60 @@ class WeightSet(Mapping[str, np.ndarray]):
         return len(self._arrays)
 
     def __repr__(self) -> str:
-        return f"WeightSet({len(self)} tensors, {self.nbytes / 1e6:.1f} MB)"
+        lazy = sum(1 for entry in self._arrays.values() if _is_lazy(entry))
+        note = f", {lazy} read on access" if lazy else ""
+        return f"WeightSet({len(self)} tensors, {self.nbytes / 1e6:.1f} MB{note})"
+
+    def spec(self, name: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        """Shape and dtype of one weight, without reading a lazy one."""
+        return _entry_spec(self._arrays[name])
+
+    def is_lazy(self, name: str) -> bool:
+        """Whether ``name`` is read on access (from a file) rather than held in memory."""
+        return _is_lazy(self._arrays[name])
+
+    def entries(self) -> dict[str, np.ndarray | LazyArray]:
+        """The stored entries, lazy ones unread (to build another set from this one)."""
+        return dict(self._arrays)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._arrays.values())
+        total = 0
+        for entry in self._arrays.values():
+            shape, dtype = _entry_spec(entry)
+            total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return total
 
     def hash(self) -> str:
-        """Content hash over names, dtypes, shapes and bytes (sorted by name)."""
+        """Content hash over names, dtypes, shapes and bytes (sorted by name); a lazy entry is
+        read for it, one at a time, and hashes like the same values held in memory."""
         digest = hashlib.sha256()
         for name in sorted(self._arrays):
-            array = np.ascontiguousarray(self._arrays[name])
+            array = np.ascontiguousarray(self[name])
             digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
             digest.update(array.tobytes() if array.dtype.hasobject else array.reshape(-1).view(np.uint8).data)
         return digest.hexdigest()
 
-    def updated(self, changes: Mapping[str, np.ndarray], strict: bool = True) -> WeightSet:
+    def subset(self, names: Iterable[str]) -> WeightSet:
+        """The weights named (those present), lazy entries left unread."""
+        return WeightSet({name: self._arrays[name] for name in names if name in self._arrays})
+
+    def updated(self, changes: Mapping[str, np.ndarray | LazyArray], strict: bool = True) -> WeightSet:
         """A new set with ``changes`` applied. With ``strict``, every name must exist with
-        the same shape and dtype, so a mistyped or mis-shaped weight is an error."""
+        the same shape and dtype, so a mistyped or mis-shaped weight is an error. Lazy entries
+        (of this set or of ``changes``) stay unread."""
         if strict:
-            for name, array in changes.items():
+            for name, change in changes.items():
                 if name not in self._arrays:
                     raise InputError(f"weight {name!r} is not in the model")
-                old = self._arrays[name]
-                if tuple(array.shape) != old.shape or np.asarray(array).dtype != old.dtype:
+                (old_shape, old_dtype), (shape, dtype) = self.spec(name), _entry_spec(change)
+                if shape != old_shape or dtype != old_dtype:
                     raise InputError(
-                        f"weight {name!r} has shape {tuple(array.shape)} {np.asarray(array).dtype}, "
-                        f"the model expects {old.shape} {old.dtype}"
+                        f"weight {name!r} has shape {shape} {dtype}, the model expects {old_shape} {old_dtype}"
                     )
         merged = dict(self._arrays)
-        merged.update({k: np.asarray(v) for k, v in changes.items()})
+        for name, change in changes.items():
+            merged[name] = change if _is_lazy(change) else np.asarray(change)
         return WeightSet(merged)
 
     @classmethod
@@ -121,7 +192,7 @@ class WeightSet(Mapping[str, np.ndarray]):
     def save_safetensors(self, path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
         from safetensors.numpy import save_file
 
-        save_file({k: np.ascontiguousarray(v) for k, v in self._arrays.items()}, str(path), metadata=metadata)
+        save_file({k: np.ascontiguousarray(self[k]) for k in self._arrays}, str(path), metadata=metadata)
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,19 +11,33 @@ its PROVENANCE.md). The token ids are built as CLIP's own ``SimpleTokenizer`` an
 - then one token per merge, the pair joined, for the first 48,894 merges of the file;
 - ``<|startoftext|>`` (49406) and ``<|endoftext|>`` (49407): 49,408 tokens in all.
 
-The BPE itself is the ``tokenizers`` library's, configured as ``sdkit.pipelines.tokenizer``
-configures CLIP (normalizer, pre-tokenizer, ``</w>`` suffix).
+The BPE itself is the ``tokenizers`` library's, configured as CLIP's (normalizer, pre-tokenizer,
+``</w>`` suffix: ``configure_clip``). ``ClipTokenizerBase`` turns prompts into the text encoder's
+fixed-length windows; ``sdkit.pipelines.tokenizer.ClipTokenizer`` is the same on a diffusers
+folder's tokenizer files, and ``make_tokenizer`` there picks one from a ``PipelineConfig``.
+
+Prompts are encoded into one window of ``model_max_length`` tokens (77 for SD): start token, up
+to 75 prompt tokens, end token, then padding. Longer prompts are truncated like diffusers does,
+with a ``warnings.warn`` (category ``PromptTruncatedWarning``) naming what was cut.
 """
 
 from __future__ import annotations
 
 import gzip
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from sdkit.pipelines.tokenizer import _CLIP_SPLIT, ClipTokenizer
+import numpy as np
 
+from sdkit.errors import ModelFormatError
+
+# CLIP's pre-tokenizer: contractions, letter runs, single digits, punctuation runs.
+CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
 VOCAB_SIZE = 49408
 MERGES = VOCAB_SIZE - 2 * 256 - 2  # 48,894: CLIP reads lines 1 .. 49152-256-2 of the file
@@ -64,28 +78,21 @@ def vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, [(a, b) for a, b in merges]
 
 
-def clip_bpe() -> Any:
-    """A ``tokenizers.Tokenizer`` giving SD's CLIPTokenizer ids (no special tokens added)."""
-    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import BPE
+class PromptTruncatedWarning(UserWarning):
+    """A prompt had more tokens than the text encoder's window; the rest was dropped."""
 
-    vocab, merges = vocab_and_merges()
-    tokenizer = Tokenizer(
-        BPE(
-            vocab=dict(vocab),
-            merges=list(merges),
-            continuing_subword_prefix="",
-            end_of_word_suffix="</w>",
-            fuse_unk=False,
-            unk_token=EOS,
-        )
-    )
+
+def configure_clip(tokenizer: Any) -> Any:
+    """Set CLIP's normalizer (NFC, collapsed whitespace, lower case), pre-tokenizer and decoder
+    on a ``tokenizers.Tokenizer`` built on a CLIP BPE model; returns it."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
     )
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_CLIP_SPLIT), behavior="removed", invert=True),
+            pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False),
         ]
     )
@@ -93,29 +100,117 @@ def clip_bpe() -> Any:
     return tokenizer
 
 
-class ShippedClipTokenizer(ClipTokenizer):
-    """``ClipTokenizer`` on the shipped vocabulary, for checkpoints that carry no tokenizer.
+def clip_bpe() -> Any:
+    """A ``tokenizers.Tokenizer`` giving SD's CLIPTokenizer ids (no special tokens added)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE
+
+    vocab, merges = vocab_and_merges()
+    model = BPE(
+        vocab=dict(vocab),
+        merges=list(merges),
+        continuing_subword_prefix="",
+        end_of_word_suffix="</w>",
+        fuse_unk=False,
+        unk_token=EOS,
+    )
+    return configure_clip(Tokenizer(model))
+
+
+class ClipTokenizerBase:
+    """Prompt text -> fixed-length token-id windows for a CLIP text encoder.
+
+    A subclass sets ``bos_token``, ``eos_token``, ``pad_token``, ``model_max_length`` and
+    ``_tokenizer`` (a ``tokenizers.Tokenizer``), then calls ``_finish()``.
+    """
+
+    bos_token: str
+    eos_token: str
+    pad_token: str
+    model_max_length: int
+    _tokenizer: Any
+
+    def _finish(self) -> None:
+        self._add_specials()
+        self.bos_id = self._id(self.bos_token)
+        self.eos_id = self._id(self.eos_token)
+        self.pad_id = self._id(self.pad_token)
+
+    def _add_specials(self) -> None:
+        # Written into a prompt, the special tokens map to their ids, as in transformers.
+        from tokenizers import AddedToken
+
+        specials = {self.bos_token, self.eos_token, self.pad_token}
+        self._tokenizer.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in sorted(specials) if t.startswith("<|")]
+        )
+
+    def _id(self, token: str) -> int:
+        token_id = self._tokenizer.token_to_id(token)
+        if token_id is None:
+            raise ModelFormatError(f"the tokenizer's vocabulary lacks the special token {token!r}")
+        return int(token_id)
+
+    def tokens(self, prompt: str) -> list[int]:
+        """The prompt's token ids, without start/end tokens or truncation."""
+        encoding = self._tokenizer.encode(prompt.strip(), add_special_tokens=False)
+        return list(encoding.ids)
+
+    def __call__(self, prompts: str | Sequence[str]) -> np.ndarray:
+        """``[len(prompts), model_max_length]`` int64 ids: start, prompt, end, padding."""
+        texts = [prompts] if isinstance(prompts, str) else list(prompts)
+        room = self.model_max_length - 2
+        rows = np.full((len(texts), self.model_max_length), self.pad_id, dtype=np.int64)
+        for row, text in enumerate(texts):
+            ids = self.tokens(text)
+            if len(ids) > room:
+                dropped = self._tokenizer.decode(ids[room:]).replace("</w>", " ").strip()
+                warnings.warn(
+                    f"the prompt is {len(ids)} tokens long; the text encoder reads {room}, "
+                    f"so this part is ignored: {dropped!r}",
+                    PromptTruncatedWarning,
+                    stacklevel=3,
+                )
+                ids = ids[:room]
+            window = [self.bos_id, *ids, self.eos_id]
+            rows[row, : len(window)] = window
+        return rows
+
+
+class ShippedClipTokenizer(ClipTokenizerBase):
+    """The CLIP tokenizer on the shipped vocabulary, for checkpoints that carry no tokenizer.
 
     ``pad_token`` is ``<|endoftext|>`` for SD 1.x and SDXL's first encoder, ``"!"`` for SD 2.x
     and SDXL's OpenCLIP-bigG encoder (what their diffusers ``tokenizer_config.json`` say).
     """
 
     def __init__(self, pad_token: str = EOS, model_max_length: int = 77) -> None:
-        # ClipTokenizer's constructor reads a folder; this sets the same fields from the
-        # shipped vocabulary instead.
         self.bos_token, self.eos_token, self.pad_token = BOS, EOS, pad_token
         self.model_max_length = model_max_length
         self._tokenizer = clip_bpe()
-        self._add_specials()
-        self.bos_id = self._id(BOS)
-        self.eos_id = self._id(EOS)
-        self.pad_id = self._id(pad_token)
+        self._finish()
 
     def _add_specials(self) -> None:
         # transformers' CLIPTokenizer registers every special token, the pad token "!" of SD 2.x
         # included, as an added token that splits the text: "wow!!" is then "wow", "!", "!"
-        # (ids 0, 0), not the merged "!!" token. ClipTokenizer adds only the "<|...|>" ones.
+        # (ids 0, 0), not the merged "!!" token. The folder tokenizer adds only the "<|...|>" ones.
         from tokenizers import AddedToken
 
         specials = sorted({self.bos_token, self.eos_token, self.pad_token})
         self._tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+
+
+@dataclass(frozen=True)
+class ShippedVocab:
+    """A tokenizer source (``PipelineConfig.tokenizers``): the shipped CLIP vocabulary with this
+    padding token (``<|endoftext|>`` for CLIP-L, ``"!"`` for OpenCLIP) and window length."""
+
+    pad_token: str = EOS
+    model_max_length: int = 77
+
+    def tokenizer(self) -> ShippedClipTokenizer:
+        return ShippedClipTokenizer(self.pad_token, self.model_max_length)
+
+
+TokenizerSource = Path | ShippedVocab
+"""Where a text encoder's tokenizer comes from: a tokenizer folder, or the shipped vocabulary."""

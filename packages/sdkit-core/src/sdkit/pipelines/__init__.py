@@ -1,7 +1,7 @@
 """Stable Diffusion pipelines: txt2img and img2img on any backend.
 
     import sdkit
-    pipe = sdkit.load_pipeline("path/to/sd15-onnx", backend="auto")
+    pipe = sdkit.load_pipeline("dreamshaper_8.safetensors", backend="auto")   # or an ONNX folder
     [image] = pipe.generate("a photo of an astronaut", seed=1, steps=20, sampler="euler_a")
 
     request = sdkit.pipelines.GenerationRequest.create("a photo of an astronaut", seed=1)
@@ -22,11 +22,13 @@ from sdkit.pipelines.images import GenerationParameters, save_png
 from sdkit.pipelines.loading import PipelineLoader, load_pipeline
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
-from sdkit.pipelines.sources import ModelInMemory, ModelSource, OnnxFileSource
+from sdkit.pipelines.single_file import CheckpointLoader
+from sdkit.pipelines.sources import GraphWithWeights, ModelInMemory, ModelSource, OnnxFileSource
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 from sdkit.pipelines.tokenizer import ClipTokenizer, PromptTruncatedWarning
 
 __all__ = [
+    "CheckpointLoader",
     "ClipTokenizer",
     "Component",
     "DenoiseLoop",
@@ -35,6 +37,7 @@ __all__ = [
     "GenerationParameters",
     "GenerationPlan",
     "GenerationRequest",
+    "GraphWithWeights",
     "LoadSettings",
     "ModelInMemory",
     "ModelSource",

@@ -8,13 +8,17 @@ initial latents, ``DenoiseLoop``, decode, ``deliver``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError
+from sdkit.families import Family, MappedCheckpoint
 from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.families import checkpoint_config, checkpoint_sources, open_checkpoint
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import seed_list
@@ -23,7 +27,7 @@ from sdkit.plugins import get_plugins
 if TYPE_CHECKING:
     from PIL import Image
 
-    from sdkit.pipelines.components import Component
+    from sdkit.pipelines.components import Component, WeightSwap
     from sdkit.schedulers import Scheduler
 
 
@@ -41,6 +45,11 @@ class GenerationPlan:
     image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
 
 
+def same_graphs(a: Family, b: Family) -> bool:
+    """Whether two families run the same component graphs (SD 2.x 512 and 768-v do)."""
+    return {n: str(c.graph) for n, c in a.components.items()} == {n: str(c.graph) for n, c in b.components.items()}
+
+
 class Pipeline:
     """Base of every pipeline. Create one with ``sdkit.load_pipeline``."""
 
@@ -49,9 +58,44 @@ class Pipeline:
     prepared_components: ClassVar[tuple[str, ...]] = ()  # compiled at load under memory="keep"
     image_encoder: ClassVar[str] = "vae_encoder"  # the component img2img needs
 
-    def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
+    def __init__(
+        self, config: PipelineConfig, components: dict[str, Component], checkpoint: MappedCheckpoint | None = None
+    ) -> None:
         self.config = config
         self.components = components
+        # A single-file pipeline's checkpoint: its family, layout and lazily mapped weights per
+        # component (family.key_map(component, layout) gives LoRA and VAE files their names).
+        self.checkpoint = checkpoint
+
+    def set_config(self, config: PipelineConfig) -> None:
+        """Replace the model configuration (a subclass refreshes what it derives from it)."""
+        self.config = config
+
+    def set_checkpoint(self, path: str | os.PathLike[str], prediction: str | None = None) -> dict[str, WeightSwap]:
+        """Use the weights of another checkpoint of this pipeline's family (a file or a diffusers
+        folder), keeping the compiled components: each is refit in place where its backend can
+        (``"refit"``), else released and compiled with the new weights on its next use
+        (``"recompile"``). Weights set with ``Component.set_weights`` (LoRAs...) are dropped.
+        ``prediction`` as in ``load_pipeline``. Only for pipelines loaded from a checkpoint."""
+        if self.checkpoint is None:
+            raise ModelFormatError(
+                f"{self.name} was not loaded from a checkpoint file; load {Path(path).name} with sdkit.load_pipeline"
+            )
+        mapped = open_checkpoint(path, prediction)
+        current = self.checkpoint.family
+        if not same_graphs(current, mapped.family):
+            raise ModelFormatError(
+                f"{Path(path).name} is a {mapped.family.label} checkpoint, this pipeline runs {current.label}: "
+                "load it with sdkit.load_pipeline"
+            )
+        swaps = {
+            name: self.components[name].set_source(source)
+            for name, source in checkpoint_sources(mapped).items()
+            if name in self.components
+        }
+        self.set_config(checkpoint_config(mapped))
+        self.checkpoint = mapped
+        return swaps
 
     @property
     def name(self) -> str:

@@ -26,6 +26,7 @@ from sdkit.api import compile as compile_model
 from sdkit.backend import CompiledModel
 from sdkit.device import Device
 from sdkit.errors import OptionError
+from sdkit.families.checkpoint import normalize_prediction
 from sdkit.model import Model
 from sdkit.pipelines.pruning import keep_outputs
 from sdkit.pipelines.sources import ModelSource
@@ -73,6 +74,7 @@ class Component:
     _compiled: CompiledModel | None = field(default=None, init=False, repr=False)
     _backend_name: str | None = field(default=None, init=False, repr=False)
     _weights: Mapping[str, np.ndarray] | None = field(default=None, init=False, repr=False)
+    _graph_hash: str | None = field(default=None, init=False, repr=False)  # of the compiled graph
 
     def __post_init__(self) -> None:
         if self.policy not in MEMORY_POLICIES:
@@ -89,6 +91,7 @@ class Component:
     def _compile(self, model: Model) -> CompiledModel:
         compiled = compile_model(model, backend=self.backend, device=self.device, **dict(self.options or {}))
         self._backend_name = compiled.backend_name or str(self.backend)
+        self._graph_hash = model.graph.hash
         return compiled
 
     @property
@@ -139,7 +142,10 @@ class Component:
         self._weights = weights
         if self._compiled is None:
             return "recompile"
-        model = self.load_model()
+        return self._refit(self.load_model())
+
+    def _refit(self, model: Model) -> WeightSwap:
+        assert self._compiled is not None
         try:
             self._compiled.refit(model.weights)
         except NotImplementedError:
@@ -150,6 +156,24 @@ class Component:
             raise
         return "refit"
 
+    def set_source(self, source: ModelSource) -> WeightSwap:
+        """Take the model from ``source`` from now on (another checkpoint of the same family).
+        Weights given to ``set_weights`` are dropped: they were made for the old source's.
+
+        A resident compiled model whose graph is the new source's is refit in place where its
+        backend can (``"refit"``: the compiled artifact is reused); otherwise it is released and
+        the next use compiles (``"recompile"``, also the answer when nothing is compiled now).
+        """
+        self.source = source
+        self._weights = None
+        if self._compiled is None:
+            return "recompile"
+        model = self.load_model()
+        if model.graph.hash != self._graph_hash:
+            self.release()
+            return "recompile"
+        return self._refit(model)
+
     def release(self) -> None:
         if self._compiled is not None:
             self._compiled.close()
@@ -159,17 +183,20 @@ class Component:
 
 @dataclass(frozen=True)
 class LoadSettings:
-    """How a pipeline's components compile: backend and device (one for all, or per component),
-    memory policy and compile options. Checked once, by ``load_pipeline`` / the loader."""
+    """How a pipeline loads: backend and device (one for all, or per component), memory policy,
+    compile options, and the prediction type (``"v"``, ``"epsilon"``) when the model's files do
+    not say it. Checked once, by ``load_pipeline`` / the loader."""
 
     backend: str | Mapping[str, str] = "auto"
     device: str | Device | Mapping[str, str | Device | None] | None = None
     memory: str = "keep"
     options: Mapping[str, Any] = field(default_factory=dict)
+    prediction: str | None = None  # what the model predicts when its files do not say (or to override them)
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_POLICIES:
             raise OptionError(f"unknown memory policy {self.memory!r}; choose one of {', '.join(MEMORY_POLICIES)}")
+        object.__setattr__(self, "prediction", normalize_prediction(self.prediction))
 
     @classmethod
     def create(
@@ -177,9 +204,10 @@ class LoadSettings:
         backend: str | Mapping[str, str] = "auto",
         device: str | Device | Mapping[str, str | Device | None] | None = None,
         memory: str = "keep",
+        prediction: str | None = None,
         **options: Any,
     ) -> LoadSettings:
-        return cls(backend, device, memory, options)
+        return cls(backend, device, memory, options, prediction)
 
     def components(
         self,

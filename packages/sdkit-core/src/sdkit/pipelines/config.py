@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sdkit.errors import ModelFormatError
+from sdkit.families.clip_tokenizer import TokenizerSource
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
@@ -33,7 +33,8 @@ class PipelineConfig:
     scheduler_config: the diffusers ``scheduler_config.json`` dict the samplers take over with
         ``from_config`` semantics (None: Stable Diffusion 1.x's).
     tokenizers: text-encoder component -> tokenizer folder (``vocab.json`` + ``merges.txt`` or
-        ``tokenizer.json``); SDXL adds ``text_encoder_2``.
+        ``tokenizer.json``), or ``ShippedVocab`` (the CLIP vocabulary sdkit ships, with the
+        family's padding token) for single-file checkpoints; SDXL adds ``text_encoder_2``.
     text_outputs: text-encoder component -> the outputs the pipeline reads (the others are pruned
         before compiling), e.g. ``last_hidden_state``; SDXL reads penultimate hidden states and
         the pooled projection.
@@ -46,7 +47,7 @@ class PipelineConfig:
     vae_scale_factor: int = 8
     sample_size: int = 64
     scheduler_config: Mapping[str, Any] | None = None
-    tokenizers: Mapping[str, Path] = field(default_factory=dict)
+    tokenizers: Mapping[str, TokenizerSource] = field(default_factory=dict)
     text_outputs: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: {"text_encoder": ("last_hidden_state",)}
     )

@@ -4,6 +4,7 @@ files) and the model loader that recognises such folders (``model_index.json`` i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -77,6 +78,8 @@ class DiffusersOnnxLoader(PipelineLoader):
     def build(self, path: Path, settings: LoadSettings) -> StableDiffusionPipeline:
         layout = read_layout(path)
         config = folder_config(layout)
+        if settings.prediction is not None:
+            config = replace(config, prediction_type=settings.prediction)
         names = StableDiffusionPipeline.component_names
         components = settings.components(names, folder_sources(layout), config.text_outputs)
         return StableDiffusionPipeline(config, components)

@@ -1,11 +1,11 @@
 """``sdkit.load_pipeline``: the pipeline loaders registered through
 ``sdkit_register_model_loaders`` decide what a path is; ``PipelineLoader`` is their base.
 
-Today's loader is the diffusers/optimum ONNX folder (``sdkit.pipelines.diffusers_folder``); a
-single-file checkpoint loader (issue 14) plugs in the same way: register a ``PipelineLoader``
-subclass whose ``sniff`` recognises its files and whose ``build`` returns a pipeline from a
-``PipelineConfig`` (the family's defaults) and component sources (the family's graphs, the file's
-weights).
+Core's loaders: the single-file checkpoint (``sdkit.pipelines.single_file``: a ``.safetensors``
+file or a diffusers safetensors folder on a registered family's shipped graphs) and the
+diffusers/optimum ONNX folder (``sdkit.pipelines.diffusers_folder``). Another format plugs in the
+same way: a ``PipelineLoader`` subclass whose ``sniff`` recognises its files and whose ``build``
+returns a pipeline from a ``PipelineConfig`` and component sources.
 """
 
 from __future__ import annotations
@@ -29,22 +29,29 @@ def load_pipeline(
     backend: str | Mapping[str, str] = "auto",
     device: str | Device | Mapping[str, str | Device | None] | None = None,
     memory: str = "keep",
+    prediction: str | None = None,
     **options: Any,
 ) -> Pipeline:
-    """Load a pipeline with the first registered pipeline loader that recognises ``path`` (today:
-    a diffusers/optimum ONNX Stable Diffusion 1.x/2.x folder).
+    """Load a pipeline with the first registered pipeline loader that recognises ``path``: a
+    single-file ``.safetensors`` checkpoint (SD 1.x/2.x; SDXL and inpainting files are recognised
+    and refused until their pipelines exist), a diffusers folder of safetensors weights, or a
+    diffusers/optimum ONNX folder.
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
     ``vae_decoder``, ``vae_encoder``). ``memory="keep"`` compiles the text encoder, UNet and VAE
     decoder now and keeps them resident; ``"offload"`` loads, compiles, runs and releases each one
-    when it is needed. ``options`` (precision, threads, cache, ...) go to every ``sdkit.compile``.
+    when it is needed. ``prediction`` (``"v"`` or ``"epsilon"``) says what the model predicts
+    where its files do not (a checkpoint without its A1111 ``.yaml``), or overrides them.
+    ``options`` (precision, threads, cache, ...) go to every ``sdkit.compile``.
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
     loaders = loaders_by_priority("pipeline")
     for loader in loaders:
         if loader.sniff(path):
+            if prediction is not None:
+                options["prediction"] = prediction
             pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
             return pipeline
     reasons = [(loader.name, loader.explain(path)) for loader in loaders if hasattr(loader, "explain")]

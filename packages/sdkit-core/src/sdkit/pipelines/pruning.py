@@ -11,7 +11,7 @@ from collections.abc import Collection
 
 import onnx
 
-from sdkit.model import Graph, Model, WeightSet
+from sdkit.model import Graph, Model
 
 
 def _has_subgraphs(graph: onnx.GraphProto) -> bool:
@@ -48,5 +48,5 @@ def keep_outputs(model: Model, wanted: Collection[str]) -> Model:
     value_info = [v for v in proto.graph.value_info if v.name in needed]
     del proto.graph.value_info[:]
     proto.graph.value_info.extend(value_info)
-    weights = WeightSet({name: model.weights[name] for name in (t.name for t in initializers) if name in model.weights})
+    weights = model.weights.subset(t.name for t in initializers)  # lazy weights stay unread
     return Model(Graph(proto), weights, model.path)

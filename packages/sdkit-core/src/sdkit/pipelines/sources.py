@@ -2,28 +2,24 @@
 
 A component does not hold a path: it asks its *source* for a ``Model`` (a weightless ``Graph``
 plus a ``WeightSet``) each time it compiles, which is at load under ``memory="keep"`` and at every
-use under ``"offload"``. Today's source is an ``.onnx`` file of a diffusers folder. A single-file
-checkpoint (issue 14) brings its own: the family's shipped weightless graph and a ``WeightSet``
-mapped from the user's file, e.g.::
+use under ``"offload"``. A diffusers/optimum ONNX folder's source is an ``.onnx`` file
+(``OnnxFileSource``); a single-file checkpoint's (issue 14) is the family's shipped weightless
+graph plus the ``WeightSet`` mapped from the user's file, whose tensors are read from the file
+when the backend asks for them (``GraphWithWeights``, made by ``sdkit.pipelines.families``).
 
-    @dataclass(frozen=True)
-    class CheckpointSource:
-        graph: Callable[[], Graph]            # the family's shipped graph, read on demand
-        checkpoint: Path
-        key_map: Mapping[str, str]            # graph initializer name -> checkpoint key
-        def describe(self) -> str: return f"{self.checkpoint.name} (unet)"
-        def load(self) -> Model: return Model(self.graph(), map_weights(self.checkpoint, self.key_map))
-
-LoRA, embeddings and a VAE swap then change weights, not sources: ``Component.set_weights``.
+LoRA, embeddings and a VAE swap change weights, not sources: ``Component.set_weights`` with fresh
+arrays for the names they change. Another checkpoint of the same family is another source:
+``Component.set_source`` (``Pipeline.set_checkpoint``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from sdkit.model import Model, load_onnx
+from sdkit.model import Graph, Model, WeightSet, load_onnx
 
 
 @runtime_checkable
@@ -65,3 +61,20 @@ class ModelInMemory:
 
     def load(self) -> Model:
         return self.model
+
+
+@dataclass(frozen=True, eq=False)
+class GraphWithWeights:
+    """A weightless graph (read on demand, e.g. a family's shipped one) and a ``WeightSet`` for
+    it (e.g. lazily mapped from a checkpoint). ``weights`` is the component's base: LoRA merges
+    read it and hand their changed arrays to ``Component.set_weights``."""
+
+    graph: Callable[[], Graph]
+    weights: WeightSet
+    name: str = "model"
+
+    def describe(self) -> str:
+        return self.name
+
+    def load(self) -> Model:
+        return Model(self.graph(), self.weights)

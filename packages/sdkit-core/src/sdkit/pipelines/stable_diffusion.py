@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sdkit.families import MappedCheckpoint
 from sdkit.pipelines import vae
 from sdkit.pipelines.base import GenerationPlan, Pipeline
 from sdkit.pipelines.components import Component
@@ -22,7 +23,7 @@ from sdkit.pipelines.denoise import DenoiseLoop, StepHook
 from sdkit.pipelines.execution import run_main_input
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
-from sdkit.pipelines.tokenizer import ClipTokenizer
+from sdkit.pipelines.tokenizer import make_tokenizer
 
 
 class StableDiffusionPipeline(Pipeline):
@@ -31,9 +32,16 @@ class StableDiffusionPipeline(Pipeline):
     component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder")
 
-    def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
-        super().__init__(config, components)
-        self.tokenizer = ClipTokenizer(config.tokenizers["text_encoder"])
+    def __init__(
+        self, config: PipelineConfig, components: dict[str, Component], checkpoint: MappedCheckpoint | None = None
+    ) -> None:
+        super().__init__(config, components, checkpoint)
+        self.tokenizer = make_tokenizer(config.tokenizers["text_encoder"])
+
+    def set_config(self, config: PipelineConfig) -> None:
+        if config.tokenizers.get("text_encoder") != self.config.tokenizers.get("text_encoder"):
+            self.tokenizer = make_tokenizer(config.tokenizers["text_encoder"])
+        super().set_config(config)
 
     # -- stages -----------------------------------------------------------------------------
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from sdkit.plugins.hookspecs import hookimpl
 from sdkit.plugins.manager import PluginFailure, Plugins, get_plugins, reset_plugins
-from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, SchedulerRegistry
+from sdkit.plugins.registries import BackendRegistry, FamilyRegistry, LoaderRegistry, SchedulerRegistry
 
 __all__ = [
     "BackendRegistry",
+    "FamilyRegistry",
     "LoaderRegistry",
     "PluginFailure",
     "Plugins",

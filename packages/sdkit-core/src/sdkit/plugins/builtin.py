@@ -2,7 +2,8 @@
 
 Registered by ``"module:attr"`` reference: this module sits in the plugins layer, below the
 reference backend, the loaders, the schedulers and the pipelines it names, so it must not import
-them (see ``LAYERS.md``); the registry imports each reference when it is added.
+them (see ``LAYERS.md``); the registry imports each reference when it is added. The model families
+(``sdkit.families.builtin``) sit below it, yet go by reference too, like a third party's would.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from typing import TYPE_CHECKING
 from sdkit.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, SchedulerRegistry
+    from sdkit.plugins.registries import BackendRegistry, FamilyRegistry, LoaderRegistry, SchedulerRegistry
 
 BACKENDS = ("sdkit.reference:ReferenceBackend",)
 MODEL_LOADERS = (
     "sdkit.loaders:OnnxLoader",
     "sdkit.pipelines.diffusers_folder:DiffusersOnnxLoader",
+    "sdkit.pipelines.single_file:CheckpointLoader",
 )
 # In the order ``sdkit.schedulers.scheduler_names()`` lists them.
 SCHEDULERS = (
@@ -29,6 +31,10 @@ SCHEDULERS = (
     "sdkit.schedulers.dpm_sde:DPMPPSDE",
     "sdkit.schedulers.ddim:DDIM",
     "sdkit.schedulers.ddim:LCM",
+)
+MODEL_FAMILIES = tuple(
+    f"sdkit.families.builtin:{name}"
+    for name in ("SD1", "SD1_INPAINT", "SD2", "SD2V", "SDXL", "SDXL_INPAINT", "SDXL_REFINER")
 )
 
 
@@ -47,4 +53,10 @@ def sdkit_register_model_loaders(registry: LoaderRegistry) -> None:
 @hookimpl
 def sdkit_register_schedulers(registry: SchedulerRegistry) -> None:
     for reference in SCHEDULERS:
+        registry.add(reference)
+
+
+@hookimpl
+def sdkit_register_model_families(registry: FamilyRegistry) -> None:
+    for reference in MODEL_FAMILIES:
         registry.add(reference)

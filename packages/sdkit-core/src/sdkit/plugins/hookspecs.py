@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, SchedulerRegistry
+    from sdkit.plugins.registries import BackendRegistry, FamilyRegistry, LoaderRegistry, SchedulerRegistry
 
 PROJECT = "sdkit"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -47,6 +47,20 @@ def sdkit_register_schedulers(registry: SchedulerRegistry) -> None:
     """Add diffusion schedulers (samplers) with ``registry.add(SchedulerClass)``.
 
     A scheduler class has a ``name`` and ``aliases`` (the names A1111 and ComfyUI users know).
+    """
+
+
+@hookspec
+def sdkit_register_model_families(registry: FamilyRegistry) -> None:
+    """Add model families with ``registry.add(family)``: ``sdkit.families.Family`` objects (or
+    ``"module:attr"`` references to them), each an architecture whose weightless graphs it
+    names, with the key maps from the checkpoint layouts it reads, its probe tensors and its
+    defaults (prediction type, latent scale, native size, scheduler config, tokenizers).
+
+    Called once per process, after every plugin is loaded. Names must be unique across plugins.
+    ``sdkit.load_pipeline`` on a ``.safetensors`` checkpoint asks every family, the highest
+    ``priority`` first, whether the file's keys and shapes are its own (``Family.detect``).
+    Build SD-like ones with ``sdkit.families.sd_family``; tests register tiny ones this way.
     """
 
 

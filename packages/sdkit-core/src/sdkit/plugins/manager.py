@@ -21,7 +21,7 @@ import pluggy
 from sdkit.backend import Availability, Backend
 from sdkit.errors import DuplicateNameError, PluginLoadError
 from sdkit.plugins import builtin, hookspecs
-from sdkit.plugins.registries import BackendRegistry, LoaderRegistry, Registry, SchedulerRegistry
+from sdkit.plugins.registries import BackendRegistry, FamilyRegistry, LoaderRegistry, Registry, SchedulerRegistry
 
 ENTRY_POINT_GROUP = "sdkit"
 CORE_PLUGIN = "core"
@@ -83,9 +83,11 @@ class Plugins:
         self.backends = BackendRegistry()
         self.loaders = LoaderRegistry()
         self.schedulers = SchedulerRegistry()
+        self.families = FamilyRegistry()
         self._collect("sdkit_register_backends", self.backends)
         self._collect("sdkit_register_model_loaders", self.loaders)
         self._collect("sdkit_register_schedulers", self.schedulers)
+        self._collect("sdkit_register_model_families", self.families)
 
     def _fail(self, name: str, distribution: str, error: BaseException | str, stage: str) -> None:
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from sdkit.backend import Backend
 from sdkit.errors import DuplicateNameError
+
+if TYPE_CHECKING:
+    from sdkit.families.family import Family
 
 
 def import_object(reference: str) -> Any:
@@ -115,3 +118,26 @@ class LoaderRegistry(Registry[Any]):
 
 class SchedulerRegistry(Registry[Any]):
     kind = "scheduler"
+
+
+class FamilyRegistry(Registry[Any]):
+    """Model families by name: ``sdkit.families.Family`` objects (not classes), or
+    ``"module:attr"`` references to them. ``families()`` lists them for detection."""
+
+    kind = "model family"
+
+    def add(self, cls: Any) -> Any:
+        from sdkit.families.family import Family
+
+        family = import_object(cls) if isinstance(cls, str) else cls
+        if not isinstance(family, Family):
+            raise TypeError(f"{cls!r} is not a sdkit.families.Family")
+        return super().add(cast("Any", family))
+
+    def family(self, name: str) -> Family | None:
+        return cast("Family | None", self.get(name))
+
+    def families(self) -> list[Family]:
+        """Every registered family, the highest ``priority`` first (then in registration order)."""
+        found = [cast("Family", family) for _, family in self.items()]
+        return sorted(found, key=lambda family: -family.priority)

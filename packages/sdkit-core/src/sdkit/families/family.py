@@ -1,0 +1,210 @@
+"""``Family``: an architecture sdkit ships graphs for, and how a checkpoint's keys fill them.
+
+A family is plain data plus key mappers (``sdkit.families.keymaps``): its component graphs
+(shipped names or weightless ``.onnx`` paths), per checkpoint layout a mapper per component,
+the probe tensors that tell it apart from the other families, and the defaults a checkpoint file
+does not carry (prediction type, latent channels and scale, native size, the published scheduler
+config, the tokenizers). Families are registered through ``sdkit_register_model_families``; a
+pipeline loader detects which one a file is (``detect``) and maps its weights (``map``).
+
+The pipeline class is named by a ``"module:attr"`` reference (``pipeline``), as plugins register
+classes: families sit below the pipelines in sdkit's layers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import helper
+
+from sdkit.errors import ModelFormatError
+from sdkit.families import shipped
+from sdkit.families.checkpoint import Checkpoint
+from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.families.keymaps import KeyMapper, TensorSource
+from sdkit.model import Graph, LazyArray, WeightSet
+
+LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers"}
+# What LDM training files carry besides the modules: EMA copies and the DDPM schedule buffers.
+LDM_EXTRA_PREFIXES = ("model_ema.",)
+LDM_EXTRA_KEYS = frozenset(
+    {
+        "betas",
+        "alphas_cumprod",
+        "alphas_cumprod_prev",
+        "sqrt_alphas_cumprod",
+        "sqrt_one_minus_alphas_cumprod",
+        "log_one_minus_alphas_cumprod",
+        "sqrt_recip_alphas_cumprod",
+        "sqrt_recipm1_alphas_cumprod",
+        "posterior_variance",
+        "posterior_log_variance_clipped",
+        "posterior_mean_coef1",
+        "posterior_mean_coef2",
+        "logvar",
+        "model.logvar",
+    }
+)
+SHOWN = 5  # names an error or warning lists before "and N more"
+
+
+class UnusedKeysWarning(UserWarning):
+    """A checkpoint holds tensors that no component of its family reads."""
+
+
+@lru_cache(maxsize=16)
+def _graph(reference: str) -> Graph:
+    return shipped.load_graph(reference)
+
+
+def initializer_specs(graph: Graph) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+    """Each initializer's shape and dtype, in graph order."""
+    return {
+        t.name: (tuple(int(d) for d in t.dims), np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)))
+        for t in graph.proto.graph.initializer
+    }
+
+
+@dataclass(frozen=True)
+class FamilyComponent:
+    """One component of a family: its graph, its key mapper per layout, its probes (graph
+    initializer -> shape, derived from the architecture config) that detection checks."""
+
+    graph: str | Path
+    layouts: Mapping[str, KeyMapper]
+    probes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def load_graph(self) -> Graph:
+        """The weightless graph (read once per process)."""
+        return _graph(str(self.graph))
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+@dataclass(frozen=True, eq=False)
+class MappedCheckpoint:
+    """A checkpoint mapped onto a family: a lazy ``WeightSet`` per component."""
+
+    family: Family
+    layout: str
+    checkpoint: Checkpoint
+    weights: dict[str, WeightSet]
+    unknown: tuple[str, ...] = ()
+    prediction_type: str = ""  # "" until detection says (the family's, the .yaml's or the user's)
+
+    def __post_init__(self) -> None:
+        if not self.prediction_type:
+            object.__setattr__(self, "prediction_type", self.family.prediction_type)
+
+
+@dataclass(frozen=True, eq=False)
+class Family:
+    """A model family. See the module docstring; ``sdkit.families.builtin`` builds SD's."""
+
+    name: str
+    label: str
+    pipeline: str  # "module:attr" of the pipeline class
+    components: Mapping[str, FamilyComponent]
+    prediction_type: str = "epsilon"
+    scheduler_config: Mapping[str, Any] | None = None
+    tokenizers: Mapping[str, TokenizerSource] = field(default_factory=dict)
+    text_outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sample_size: int = 64
+    latent_channels: int = 4
+    vae_scaling_factor: float = 0.18215
+    vae_scale_factor: int = 8
+    priority: int = 0  # among families a file matches equally, the higher is the default
+
+    def layouts(self) -> list[str]:
+        """The checkpoint layouts every component has a mapper for."""
+        found = [set(c.layouts) for c in self.components.values()]
+        common = set.intersection(*found) if found else set()
+        return [layout for layout in LAYOUT_LABELS if layout in common] + sorted(common - set(LAYOUT_LABELS))
+
+    def mapper(self, component: str, layout: str) -> KeyMapper:
+        return self.components[component].layouts[layout]
+
+    def detect(self, checkpoint: Checkpoint) -> str | None:
+        """The layout in which ``checkpoint`` has every probe tensor with its shape, or None."""
+        for layout in self.layouts():
+            if all(self._probes_match(checkpoint, name, layout) for name in self.components):
+                return layout
+        return None
+
+    def _probes_match(self, checkpoint: Checkpoint, component: str, layout: str) -> bool:
+        mapper = self.mapper(component, layout)
+        for name, shape in self.components[component].probes.items():
+            source = mapper.source(name, shape)
+            key = checkpoint.find(source) if source else None
+            if key is None or not source or not source.stored_shape_fits(checkpoint.entry(key).shape, shape):
+                return False
+        return True
+
+    def key_map(self, component: str, layout: str) -> dict[str, TensorSource]:
+        """Graph initializer -> where a ``layout`` checkpoint stores it, for every initializer
+        of the component's graph (the seam LoRA and VAE files use)."""
+        specs = initializer_specs(self.components[component].load_graph())
+        return {name: self.key_map_entry(component, layout, name, shape) for name, (shape, _) in specs.items()}
+
+    def map(self, checkpoint: Checkpoint, layout: str) -> MappedCheckpoint:
+        """Every component's weights from ``checkpoint`` (lazy, converted to the graphs' dtypes
+        on access), checked complete: each initializer found with its shape, else one
+        ``ModelFormatError`` naming the missing ones; keys nothing reads are warned about."""
+        used: set[str] = set()
+        problems: list[str] = []
+        weights: dict[str, WeightSet] = {}
+        for component, spec in self.components.items():
+            entries: dict[str, LazyArray] = {}
+            for name, (shape, dtype) in initializer_specs(spec.load_graph()).items():
+                source = self.key_map_entry(component, layout, name, shape)
+                key = checkpoint.find(source)
+                if key is None:
+                    problems.append(f"{source.key} (missing)")
+                    continue
+                stored = checkpoint.entry(key).shape
+                if not source.stored_shape_fits(stored, shape):
+                    problems.append(f"{key} (shape {list(stored)}, the {component} needs {list(shape)})")
+                    continue
+                used.add(key)
+                entries[name] = checkpoint.tensor(key, source, shape, dtype)
+            weights[component] = WeightSet(entries)
+        unknown = self._unknown(checkpoint, layout, used)
+        name = checkpoint.path.name
+        if problems:
+            hint = f"; keys in the file that nothing reads: {_listed(unknown)}" if unknown else ""
+            raise ModelFormatError(
+                f"{name} is not a complete {self.label} checkpoint ({LAYOUT_LABELS.get(layout, layout)}): "
+                f"{len(problems)} weight(s) missing or mis-shaped: {_listed(problems)}{hint}"
+            )
+        if unknown:
+            message = f"{name}: {len(unknown)} tensor(s) that no {self.label} component reads: {_listed(unknown)}"
+            warnings.warn(message, UnusedKeysWarning, stacklevel=2)
+        return MappedCheckpoint(self, layout, checkpoint, weights, tuple(unknown))
+
+    def key_map_entry(self, component: str, layout: str, name: str, shape: Sequence[int]) -> TensorSource:
+        """Where one graph initializer is stored in a ``layout`` checkpoint."""
+        source = self.mapper(component, layout).source(name, shape)
+        if source is None:
+            raise ModelFormatError(f"family {self.name!r}: no {layout} key rule for {component} weight {name!r}")
+        return source
+
+    def _unknown(self, checkpoint: Checkpoint, layout: str, used: set[str]) -> list[str]:
+        mappers = [self.mapper(c, layout) for c in self.components]
+        unknown = []
+        for key in checkpoint:
+            if key in used or key in LDM_EXTRA_KEYS or key.startswith(LDM_EXTRA_PREFIXES):
+                continue
+            owners = [m for m in mappers if key.startswith(m.prefix)]
+            if owners and any(m.ignored(key) for m in owners):
+                continue
+            unknown.append(key)
+        return unknown

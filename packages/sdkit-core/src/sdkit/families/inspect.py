@@ -1,0 +1,168 @@
+"""What a ``.safetensors`` file is, from its header alone (``sdkit inspect FILE``): a checkpoint
+of a registered family, a LoRA, a textual-inversion embedding, a standalone VAE, or unknown.
+
+Nothing but the header is read. The LoRA and embedding descriptions are deliberately simple
+(format, rank, targets; vectors and width): the loaders of issue 14's LoRA/embedding work refine
+them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sdkit.families.checkpoint import DTYPE_NAMES, Checkpoint, a1111_yaml
+
+if TYPE_CHECKING:
+    from sdkit.families.family import Family
+
+_LORA_MARKERS = (".lora_down.", ".lora_up.", ".lora_A.", ".lora_B.", ".lora.down.", ".hada_w1_a", ".lokr_w1")
+_EMBEDDING_KEYS = ("emb_params", "clip_l", "clip_g")
+_WIDTHS = {768: "SD 1.x (CLIP-L)", 1024: "SD 2.x (OpenCLIP-H)", 1280: "SDXL (OpenCLIP-bigG)"}
+
+
+@dataclass(frozen=True)
+class FileDescription:
+    """A file's kind, a one-line title and labelled details."""
+
+    kind: str  # "checkpoint", "lora", "embedding", "vae" or "unknown"
+    title: str
+    details: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        shown = "; ".join(f"{k}: {v}" for k, v in self.details[:4])
+        return f"{self.title}" + (f" ({shown})" if shown else "")
+
+    def lines(self) -> list[str]:
+        width = max((len(k) for k, _ in self.details), default=0)
+        return [self.title] + [f"  {k.ljust(width)}  {v}" for k, v in self.details]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "title": self.title, "details": dict(self.details)}
+
+
+def _count(checkpoint: Checkpoint, keys: Sequence[str]) -> int:
+    return sum(checkpoint.entry(k).size for k in keys)
+
+
+def _dtypes(checkpoint: Checkpoint, keys: Sequence[str]) -> str:
+    counts = Counter(DTYPE_NAMES.get(checkpoint.entry(k).dtype, checkpoint.entry(k).dtype) for k in keys)
+    return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:,.1f} M parameters" if count >= 100_000 else f"{count:,} parameters"
+
+
+def describe(checkpoint: Checkpoint, families: Sequence[Family]) -> FileDescription:
+    """What ``checkpoint`` holds, judged from keys and shapes."""
+    for family in families:
+        layout = family.detect(checkpoint)
+        if layout:
+            return _checkpoint(checkpoint, family, layout)
+    keys = checkpoint.keys()
+    if any(marker in key for key in keys for marker in _LORA_MARKERS):
+        return _lora(checkpoint)
+    if keys and (set(keys) <= set(_EMBEDDING_KEYS) or all(k.startswith("string_to_param.") for k in keys)):
+        return _embedding(checkpoint)
+    if any(re.match(r"^(vae\.)?decoder\.conv_in\.weight$", k) for k in keys):
+        return _vae(checkpoint)
+    return _unknown(checkpoint)
+
+
+def _checkpoint(checkpoint: Checkpoint, family: Family, layout: str) -> FileDescription:
+    from sdkit.families.family import LAYOUT_LABELS
+
+    keys = checkpoint.keys()
+    details = [
+        ("family", f"{family.label} ({family.name})"),
+        ("layout", LAYOUT_LABELS.get(layout, layout)),
+        ("dtype", _dtypes(checkpoint, keys)),
+        ("size", f"{checkpoint.nbytes / 1e6:,.1f} MB, {len(keys)} tensors"),
+    ]
+    prefixes: dict[str, list[str]] = {}
+    for component in family.components:
+        prefixes.setdefault(family.mapper(component, layout).prefix, []).append(component)
+    for prefix, components in prefixes.items():
+        owned = [k for k in keys if k.startswith(prefix)]
+        label = "vae" if all(c.startswith("vae") for c in components) else "+".join(components)
+        details.append((label, f"{_millions(_count(checkpoint, owned))} ({_dtypes(checkpoint, owned)})"))
+    ema = [k for k in keys if k.startswith("model_ema.")]
+    details.append(("EMA", f"yes ({len(ema)} tensors, not used)" if ema else "no"))
+    config = a1111_yaml(checkpoint.path)
+    prediction = f"{family.prediction_type} (family default)"
+    if config is not None:
+        from sdkit.families.checkpoint import yaml_prediction
+
+        prediction = f"{yaml_prediction(config)} (from {config.name})"
+    details.append(("prediction", prediction))
+    return FileDescription("checkpoint", f"{family.label} checkpoint", details)
+
+
+def _lora(checkpoint: Checkpoint) -> FileDescription:
+    keys = checkpoint.keys()
+    if any(k.startswith(("lora_unet_", "lora_te")) for k in keys):
+        fmt = "kohya (sd-scripts)"
+    elif any(".lora_A." in k for k in keys):
+        fmt = "PEFT / diffusers"
+    else:
+        fmt = "diffusers (pre-PEFT)" if any(".lora.down." in k for k in keys) else "LyCORIS (LoHa/LoKr)"
+    downs = [k for k in keys if ".lora_down." in k or ".lora_A." in k or ".lora.down." in k]
+    ranks = sorted({checkpoint.entry(k).shape[0] for k in downs if checkpoint.entry(k).shape})
+    modules = {re.split(r"\.(lora_down|lora_up|lora_A|lora_B|lora\.down|lora\.up|alpha)\b", k)[0] for k in keys}
+    targets = Counter(_lora_target(m) for m in modules)
+    meta = checkpoint.metadata
+    details = [
+        ("format", fmt),
+        ("rank", ", ".join(map(str, ranks)) or "?"),
+        ("targets", ", ".join(f"{t} x{n}" for t, n in targets.most_common())),
+        ("dtype", _dtypes(checkpoint, keys)),
+    ]
+    if "ss_base_model_version" in meta:
+        details.append(("base model", meta["ss_base_model_version"]))
+    return FileDescription("lora", "LoRA", details)
+
+
+def _lora_target(module: str) -> str:
+    for prefix, name in (("lora_unet_", "unet"), ("lora_te2_", "text_encoder_2"), ("lora_te", "text_encoder")):
+        if module.startswith(prefix):
+            return name
+    return module.split(".", 1)[0]
+
+
+def _embedding(checkpoint: Checkpoint) -> FileDescription:
+    details = []
+    for key in checkpoint:
+        shape = checkpoint.entry(key).shape
+        vectors, width = (shape[0], shape[-1]) if len(shape) == 2 else (1, shape[-1] if shape else 0)
+        details.append((key, f"{vectors} vector(s) of width {width} ({_WIDTHS.get(width, 'unknown encoder')})"))
+    details.append(("token", checkpoint.name))
+    return FileDescription("embedding", "textual-inversion embedding", details)
+
+
+def _vae(checkpoint: Checkpoint) -> FileDescription:
+    keys = checkpoint.keys()
+    prefix = "vae." if "vae.decoder.conv_in.weight" in keys else ""
+    layout = "diffusers" if any(".up_blocks." in k for k in keys) else "LDM"
+    latent = checkpoint.entry(f"{prefix}decoder.conv_in.weight").shape[1]
+    details = [
+        ("layout", layout),
+        ("latent channels", str(latent)),
+        ("dtype", _dtypes(checkpoint, keys)),
+        ("size", _millions(_count(checkpoint, keys))),
+    ]
+    return FileDescription("vae", "standalone VAE", details)
+
+
+def _unknown(checkpoint: Checkpoint) -> FileDescription:
+    keys = checkpoint.keys()
+    prefixes = Counter(".".join(k.split(".")[:2]) if k.count(".") > 1 else k.split(".")[0] for k in keys)
+    details = [("top-level keys", ", ".join(f"{p} x{n}" for p, n in prefixes.most_common(8)))]
+    conv_in = next((k for k in keys if k.endswith(("input_blocks.0.0.weight", "unet.conv_in.weight"))), None)
+    if conv_in:
+        details.append(("UNet conv_in", str(list(checkpoint.entry(conv_in).shape))))
+    details.append(("size", f"{checkpoint.nbytes / 1e6:,.1f} MB, {len(keys)} tensors"))
+    return FileDescription("unknown", "no known model family, LoRA, embedding or VAE", details)

@@ -1,0 +1,96 @@
+"""A registered model family as a pipeline: a user's checkpoint detected among the registered
+families and mapped (``open_checkpoint``), its ``PipelineConfig`` (the family's defaults, the
+prediction type detection settled on, and a diffusers folder's own config files where it has
+them: ``checkpoint_config``), its component sources (``checkpoint_sources``: the family's
+weightless graphs with the lazily mapped weights) and its pipeline class (``pipeline_class``,
+resolved from the family's ``"module:attr"`` reference).
+
+``sdkit.pipelines.single_file.CheckpointLoader`` builds pipelines with these, and
+``Pipeline.set_checkpoint`` swaps a loaded pipeline's weights for another file's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sdkit.errors import UnsupportedFamilyError
+from sdkit.families import Family, MappedCheckpoint, load_checkpoint
+from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.layout import read_optional_json_object
+from sdkit.pipelines.sources import GraphWithWeights, ModelSource
+from sdkit.plugins import get_plugins
+from sdkit.plugins.registries import import_object
+
+# Pipeline modules other work is building, named in the refusal of a family whose pipeline is
+# not there yet.
+PENDING = {
+    "sdkit.pipelines.sdxl": "the SDXL pipelines are issue 9's work",
+    "sdkit.pipelines.inpaint": "the inpainting pipeline is issue 9's work",
+}
+
+
+def registered_families() -> list[Family]:
+    """Every family registered through ``sdkit_register_model_families``, highest priority first."""
+    return get_plugins().families.families()
+
+
+def open_checkpoint(path: str | os.PathLike[str], prediction: str | None = None) -> MappedCheckpoint:
+    """``path`` (a ``.safetensors`` file or a diffusers folder) detected among the registered
+    families and mapped: a lazy ``WeightSet`` per component, checked complete."""
+    return load_checkpoint(path, registered_families(), prediction)
+
+
+def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> PipelineConfig:
+    """What the pipeline needs to know besides the graphs: the family's defaults with the
+    detected prediction type; a diffusers folder's scheduler, tokenizer and VAE/UNet configs
+    replace the family's where present (so a folder gives the image diffusers gives for it)."""
+    family = mapped.family
+    scheduler = dict(family.scheduler_config) if family.scheduler_config is not None else None
+    tokenizers: dict[str, TokenizerSource] = dict(family.tokenizers)
+    scaling, sample_size = family.vae_scaling_factor, family.sample_size
+    if mapped.checkpoint.is_folder:
+        folder = mapped.checkpoint.path
+        scheduler = read_optional_json_object(folder / "scheduler" / "scheduler_config.json") or scheduler
+        for component in tokenizers:
+            own = folder / component.replace("text_encoder", "tokenizer")
+            if own.is_dir():
+                tokenizers[component] = own
+        scaling = read_optional_json_object(folder / "vae" / "config.json").get("scaling_factor", scaling)
+        sample_size = read_optional_json_object(folder / "unet" / "config.json").get("sample_size", sample_size)
+    return PipelineConfig(
+        name=name or mapped.checkpoint.name,
+        prediction_type=mapped.prediction_type,
+        latent_channels=family.latent_channels,
+        vae_scaling_factor=scaling,
+        vae_scale_factor=family.vae_scale_factor,
+        sample_size=sample_size,
+        scheduler_config=scheduler,
+        tokenizers=tokenizers,
+        text_outputs=dict(family.text_outputs),
+    )
+
+
+def checkpoint_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
+    """Each component's source: the family's weightless graph and the checkpoint's weights."""
+    label = mapped.checkpoint.path.name
+    return {
+        name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
+        for name, component in mapped.family.components.items()
+    }
+
+
+def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:
+    """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing."""
+    try:
+        cls: type[Any] = import_object(family.pipeline)
+    except (ImportError, AttributeError, ValueError) as exc:
+        module = family.pipeline.partition(":")[0]
+        why = PENDING.get(module, f"{type(exc).__name__}: {exc}")
+        raise UnsupportedFamilyError(
+            f"{what} is a {family.label} checkpoint (family {family.name!r}); its weights load, but its "
+            f"pipeline {family.pipeline} is not available ({why})"
+        ) from None
+    return cls
