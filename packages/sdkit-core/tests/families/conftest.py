@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +108,30 @@ def sdkit_register_model_families(registry: Any) -> None:
 
 
 @pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    if not (TINY / "sd1" / "goldens.json").is_file():
+        pytest.skip(f"the tiny family fixtures are missing ({TINY})")
+    return TINY
+
+
+@pytest.fixture(scope="session")
 def families_dir() -> Path:
     if not (FAMILIES / "VERSIONS.json").is_file():
         pytest.skip(f"the family fixtures are missing ({FAMILIES})")
     return FAMILIES
 
 
+# The plugin's entry point names this module; pytest imports conftest files under a path-derived
+# name that is no valid module name, so it is published under this one too.
+PLUGIN_MODULE = "sdkit_tests_tiny_families"
+sys.modules.setdefault(PLUGIN_MODULE, sys.modules[__name__])
+
+
 @pytest.fixture
 def tiny_families(families_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Family]:
-    """The installed plugins plus this module as the plugin ``tiny-families`` (entry point
-    ``<this module>``), as the process-wide plugin set for one test."""
-    entry = importlib.metadata.EntryPoint(name="tiny-families", value=__name__, group="sdkit")
+    """The installed plugins plus this module as the plugin ``tiny-families``, as the
+    process-wide plugin set for one test."""
+    entry = importlib.metadata.EntryPoint(name="tiny-families", value=PLUGIN_MODULE, group="sdkit")
     installed = list(importlib.metadata.entry_points(group="sdkit"))
     plugins = Plugins([*installed, entry])
     assert not [f for f in plugins.failures if f.name == "tiny-families"], plugins.failures

@@ -1,4 +1,5 @@
-"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion pipeline.
+"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion pipeline
+(``PATH``: a ``.safetensors`` checkpoint, a diffusers folder, or an ONNX pipeline folder).
 
 The PNG carries the generation parameters in a ``parameters`` text chunk, AUTOMATIC1111 style,
 so other tools read them back.
@@ -24,7 +25,18 @@ HELP = "generate images with a Stable Diffusion pipeline (txt2img, or img2img wi
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="what to draw")
-    parser.add_argument("--model", "-m", required=True, help="a diffusers/optimum ONNX pipeline folder")
+    parser.add_argument(
+        "--model",
+        "-m",
+        required=True,
+        help="a .safetensors checkpoint (SD 1.x/2.x), a diffusers folder, or a diffusers/optimum ONNX folder",
+    )
+    parser.add_argument(
+        "--prediction",
+        choices=("epsilon", "eps", "v", "v_prediction"),
+        default=None,
+        help="what the model predicts, when its files do not say (a SD 2.x-768 checkpoint without its .yaml: v)",
+    )
     parser.add_argument("--output", "-o", default=None, help="PNG to write (default: sdkit-SEED.png)")
     parser.add_argument("--negative", default="", help="negative prompt")
     parser.add_argument("--steps", type=int, default=20, help="sampling steps (default: %(default)s)")
@@ -121,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         backend=per_component_argument(args.backend, "--backend") or "auto",
         device=per_component_argument(args.device, "--device"),
         memory=args.memory,
+        prediction=args.prediction,
         **options_from(args),
     )
     try:

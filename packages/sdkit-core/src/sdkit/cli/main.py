@@ -15,7 +15,7 @@ from types import ModuleType
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
-COMMANDS = ("backends", "devices", "check", "run", "bench", "generate", "doctor")
+COMMANDS = ("backends", "devices", "check", "run", "bench", "generate", "inspect", "doctor")
 
 
 def _command_module(name: str) -> ModuleType | None:
