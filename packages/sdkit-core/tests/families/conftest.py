@@ -1,114 +1,19 @@
 """Shared paths: the family fixtures committed under ``<repo root>/fixtures/families`` (made by
-its dev-only scripts with torch/diffusers/transformers; the tests only read them), and the tiny
-test families, registered through ``sdkit_register_model_families`` like any plugin's.
-
-A tiny family is built by ``sdkit.families.sd_family`` from its fixture folder's diffusers
-configs (``tiny/<family>/config/{unet,vae,text_encoder*}/config.json``): its graphs are the tiny
-weightless ones, its tokenizers the tiny BPE folders, its scheduler config the folder's
-``scheduler_config.json`` (the "published" config of a tiny family).
-"""
+its dev-only scripts with torch/diffusers/transformers; the tests only read them). The tiny
+families themselves are registered by the ``tiny_families`` fixture of ``tests/conftest.py``."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from sdkit.families import Family, TextEncoderArch, sd_family
-from sdkit.plugins import Plugins, hookimpl, manager
 
 FAMILIES = Path(__file__).resolve().parents[4] / "fixtures" / "families"
 TINY = FAMILIES / "tiny"
 
-# (component, kind, LDM prefix) per tiny family, as each file's LDM/SGM layout has them.
-TEXT_ENCODERS: dict[str, list[tuple[str, str, str]]] = {
-    "sd1": [("text_encoder", "clip", "cond_stage_model.transformer.")],
-    "sd1_inpaint": [("text_encoder", "clip", "cond_stage_model.transformer.")],
-    "sd2v": [("text_encoder", "openclip", "cond_stage_model.model.")],
-    "sdxl": [
-        ("text_encoder", "clip", "conditioner.embedders.0.transformer."),
-        ("text_encoder_2", "openclip", "conditioner.embedders.1.model."),
-    ],
-    "sdxl_refiner": [("text_encoder_2", "openclip", "conditioner.embedders.0.model.")],
-}
-PIPELINES = {
-    "sd1_inpaint": "sdkit.pipelines.inpaint:StableDiffusionInpaintPipeline",
-    "sdxl": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
-    "sdxl_refiner": "sdkit.pipelines.sdxl:StableDiffusionXLImg2ImgPipeline",
-}
-
-
-def _json(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
-
-
-def _text_outputs(family: str, encoders: list[TextEncoderArch]) -> dict[str, tuple[str, ...]]:
-    if not family.startswith("sdxl"):
-        return {"text_encoder": ("last_hidden_state",)}
-    outputs: dict[str, tuple[str, ...]] = {}
-    for encoder in encoders:
-        extra = ("text_embeds",) if encoder.projection_dim else ()
-        outputs[encoder.component] = (f"hidden_states.{encoder.layers - 1}", *extra)
-    return outputs
-
-
-def tiny_family(family: str) -> Family:
-    """The tiny ``family`` (``sd1``, ``sd2v``, ``sd1_inpaint``, ``sdxl``, ``sdxl_refiner``),
-    named ``tiny_<family>``."""
-    folder = TINY / family
-    config = folder / "config"
-    encoders = []
-    for component, kind, prefix in TEXT_ENCODERS[family]:
-        text = _json(config / component / "config.json")
-        projection = text["projection_dim"] if component == "text_encoder_2" else None
-        encoders.append(
-            TextEncoderArch(
-                component,
-                folder / "graphs" / f"{component}.onnx",
-                kind,
-                prefix,
-                text["hidden_size"],
-                text["num_hidden_layers"],
-                text["vocab_size"],
-                projection,
-            )
-        )
-    tokenizers = {e.component: config / e.component.replace("text_encoder", "tokenizer") for e in encoders}
-    scheduler = _json(config / "scheduler" / "scheduler_config.json")
-    return sd_family(
-        f"tiny_{family}",
-        f"tiny {family}",
-        unet_graph=folder / "graphs" / "unet.onnx",
-        unet_config=_json(config / "unet" / "config.json"),
-        text_encoders=tuple(encoders),
-        vae_config=_json(config / "vae" / "config.json"),
-        scheduler_config=scheduler,
-        tokenizers=tokenizers,
-        text_outputs=_text_outputs(family, encoders),
-        prediction_type=scheduler.get("prediction_type", "epsilon"),
-        pipeline=PIPELINES.get(family, "sdkit.pipelines.stable_diffusion:StableDiffusionPipeline"),
-        vae_graphs=(folder / "graphs" / "vae_encoder.onnx", folder / "graphs" / "vae_decoder.onnx"),
-    )
-
-
-TINY_NAMES = ("sd1", "sd2v", "sd1_inpaint", "sdxl", "sdxl_refiner")
-TINY_FAMILIES = {name: tiny_family(name) for name in TINY_NAMES} if (TINY / "sd1").is_dir() else {}
-
-
-@hookimpl
-def sdkit_register_model_families(registry: Any) -> None:
-    """The tiny families, registered as a plugin registers its own."""
-    for family in TINY_FAMILIES.values():
-        registry.add(family)
-
 
 @pytest.fixture(scope="session")
-def tiny_dir() -> Path:
+def tiny_families_dir() -> Path:
     if not (TINY / "sd1" / "goldens.json").is_file():
         pytest.skip(f"the tiny family fixtures are missing ({TINY})")
     return TINY
@@ -119,21 +24,3 @@ def families_dir() -> Path:
     if not (FAMILIES / "VERSIONS.json").is_file():
         pytest.skip(f"the family fixtures are missing ({FAMILIES})")
     return FAMILIES
-
-
-# The plugin's entry point names this module; pytest imports conftest files under a path-derived
-# name that is no valid module name, so it is published under this one too.
-PLUGIN_MODULE = "sdkit_tests_tiny_families"
-sys.modules.setdefault(PLUGIN_MODULE, sys.modules[__name__])
-
-
-@pytest.fixture
-def tiny_families(families_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Family]:
-    """The installed plugins plus this module as the plugin ``tiny-families``, as the
-    process-wide plugin set for one test."""
-    entry = importlib.metadata.EntryPoint(name="tiny-families", value=PLUGIN_MODULE, group="sdkit")
-    installed = list(importlib.metadata.entry_points(group="sdkit"))
-    plugins = Plugins([*installed, entry])
-    assert not [f for f in plugins.failures if f.name == "tiny-families"], plugins.failures
-    monkeypatch.setattr(manager, "_plugins", plugins)
-    return TINY_FAMILIES
