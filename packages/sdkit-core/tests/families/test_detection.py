@@ -21,7 +21,7 @@ def sd2_copy(tiny_families_dir: Path, tmp_path: Path) -> Path:
 
 
 def _detect(path: Path, families: dict[str, Family], prediction: str | None = None) -> tuple[str, str, str]:
-    found = detect(Checkpoint.open(path), list(sorted(families.values(), key=lambda f: -f.priority)), prediction)
+    found = detect(Checkpoint.open(path), sorted(families.values(), key=lambda f: -f.priority), prediction)
     return found.family.name, found.prediction_type, found.prediction_from
 
 
