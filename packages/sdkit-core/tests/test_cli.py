@@ -138,3 +138,47 @@ def test_bench_reports_nan_outputs_as_infinitely_wrong() -> None:
     ones = {"y": np.ones(3, np.float32)}
     assert _max_diff({"y": np.array([1, np.nan, 1], np.float32)}, ones) == float("inf")
     assert _max_diff({"y": np.array([1, 1, 1.5], np.float32)}, ones) == 0.5
+
+
+def test_inspect_says_what_a_file_is(capsys: pytest.CaptureFixture[str], tiny_families: object, tmp_path: Path) -> None:
+    """``sdkit inspect``: a checkpoint's family, dtypes, parameters per component and EMA; a
+    LoRA's format and rank; an embedding's vectors; a VAE; anything else's top-level keys."""
+    from safetensors.numpy import save_file
+
+    tiny = Path(__file__).resolve().parents[3] / "fixtures" / "families" / "tiny"
+    code, out, _ = _run(capsys, "inspect", str(tiny / "sd1" / "sd1_ema_fp16.safetensors"))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "sd1_ema_fp16.safetensors: tiny sd1 checkpoint"
+    details = {line.split()[0]: line.split(None, 1)[1] for line in lines[1:]}
+    assert details["layout"] == "LDM/SGM single file"
+    assert details["unet"] == "96,788 parameters (fp16 x304)"
+    assert details["EMA"].startswith("yes (306 tensors")
+    assert details["prediction"] == "epsilon (family default)"
+    code, out, _ = _run(capsys, "inspect", "--json", str(tiny / "sd2v" / "sd2v_bf16.safetensors"))
+    data = json.loads(out)
+    assert data["kind"] == "checkpoint" and data["details"]["prediction"] == "v_prediction (from sd2v_bf16.yaml)"
+    assert data["details"]["dtype"] == "bf16 x725"
+
+    half = np.ones((4, 8), np.float16)
+    files = {
+        "lora": {"lora_unet_a_b.lora_down.weight": half, "lora_unet_a_b.lora_up.weight": half.T.copy()},
+        "style": {"emb_params": np.ones((3, 768), np.float16)},
+        "vae": {"decoder.conv_in.weight": np.ones((8, 4, 3, 3), np.float16), "encoder.down.0.block.0.x": half},
+        "other": {"foo.bar.weight": half},
+    }
+    titles = {}
+    for name, arrays in files.items():
+        save_file(arrays, str(tmp_path / f"{name}.safetensors"))
+        code, out, _ = _run(capsys, "inspect", "--json", str(tmp_path / f"{name}.safetensors"))
+        titles[name] = (json.loads(out)["kind"], json.loads(out)["details"])
+    assert titles["lora"][0] == "lora" and titles["lora"][1]["format"] == "kohya (sd-scripts)"
+    assert titles["lora"][1]["rank"] == "4"
+    assert titles["style"] == (
+        "embedding",
+        {"emb_params": "3 vector(s) of width 768 (SD 1.x (CLIP-L))", "token": "style"},
+    )
+    assert titles["vae"][0] == "vae" and titles["vae"][1]["latent channels"] == "4"
+    assert titles["other"][0] == "unknown" and titles["other"][1]["top-level keys"] == "foo.bar x1"
+    code, _, err = _run(capsys, "inspect", str(tmp_path / "missing.safetensors"))
+    assert code == 1 and err.startswith("sdkit: error: checkpoint not found")

@@ -155,6 +155,48 @@ def test_weight_hash_is_deterministic_for_every_dtype() -> None:
     assert WeightSet(changed).hash() != first
 
 
+class _Lazy:
+    """A LazyArray counting its reads (what a checkpoint-backed WeightSet holds)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array, self.reads = array, 0
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def load(self) -> np.ndarray:
+        self.reads += 1
+        return self.array.copy()
+
+
+def test_lazy_weights_are_read_on_access_only() -> None:
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    lazy = _Lazy(w)
+    weights = WeightSet({"w": lazy, "b": np.ones(4, np.float32)})
+    assert weights.is_lazy("w") and not weights.is_lazy("b")
+    assert weights.spec("w") == ((3, 4), np.dtype(np.float32)) and weights.nbytes == 64
+    assert "1 read on access" in repr(weights) and lazy.reads == 0
+    # derived sets keep the entry unread: subset, a strict update of another name, entries()
+    updated = weights.subset(["w", "missing"]).updated({"w": lazy}).updated({}, strict=True)
+    assert updated.is_lazy("w") and set(updated) == {"w"} and lazy.reads == 0
+    with pytest.raises(InputError, match=r"weight 'w' has shape \(4,\)"):
+        weights.updated({"w": np.ones(4, np.float32)})
+    assert lazy.reads == 0
+    np.testing.assert_array_equal(weights["w"], w)
+    assert lazy.reads == 1
+    # the hash of a lazy set is the hash of the same values held in memory
+    assert weights.hash() == WeightSet({"w": w, "b": np.ones(4, np.float32)}).hash()
+
+
+def test_lazy_weights_compile_and_save(tmp_path: Path) -> None:
+    model = Model.from_proto(_matmul_model())
+    [name] = model.weights
+    lazy = WeightSet({name: _Lazy(np.asarray(model.weights[name]))})
+    out = sdkit.compile(Model(model.graph, lazy), backend="reference").run({"x": np.ones((2, 3), np.float32)})
+    expected = sdkit.compile(model, backend="reference").run({"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(out["z"], expected["z"])
+    lazy.save_safetensors(tmp_path / "w.safetensors")
+    np.testing.assert_array_equal(WeightSet.load_safetensors(tmp_path / "w.safetensors")[name], model.weights[name])
+
+
 def test_unknown_load_options_are_refused(tmp_path: Path) -> None:
     from sdkit.errors import OptionError
 

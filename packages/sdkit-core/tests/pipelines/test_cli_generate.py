@@ -153,3 +153,23 @@ def test_a1111_text_format() -> None:
         "Model: tiny, Software: sdkit"
     )
     assert "Negative prompt" not in GenerationParameters("a", "", 1, "ddim", "normal", 7.5, 2, 8, 8, "m").a1111_text()
+
+
+def test_generate_from_a_single_file_checkpoint(tiny_families: object, tmp_path: Path) -> None:
+    """``sdkit generate --model file.safetensors --prediction v``: a SD 2.x-v file without its
+    .yaml gives diffusers' image (the committed golden, rounded to 8 bits by the PNG)."""
+    import shutil
+
+    tiny = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd2v"
+    model = Path(shutil.copy(tiny / "sd2v_fp16.safetensors", tmp_path / "my_sd2.safetensors"))
+    out = tmp_path / "castle.png"
+    argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--model", str(model), "-o", str(out)]
+    argv += ["--negative", "blurry, low quality", "--steps", "3", "--seed", "11", "--sampler", "euler", "--cfg", "7.5"]
+    argv += ["--width", "32", "--height", "32", "--backend", "reference", "--prediction", "v"]
+    assert main(argv) == 0
+    with np.load(tiny / "goldens.npz") as goldens:
+        expected = goldens["sd2v_fp16/txt2img/image"][0]
+    with Image.open(out) as image:
+        pixels = np.asarray(image, dtype=np.float32) / 255
+        assert "Model: my_sd2" in image.info["parameters"]
+    assert np.abs(pixels - expected).max() <= 0.5 / 255 + 1e-3

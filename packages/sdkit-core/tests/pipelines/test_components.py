@@ -97,3 +97,20 @@ def test_load_settings_are_checked_once_and_make_components() -> None:
     assert dict(unet.options or {}) == {"threads": 2}
     with pytest.raises(OptionError, match="component 'vae'"):
         LoadSettings.create(backend={"vae": "reference"}).components(("unet",), sources)
+
+
+def test_a_new_source_refits_the_same_graph_and_recompiles_another() -> None:
+    """``set_source`` (another checkpoint of the family): the same graph is refit in place and
+    weights set before are dropped; a different graph is compiled anew on the next use."""
+    component = _component()
+    _run(component)
+    compiled = component.compiled
+    component.set_weights({"w": W})
+    same_graph = one_node_model("MatMul", {"x": X}, initializers={"w": W2})
+    assert component.set_source(ModelInMemory(same_graph, "other")) == "refit"
+    assert component.compiled is compiled
+    np.testing.assert_allclose(_run(component), X @ W2, rtol=1e-6)
+    other_graph = one_node_model("MatMul", {"x": X}, initializers={"w": W2[:, :2]})
+    assert component.set_source(ModelInMemory(other_graph, "smaller")) == "recompile"
+    assert component.compiled is None
+    np.testing.assert_allclose(_run(component), X @ W2[:, :2], rtol=1e-6)
