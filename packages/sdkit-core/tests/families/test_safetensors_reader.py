@@ -42,9 +42,11 @@ def test_reads_what_safetensors_writes(tmp_path: Path) -> None:
     file = SafetensorsFile(tmp_path / "x.safetensors")
     assert file.metadata == {"format": "pt"}
     assert {k: e.shape for k, e in file.entries.items()} == {k: v.shape for k, v in arrays.items()}
-    view = file.read(file.entries["a"])
-    np.testing.assert_array_equal(view, arrays["a"])
-    assert not view.flags.writeable  # fp32 stays a view of the map: no copy
+    copy = file.read(file.entries["a"])
+    np.testing.assert_array_equal(copy, arrays["a"])
+    assert copy.flags.owndata and copy.flags.writeable  # a copy: the map's pages are dropped after
+    view = file.raw(file.entries["a"])
+    assert not view.flags.writeable and not view.flags.owndata
     converted = file.read(file.entries["b"])
     assert converted.dtype == np.float32 and converted.flags.owndata
     np.testing.assert_array_equal(converted, arrays["b"].astype(np.float32))

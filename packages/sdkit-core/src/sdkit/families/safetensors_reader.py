@@ -7,11 +7,13 @@ checked before any tensor is read (a truncated file, offsets that disagree with 
 overlaps or holes: one ``ModelFormatError`` each), and a PyTorch pickle renamed ``.safetensors``
 is refused without being unpickled.
 
-Tensors are read through ``mmap``: ``read(entry)`` converts one tensor to the dtype asked for
-(fp16 and bf16 to fp32; bf16 bit-wise, numpy has no bf16) and then drops that tensor's file pages
-from this process (``madvise(MADV_DONTNEED)``), so reading a whole checkpoint tensor by tensor
-keeps about one tensor resident, not the file. A tensor already in the wanted dtype is returned
-as a read-only view of the map (no copy).
+Tensors are read through ``mmap``: ``read(entry)`` copies one tensor out of the map, converted
+to the dtype asked for (fp16 and bf16 to fp32; bf16 bit-wise, numpy has no bf16), and then drops
+that tensor's file pages from this process (``madvise(MADV_DONTNEED)``), so reading a whole
+checkpoint tensor by tensor keeps about one tensor resident, not the file. (Handing out views of
+the map instead would save one copy per tensor but leave every page read resident: a backend
+copying the weights would then hold the file twice, its copy and the map.) ``raw(entry)`` is the
+view, for callers that want the stored bytes.
 """
 
 from __future__ import annotations
@@ -185,9 +187,8 @@ class SafetensorsFile:
     def read(
         self, entry: TensorEntry, dtype: np.dtype[Any] | type = np.float32, rows: tuple[int, int] | None = None
     ) -> np.ndarray:
-        """One tensor (or ``rows`` of its first axis) in ``dtype``: converted into a new array
-        (then its pages are dropped from this process), or a read-only view of the map when it
-        is stored in ``dtype`` already."""
+        """One tensor (or ``rows`` of its first axis) as a new array of ``dtype``; the tensor's
+        pages are dropped from this process afterwards."""
         wanted = np.dtype(dtype)
         raw = self.raw(entry)
         if rows is not None:
@@ -201,7 +202,7 @@ class SafetensorsFile:
                 f"{self.path.name}: tensor {entry.key!r} is {entry.dtype}; fp8 files are not supported"
             )
         elif raw.dtype == wanted:
-            return raw
+            result = np.array(raw)
         else:
             if (wanted.kind == "f") != (entry.dtype in FLOATS):
                 raise ModelFormatError(f"{self.path.name}: tensor {entry.key!r} is {entry.dtype}, not {wanted}")
