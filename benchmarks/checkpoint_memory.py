@@ -155,9 +155,8 @@ def main() -> int:
     size_mb = path.stat().st_size / 2**20
     modes = ["load", "naive"] if args.naive else ["load"]
     print(f"{path.name}: {size_mb:,.0f} MiB")
-    print(
-        f"{'stage':<6} {'peak RSS':>10} {'baseline':>10} {'peak/file':>10} {'(peak-base)/file':>17} {'map s':>6} {'total s':>8}"
-    )
+    columns = ("peak RSS", "baseline", "peak/file", "(peak-base)/file", "map s", "total s")
+    print(f"{'stage':<6} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, (10, 10, 10, 17, 6, 8), strict=True)))
     for mode in modes:
         r = measure(mode, path, args.graphs)
         ratio, added = r["peak_mb"] / size_mb, (r["peak_mb"] - r["baseline_mb"]) / size_mb
