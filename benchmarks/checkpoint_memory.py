@@ -98,7 +98,7 @@ def ldm_header(family_name: str, dtype: str) -> dict[str, tuple[tuple[int, ...],
     return header
 
 
-def make(path: Path, family: str, dtype: str) -> None:
+def make(path: Path, family: str, dtype: str, seed: int = 0) -> None:
     """Write the random file tensor by tensor (header first, then each tensor's bytes)."""
     header = ldm_header(family, dtype)
     itemsize = {"F16": 2, "BF16": 2, "F32": 4, "I64": 8}
@@ -110,7 +110,7 @@ def make(path: Path, family: str, dtype: str) -> None:
         position += size
     offsets["__metadata__"] = {"format": "pt", "sdkit_benchmark": "random weights"}
     text = json.dumps(offsets).encode()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     with path.open("wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
         for shape, kind in header.values():
@@ -142,6 +142,7 @@ def main() -> int:
     parser.add_argument("--make", metavar="FILE", help="write a random full-size checkpoint here first")
     parser.add_argument("--family", default="sd1", help="built-in family for --make (default: %(default)s)")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
+    parser.add_argument("--seed", type=int, default=0, help="--make: random seed (default: %(default)s)")
     parser.add_argument("--graphs", default="", help="read the shipped graphs from this folder")
     parser.add_argument("--naive", action="store_true", help="also measure safetensors' load_file (fp16/fp32)")
     args = parser.parse_args()
@@ -150,7 +151,7 @@ def main() -> int:
 
         shipped.graphs_dir = lambda: Path(args.graphs)  # type: ignore[assignment]
     if args.make:
-        make(Path(args.make), args.family, args.dtype)
+        make(Path(args.make), args.family, args.dtype, args.seed)
     path = Path(args.file or args.make)
     size_mb = path.stat().st_size / 2**20
     modes = ["load", "naive"] if args.naive else ["load"]

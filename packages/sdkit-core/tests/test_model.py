@@ -174,6 +174,7 @@ def test_lazy_weights_are_read_on_access_only() -> None:
     assert weights.is_lazy("w") and not weights.is_lazy("b")
     assert weights.spec("w") == ((3, 4), np.dtype(np.float32)) and weights.nbytes == 64
     assert "1 read on access" in repr(weights) and lazy.reads == 0
+    assert "w" in weights and "x" not in weights and lazy.reads == 0  # membership reads nothing
     # derived sets keep the entry unread: subset, a strict update of another name, entries()
     updated = weights.subset(["w", "missing"]).updated({"w": lazy}).updated({}, strict=True)
     assert updated.is_lazy("w") and set(updated) == {"w"} and lazy.reads == 0

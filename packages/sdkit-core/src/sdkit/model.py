@@ -116,6 +116,10 @@ class WeightSet(Mapping[str, np.ndarray]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
 
+    def __contains__(self, name: object) -> bool:
+        # Mapping's default would read the entry (``self[name]``): a lazy one from its file.
+        return name in self._arrays
+
     def __len__(self) -> int:
         return len(self._arrays)
 
