@@ -231,3 +231,18 @@ def diffusers_folder(root: Path, family: str = "sd1") -> Path:
         file = "model.safetensors" if component.startswith("text_encoder") else "diffusion_pytorch_model.safetensors"
         save_file(arrays, str(folder / component / file))
     return folder
+
+
+def test_old_clip_keys_without_text_model(tiny_families: dict[str, Family], tmp_path: Path) -> None:
+    """SD 1.x files saved with transformers < 4.20 name CLIP ``cond_stage_model.transformer.encoder.*``."""
+    source = TINY / "sd1" / "sd1_fp16.safetensors"
+    old = "cond_stage_model.transformer.text_model."
+    renames = {k: k.replace(old, "cond_stage_model.transformer.") for k in Checkpoint.open(source) if k.startswith(old)}
+    checkpoint = Checkpoint.open(_rewrite(source, tmp_path / "old_clip.safetensors", renames))
+    found = detect(checkpoint, list(tiny_families.values()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mapped = found.family.map(checkpoint, found.layout)
+    expected = _expected("sd1", "text_encoder")
+    for name in ("text_model.embeddings.token_embedding.weight", "text_model.encoder.layers.4.mlp.fc2.bias"):
+        np.testing.assert_array_equal(mapped.weights["text_encoder"][name], expected[name].astype(np.float32))

@@ -260,12 +260,13 @@ class LdmVae:
 @dataclass(frozen=True)
 class LdmClip:
     """CLIP-L as the LDM wrapper stores it: ``<prefix>text_model.*`` (SD 1.x
-    ``cond_stage_model.transformer.``, SDXL ``conditioner.embedders.0.transformer.``)."""
+    ``cond_stage_model.transformer.``, SDXL ``conditioner.embedders.0.transformer.``). Files
+    saved with transformers < 4.20 lack the ``text_model.`` part (A1111 renames them on load)."""
 
     prefix: str = "cond_stage_model.transformer."
 
     def source(self, name: str, shape: Sequence[int]) -> TensorSource:
-        return TensorSource((self.prefix + name,))
+        return TensorSource((self.prefix + name, self.prefix + name.removeprefix("text_model.")))
 
     def ignored(self, key: str) -> bool:
         return key.endswith("embeddings.position_ids")
