@@ -99,6 +99,14 @@ NAMED = [
     ("vae_decoder", "post_quant_conv.weight", [4, 4, 1, 1]),
     ("sdxl_unet", "add_embedding.linear_1.weight", [1280, 2816]),
     ("sd1_inpaint_unet", "conv_in.weight", [320, 9, 3, 3]),
+    ("sd1_unet", "down_blocks.0.attentions.0.proj_in.weight", [320, 320, 1, 1]),  # SD 1.x: 1x1 conv
+    ("sd2_unet", "down_blocks.0.attentions.0.proj_in.weight", [320, 320]),  # SD 2.x: Linear
+    ("sd2_unet", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight", [320, 1024]),
+    ("sdxl_unet", "down_blocks.2.attentions.1.transformer_blocks.9.attn2.to_k.weight", [1280, 2048]),
+    ("sdxl_inpaint_unet", "conv_in.weight", [320, 9, 3, 3]),
+    ("sdxl_refiner_unet", "add_embedding.linear_1.weight", [1536, 2560]),
+    ("sdxl_refiner_unet", "down_blocks.1.attentions.0.transformer_blocks.3.attn2.to_k.weight", [768, 1280]),
+    ("openclip_h", "text_model.encoder.layers.22.mlp.fc1.weight", [4096, 1024]),
 ]
 
 
@@ -164,3 +172,18 @@ def test_tiny_graph_on_reference_equals_diffusers(family: str, component: str, f
     assert set(expected) == {o.name for o in graph.outputs}
     for name, value in expected.items():
         np.testing.assert_allclose(outputs[name], value, rtol=0, atol=1e-4, err_msg=f"{family}/{component}/{name}")
+
+
+def test_tiny_single_files_are_described() -> None:
+    """Each family's files exist with the recorded sizes; v-prediction files carry A1111's .yaml."""
+    for path in sorted(TINY.glob("*/goldens.json")):
+        family = path.parent.name
+        facts = _meta(family)["families"][family]
+        for stem, record in facts["files"].items():
+            file = path.parent / f"{stem}.safetensors"
+            assert file.stat().st_size == record["bytes"], stem
+            yaml = file.with_suffix(".yaml")
+            if facts["prediction_type"] == "v_prediction":
+                assert 'parameterization: "v"' in yaml.read_text(encoding="utf-8"), stem
+            else:
+                assert not yaml.exists(), stem
