@@ -91,7 +91,8 @@ def hires_plan(
 def _source_index(out: int, size: int, mode: str) -> NDArray[np.int64]:
     scale = size / out
     offset = 0.5 if mode == "nearest-exact" else 0.0
-    return np.minimum(np.floor((np.arange(out) + offset) * scale).astype(np.int64), size - 1)
+    index = np.minimum(np.floor((np.arange(out) + offset) * scale).astype(np.int64), size - 1)
+    return np.asarray(index, dtype=np.int64)
 
 
 def _bilinear_axis(array: NDArray[np.float64], out: int, axis: int) -> NDArray[np.float64]:
@@ -103,7 +104,8 @@ def _bilinear_axis(array: NDArray[np.float64], out: int, axis: int) -> NDArray[n
     shape = [1] * array.ndim
     shape[axis] = out
     frac = frac.reshape(shape)
-    return np.take(array, low, axis=axis) * (1.0 - frac) + np.take(array, high, axis=axis) * frac
+    blended = np.take(array, low, axis=axis) * (1.0 - frac) + np.take(array, high, axis=axis) * frac
+    return np.asarray(blended, dtype=np.float64)
 
 
 def latent_upscale(latents: F32, height: int, width: int, mode: str = "bilinear") -> F32:
