@@ -38,6 +38,8 @@ SCHEDULE_LABELS = {
     "karras": "Karras",
     "exponential": "Exponential",
     "sgm_uniform": "SGM Uniform",
+    "simple": "Simple",
+    "beta": "Beta",
 }
 
 
