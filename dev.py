@@ -25,7 +25,15 @@ PY = BIN / ("python.exe" if os.name == "nt" else "python")
 # (their probes say what is missing) but pull no vendor SDK here.
 RUNTIME_PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino"]
 PROBE_ONLY_PACKAGES = ["sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
-TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10", "import-linter>=2.1"]
+TEST_TOOLS = [
+    "pytest>=8",
+    "pytest-xdist>=3",
+    "onnxruntime>=1.17",
+    "ruff>=0.6",
+    "mypy>=1.10",
+    "import-linter>=2.1",
+    "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
+]
 TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
 
 
