@@ -179,7 +179,11 @@ def test_every_registered_builtin_sampler_has_a_label() -> None:
         assert scheduler_class(name).label == sampler_label(name) == BEFORE_SAMPLERS[name]
     assert schedule_label("karras") == "Karras"
     # ComfyUI's schedules, under the names A1111's "Schedule type" menu gives them.
-    assert (schedule_label("simple"), schedule_label("beta"), schedule_label("ddim_uniform")) == ("Simple", "Beta", "DDIM")
+    assert (schedule_label("simple"), schedule_label("beta"), schedule_label("ddim_uniform")) == (
+        "Simple",
+        "Beta",
+        "DDIM",
+    )
 
 
 def test_label_fallback_for_third_party_schedulers() -> None:
