@@ -13,8 +13,10 @@ import sdkit
 from sdkit.model import Model
 from sdkit.plugins import get_plugins, hookimpl
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import Builder, Node, Value
-from sdkit_ggml.compiler.registry import ConverterRegistry, reset_default_registry
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import Node, Value
+from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.converter_plugins import reset_default_registry
 
 
 @pytest.fixture
