@@ -53,7 +53,7 @@ class Converter:
 
 @dataclass(frozen=True)
 class Override:
-    """A registration that replaced another plugin's converter for the same key."""
+    """A converter in use that takes an op over from another plugin's."""
 
     domain: str
     op_type: str
@@ -136,11 +136,14 @@ class ConverterRegistry:
         return [c for d, op in self.ops() for c in self._versions(d, op).values()]
 
     def overrides(self) -> list[Override]:
-        """Keys where a later registration replaced an earlier one, with both plugins."""
+        """Converters in use that take an op over from the plugin that registered it first
+        (the same key replaced, or a newer since_version ahead of it), with both plugins."""
         found = []
-        for converter in self.converters():
-            for earlier in self._same_key(converter)[:-1]:
-                found.append(Override(*_key(converter), replaced=earlier.owner, by=converter.owner))
+        for domain, op_type in self.ops():
+            first = next(c.owner for c in self._entries if (c.domain, c.op_type) == (domain, op_type))
+            for converter in self._versions(domain, op_type).values():
+                if converter.owner != first:
+                    found.append(Override(*_key(converter), replaced=first, by=converter.owner))
         return found
 
     def owners(self) -> set[str]:
