@@ -6,6 +6,7 @@ build, or ``ShapeOnlyContext`` for ``check()``, which runs the same converters o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +28,19 @@ class TensorFactory(Protocol):
     def new_tensor(self, ggml_type: int, ne: Ne, *, weight: bool) -> int: ...
 
     def free(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WeightTransform:
+    """Compile-time preprocessing of a weight (a transpose, a kernel flip...), re-applied on
+    refit, with the shape it produces: check(), which has no weight values, takes the shape
+    instead of running it on a placeholder."""
+
+    apply: Callable[[np.ndarray], np.ndarray]
+    out_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        return self.apply(array)
 
 
 def ggml_storage(dtype: np.dtype[Any]) -> int:
@@ -148,13 +162,23 @@ class Builder:
                 return self.weight_cache[cache_key]
             if cache_key in self.shared_weights:
                 return self.shared_weights[cache_key]
-        value = transform(raw) if transform is not None else raw
+        value = self._transformed(raw, source, transform)
         onnx_dtype = np.dtype(dtype or (raw.dtype if raw.dtype != np.float64 else np.float32))
         ggml_type = L.GGML_TYPE_F16 if half else ggml_storage(onnx_dtype)
         tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
         if source is not None:
             self.weight_cache[cache_key] = tensor
         return tensor
+
+    def _transformed(
+        self, raw: np.ndarray, source: str | None, transform: Callable[[np.ndarray], np.ndarray] | None
+    ) -> np.ndarray:
+        if transform is None:
+            return raw
+        if source in self.unknown_values and isinstance(transform, WeightTransform):
+            # a placeholder (check()): only the shape matters, and no memory is touched
+            return np.broadcast_to(np.zeros((), dtype=np.float32), transform.out_shape(tuple(raw.shape)))
+        return transform(raw)
 
     def tensor(
         self,

@@ -36,9 +36,22 @@ class Undetermined:
     constant: bool
 
 
+@dataclass(frozen=True)
+class Placeholder:
+    """A constant of known shape whose value check() does not have: a weight, or a value
+    folded from weights. Converters get zeros in its place; ``const()`` refuses to read it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def zeros(self) -> np.ndarray:
+        """Read-only zeros that take no memory (a broadcast of one element)."""
+        return np.broadcast_to(np.zeros((), dtype=self.dtype), self.shape)
+
+
 RUNTIME = Undetermined(constant=False)
 CONSTANT = Undetermined(constant=True)
-CheckValue = Value | Undetermined
+CheckValue = Value | Undetermined | Placeholder
 
 
 @dataclass
@@ -76,18 +89,18 @@ def _shape_and_dtype(tp: onnx.TypeProto) -> tuple[tuple[int, ...] | None, np.dty
 def infer_outputs(
     node: onnx.NodeProto,
     opsets: dict[str, int],
-    arrays: dict[str, np.ndarray],
-    known: set[str],
+    inputs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]],
+    known: dict[str, np.ndarray],
 ) -> dict[str, tuple[tuple[int, ...] | None, np.dtype[Any] | None]]:
-    """The output (shape, dtype) ONNX's own inference gives a node whose inputs ``arrays`` have
-    these shapes; only the values of ``known`` inputs are revealed to it."""
+    """The output (shape, dtype) ONNX's own inference gives a node whose inputs have these
+    (shape, dtype); only the values of the ``known`` inputs are revealed to it."""
     try:
         schema = onnx.defs.get_schema(node.op_type, opset_for(node, opsets), node.domain)
         types = {
-            name: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for name, a in arrays.items()
+            name: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(dtype), shape)
+            for name, (shape, dtype) in inputs.items()
         }
-        data = {name: numpy_helper.from_array(arrays[name], name) for name in known if name in arrays}
+        data = {name: numpy_helper.from_array(value, name) for name, value in known.items()}
         imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
         outputs = onnx.shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=imports)
     except Exception:  # no schema (a custom domain), or inference refuses: unknown
@@ -102,6 +115,17 @@ def _np_dtype(elem_type: int) -> np.dtype[Any] | None:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         return np.dtype(object)
+
+
+def _concrete(args: Sequence[CheckValue | None]) -> list[Value | None]:
+    """Arguments for a converter: zeros stand in for placeholders, one node at a time (the
+    weights are never all held at once)."""
+    concrete: list[Value | None] = []
+    for arg in args:
+        if isinstance(arg, Undetermined):
+            raise TypeError("a value of unknown shape cannot be lowered")
+        concrete.append(arg.zeros() if isinstance(arg, Placeholder) else arg)
+    return concrete
 
 
 class GraphChecker:
@@ -132,9 +156,10 @@ class GraphChecker:
         return self.result
 
     def _initializers(self) -> None:
-        """Weights: known shapes, unknown values (zeros stand in; ``const()`` refuses them)."""
+        """Weights: known shapes, unknown values."""
         for init in self.proto.graph.initializer:
-            self.values[init.name] = np.zeros(tuple(init.dims), dtype=_np_dtype(init.data_type) or np.float32)
+            dtype = _np_dtype(init.data_type) or np.dtype(np.float32)
+            self.values[init.name] = Placeholder(tuple(int(d) for d in init.dims), dtype)
         names = {init.name for init in self.proto.graph.initializer}
         self.builder.weight_derived.update(names)
         self.builder.weight_dependent.update(names)
@@ -170,7 +195,7 @@ class GraphChecker:
                 return self._shape_free(node, args)
             if self._folds_unknown(node, args):
                 return self._unknown_fold(node, args)
-            results = self.lowering.lower(node, args)  # type: ignore[arg-type]
+            results = self.lowering.lower(node, _concrete(args))
         except NeedsValue as need:
             self.result.deferred[node_label(node)] = f"compiled per value of input {need.name!r}"
         except ValueUnknown as need:
@@ -217,9 +242,13 @@ class GraphChecker:
         """A fold computed from values check() does not have (weights): its outputs are
         constants of the shapes ONNX inference gives (zeros stand in, as for weights), or of
         unknown shape when inference cannot tell without the values."""
-        arrays = {name: a for name, a in zip(node.input, args, strict=False) if name and isinstance(a, np.ndarray)}
-        known = {name for name in arrays if name not in self.builder.unknown_values}
-        inferred = infer_outputs(node, self.opsets, arrays, known)
+        inputs = {
+            name: (tuple(a.shape), np.dtype(a.dtype))
+            for name, a in zip(node.input, args, strict=False)
+            if name and isinstance(a, np.ndarray | Placeholder)
+        }
+        known = {n: a for n, a in zip(node.input, args, strict=False) if n and isinstance(a, np.ndarray)}
+        inferred = infer_outputs(node, self.opsets, inputs, known)
         results: list[CheckValue] = []
         for name in node.output:
             shape, dtype = inferred.get(name, (None, None))
@@ -228,16 +257,21 @@ class GraphChecker:
                 continue
             self.builder.unknown_values.add(name)
             self.builder.weight_dependent.add(name)
-            results.append(np.zeros(shape, dtype=dtype or np.float32))
+            results.append(Placeholder(shape, dtype or np.dtype(np.float32)))
         return results
 
     def _mark_unknown(self, node: onnx.NodeProto, results: Sequence[Value]) -> Sequence[CheckValue]:
         """Constants a converter returned from placeholder inputs are placeholders too."""
-        if any(name in self.builder.unknown_values for name in node.input if name):
-            self.builder.unknown_values.update(
-                name for name, value in zip(node.output, results, strict=False) if not isinstance(value, Tensor)
-            )
-        return results
+        if not any(name in self.builder.unknown_values for name in node.input if name):
+            return results
+        marked: list[CheckValue] = []
+        for name, value in zip(node.output, results, strict=False):
+            if isinstance(value, Tensor):
+                marked.append(value)
+            else:
+                self.builder.unknown_values.add(name)
+                marked.append(Placeholder(tuple(np.shape(value)), np.asarray(value).dtype))
+        return marked
 
 
 def check_graph(proto: onnx.ModelProto, registry: ConverterRegistry) -> GraphCheck:
@@ -245,4 +279,4 @@ def check_graph(proto: onnx.ModelProto, registry: ConverterRegistry) -> GraphChe
     return GraphChecker(proto, registry).run()
 
 
-__all__ = ["GraphCheck", "Undetermined", "check_graph"]
+__all__ = ["GraphCheck", "Placeholder", "Undetermined", "check_graph"]

@@ -8,20 +8,18 @@ inserted between input pixels, then a stride-1 conv with the flipped kernel.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.converters.pad import pad_constant
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
 MAX_GROUPS = 64  # grouped convs are lowered one group at a time
-Transform = Callable[[np.ndarray], np.ndarray]
 
 
 def check_conv(node: onnx.NodeProto) -> str | None:
@@ -130,7 +128,9 @@ def _runtime_group_kernels(b: Builder, node: Node, kernel: Tensor, groups: int, 
     return [ops.slice_view(b, kernel, s, [per, *kernel.shape[1:]], [1] * kernel.rank) for s in starts]
 
 
-def group_kernels(b: Builder, node: Node, groups: int, transform: Transform, reorders: bool = False) -> list[Tensor]:
+def group_kernels(
+    b: Builder, node: Node, groups: int, transform: WeightTransform, reorders: bool = False
+) -> list[Tensor]:
     """The kernel (input 1) of each group; a constant kernel is ``transform``ed at compile time
     (and again on refit). ``reorders``: the transform is needed even for a runtime kernel."""
     half = b.precision == "fp16"
@@ -149,12 +149,16 @@ def group_kernels(b: Builder, node: Node, groups: int, transform: Transform, reo
             per = full.shape[0] // groups
             return np.ascontiguousarray(full[g * per : (g + 1) * per])
 
-        kernels.append(b.tensor(node, 1, transform=pick, key=f"{node.op}/{groups}/g{g}", half=half))
+        def group_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+            full = transform.out_shape(shape)
+            return (full[0] // groups, *full[1:])
+
+        group = WeightTransform(pick, group_shape)
+        kernels.append(b.tensor(node, 1, transform=group, key=f"{node.op}/{groups}/g{g}", half=half))
     return kernels
 
 
-def _as_float32(w: np.ndarray) -> np.ndarray:
-    return np.asarray(w, dtype=np.float32)
+AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda shape: shape)
 
 
 @converter("Conv", since_version=1, check=check_conv)
@@ -172,6 +176,6 @@ def convert_conv(b: Builder, node: Node) -> list[Value]:
     before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
     if x.shape[1] % groups or weight.shape[0] % groups:
         raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
-    kernels = group_kernels(b, node, groups, _as_float32)
+    kernels = group_kernels(b, node, groups, AS_FLOAT32)
     bias = b.tensor(node, 2) if node.has(2) else None
     return [convolution(b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
-from sdkit_ggml.converters.conv import Transform, check_conv, convolution, group_kernels
+from sdkit_ggml.converters.conv import check_conv, convolution, group_kernels
 from sdkit_ggml.converters.pad import pad_constant
 from sdkit_ggml.converters.table import converter
 
@@ -32,9 +32,11 @@ def _insert_zeros(b: Builder, x: Tensor, strides: list[int]) -> Tensor:
     return ops.reshape(b, up, (n, c, up.shape[1], width))
 
 
-def _flip(groups: int) -> Transform:
+def _flip(groups: int) -> WeightTransform:
+    """[Cin, Cout/g, kh, kw] (or [Cin, Cout/g, k]) -> [Cout, Cin/g, kh, kw] with each
+    group's kernels spatially flipped: ConvTranspose as a convolution."""
+
     def flipped(wt: np.ndarray) -> np.ndarray:
-        """[Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g, kh, kw], spatially flipped."""
         full = np.asarray(wt, dtype=np.float32)
         if full.ndim == 3:
             full = full[:, :, None, :]
@@ -43,7 +45,11 @@ def _flip(groups: int) -> Transform:
         grouped = grouped.transpose(0, 2, 1, 3, 4)[:, :, :, ::-1, ::-1]
         return np.ascontiguousarray(grouped.reshape(groups * cout_g, cin // groups, *full.shape[2:]))
 
-    return flipped
+    def shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+        spatial = (1, shape[2]) if len(shape) == 3 else tuple(shape[2:])
+        return (groups * shape[1], shape[0] // groups, *spatial)
+
+    return WeightTransform(flipped, shape)
 
 
 class _Geometry:

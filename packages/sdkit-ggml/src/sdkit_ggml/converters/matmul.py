@@ -13,13 +13,21 @@ import numpy as np
 import onnx
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
 from sdkit_ggml.converters.table import converter
 
 
 def _swap_last(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(np.asarray(array, dtype=np.float32), -1, -2))
+
+
+# constant B operands preprocessed at compile time (and on refit)
+TRANSPOSED = WeightTransform(_swap_last, lambda shape: (*shape[:-2], shape[-1], shape[-2]))
+AS_ROW = WeightTransform(
+    lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), lambda shape: (1, int(np.prod(shape)))
+)
+AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda shape: shape)
 
 
 def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
@@ -61,12 +69,10 @@ def transposed_operand(b: Builder, node: Node, index: int, already_transposed: b
         perm = [*range(value.rank - 2), value.rank - 1, value.rank - 2]
         return ops.transpose(b, value, perm)
     if np.asarray(value).ndim == 1:
-        return b.tensor(
-            node, index, transform=lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), key="mm1", half=half
-        )
+        return b.tensor(node, index, transform=AS_ROW, key="mm1", half=half)
     if already_transposed:
-        return b.tensor(node, index, transform=lambda w: np.asarray(w, dtype=np.float32), key="mmT", half=half)
-    return b.tensor(node, index, transform=_swap_last, key="mm", half=half)
+        return b.tensor(node, index, transform=AS_FLOAT32, key="mmT", half=half)
+    return b.tensor(node, index, transform=TRANSPOSED, key="mm", half=half)
 
 
 @converter("MatMul", since_version=1)
