@@ -29,7 +29,9 @@ def lower(model: Model, feeds: Mapping[str, np.ndarray]) -> SdkitError | None:
     while True:
         context = GgmlContext(lib, capacity_for(proto))
         try:
-            build_plan(proto, constants, specs, default_registry(), Builder(context), value_inputs=values)
+            # weight arrays are not kept: nothing is uploaded, only the decisions matter
+            builder = Builder(context, keep_weights=False)
+            build_plan(proto, constants, specs, default_registry(), builder, value_inputs=values)
         except NeedsValue as need:
             values[need.name] = np.asarray(feeds[need.name])
         except SdkitError as exc:

@@ -48,21 +48,24 @@ class Lowering:
 
     def lower(self, node: onnx.NodeProto, args: Sequence[Value | None]) -> list[Value]:
         present = [a for a in args if a is not None]
+        first = present[0] if present else None
+        opset = opset_for(node, self.opsets)
         decision = decide(
             node,
-            opset_for(node, self.opsets),
+            opset,
             self.registry,
             constant_inputs=not any(isinstance(a, Tensor) for a in present),
-            tensor_first=bool(present) and isinstance(present[0], Tensor),
+            tensor_first=isinstance(first, Tensor),
         )
         if decision.route is Route.FOLD:
             return self.fold(node, args)
-        if decision.route is Route.SHAPE:
-            value = shape_of(node, present[0])  # type: ignore[arg-type]
+        if decision.route is Route.SHAPE and isinstance(first, Tensor):
+            value = shape_of(node, first)
             self.shape_constants[node.output[0]] = value
             return [value]
-        assert decision.converter is not None
-        results = decision.converter.convert(self.builder, Node(node, list(args), opset_for(node, self.opsets)))
+        if decision.converter is None:  # decide() returns a converter for the CONVERT route
+            raise Unsupported("no converter")
+        results = decision.converter.convert(self.builder, Node(node, list(args), opset))
         if len(results) < len([o for o in node.output if o]):
             raise Unsupported(f"converter produced {len(results)} outputs, the node has {len(node.output)}")
         self._remember_constants(node, results)
