@@ -66,7 +66,8 @@ def _input_types(program: Any, names: IoNames, flexible: Mapping[str, Flexible])
         elif flex.enumerated:
             shape = ct.EnumeratedShapes(shapes=[list(s) for s in flex.enumerated], default=list(flex.enumerated[0]))
         else:
-            dims = [lo if lo == hi else ct.RangeDim(lo, hi, default=lo) for lo, hi in zip(flex.low, flex.high, strict=True)]
+            pairs = zip(flex.low, flex.high, strict=True)
+            dims = [lo if lo == hi else ct.RangeDim(lo, hi, default=lo) for lo, hi in pairs]
             shape = ct.Shape(dims)
         types.append(ct.TensorType(name=mil_name, shape=shape, dtype=dtype))
     return types
