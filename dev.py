@@ -26,6 +26,9 @@ PY = BIN / ("python.exe" if os.name == "nt" else "python")
 RUNTIME_PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino"]
 PROBE_ONLY_PACKAGES = ["sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
 TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10"]
+# sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
+# .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
+TEST_TOOLS += ["coremltools>=8"]
 TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
 
 
