@@ -72,19 +72,22 @@ def graph_model(
     return Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
 
 
-def fold_with_mil(model: Model) -> dict[str, np.ndarray | None]:
+def fold_with_mil(model: Model, target: str = "macOS13", ops: list[str] | None = None) -> dict[str, np.ndarray | None]:
     """Translate a graph without inputs (initializers only) and let MIL's own value inference
     (coremltools' numpy implementation of each MIL op) compute every output: an oracle for
-    the translation's semantics that needs no Core ML runtime. None where MIL cannot fold."""
-    import coremltools as ct
+    the translation's semantics that needs no Core ML runtime. None where MIL cannot fold.
+    ``ops`` collects the MIL op types created (dead ones included)."""
     from coremltools.converters.mil.mil import Function
 
-    from sdkit_coreml.translate.context import Context
+    from sdkit_coreml.program import context_for, translate_nodes
+    from sdkit_coreml.runtime import target_named
     from sdkit_coreml.translate.registry import load_converters
 
-    converters = load_converters()
-    ctx = Context(model.graph.opset(), dict(model.weights))
-    with Function({}, opset_version=ct.target.macOS13):
-        for node in model.graph.nodes:
-            converters[node.op_type].fn(ctx, node)
-        return {o.name: ctx.value(ctx.get(o.name)) for o in model.graph.outputs}
+    chosen = target_named(target)
+    ctx = context_for(model.graph, dict(model.weights), chosen)
+    with Function({}, opset_version=chosen.mil_opset) as function:
+        translate_nodes(ctx, model.graph.nodes, load_converters())
+        values = {o.name: ctx.value(ctx.get(o.name)) for o in model.graph.outputs}
+        if ops is not None:
+            ops.extend(op.op_type for op in function.operations)
+        return values

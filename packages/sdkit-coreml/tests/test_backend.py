@@ -44,7 +44,7 @@ def test_probe_says_why_and_what_to_install() -> None:
 def test_compile_refuses_instead_of_faking() -> None:
     if not runtime_missing():
         pytest.skip("Core ML runs here")
-    with pytest.raises(BackendUnavailableError, match="Core ML runs on macOS only|coremltools"):
+    with pytest.raises(BackendUnavailableError, match=r"Core ML runs on macOS only|coremltools"):
         CoremlBackend().compile(_relu().graph, _relu().weights, Device("ane"), Options())
 
 

@@ -104,6 +104,29 @@ def test_enumerated_shapes(taef2: Path, tmp_path: Path) -> None:
     assert info["inputs"][0]["enumerated"] == [list(s) for s in shapes]
 
 
+def test_macos15_target_fuses_attention(sd_graphs: ModuleType, taef2: Path, tmp_path: Path) -> None:
+    """macOS 15 packages compute each attention with one scaled_dot_product_attention op."""
+    needs_coremltools()
+    model, feeds = fixture_model("tiny_clip_text", sd_graphs, taef2)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    info = export_mlpackage(model, tmp_path / "clip.mlpackage", input_shapes=shapes, target="macOS15")
+    assert info["ops"]["scaled_dot_product_attention"] == 5 and "softmax" not in info["ops"]
+    assert info["spec_version"] == 9  # Core ML 8 (macOS 15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny_unet", "sd15_vae_decoder"])
+def test_macos15_target_fuses_attention_in_unet_and_vae(
+    name: str, sd_graphs: ModuleType, taef2: Path, tmp_path: Path
+) -> None:
+    needs_coremltools()
+    model, feeds = fixture_model(name, sd_graphs, taef2)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    info = export_mlpackage(model, tmp_path / "m.mlpackage", input_shapes=shapes, target="macOS15", precision="fp16")
+    expected = EXPECTED_OPS[name]["softmax"]
+    assert info["ops"]["scaled_dot_product_attention"] == expected and "softmax" not in info["ops"]
+
+
 @pytest.mark.slow
 def test_tiny_unet_with_enumerated_latents(sd_graphs: ModuleType, tmp_path: Path) -> None:
     """Symbolic shape arithmetic of a whole UNet (about 2 minutes on 2 busy cores)."""

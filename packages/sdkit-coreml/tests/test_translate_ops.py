@@ -134,3 +134,52 @@ def test_translation_matches_onnxruntime(case: str) -> None:
     assert got is not None, "MIL could not compute the result"
     assert got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def _attention(mask: bool, second_use: bool = False) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """The chain diffusers' exports contain: MatMul(q, kT) * scale (+ mask) -> Softmax -> Cast ->
+    MatMul(v); ``second_use`` also returns the probabilities (which forbids fusing)."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["m"]),
+        helper.make_node("Add", ["m", "mask"], ["a"]) if mask else helper.make_node("Identity", ["m"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("Cast", ["p"], ["pc"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["pc", "v"], ["y"]),
+    ]
+    if second_use:
+        nodes.append(helper.make_node("Identity", ["p"], ["probs"]))
+    values = {
+        "q": RNG.standard_normal((2, 6, 8)).astype(np.float32),
+        "k": RNG.standard_normal((2, 5, 8)).astype(np.float32),
+        "v": RNG.standard_normal((2, 5, 4)).astype(np.float32),
+        "scale": np.float32(0.3),  # not 1/sqrt(8): the graph's own scale must survive
+        "mask": np.where(RNG.random((1, 6, 5)) > 0.3, 0, -1e4).astype(np.float32),
+    }
+    return nodes, values
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_becomes_sdpa_on_macos15(mask: bool) -> None:
+    needs_coremltools()
+    nodes, values = _attention(mask)
+    model = graph_model(nodes, [], [("y", F, None)], values)
+    (want,) = run_ort(model.graph.to_onnx(model.weights), {})
+    ops: list[str] = []
+    got = fold_with_mil(model, "macOS15", ops)["y"]
+    assert "scaled_dot_product_attention" in ops
+    assert got is not None
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    plain: list[str] = []
+    fold_with_mil(model, "macOS14", plain)
+    assert "scaled_dot_product_attention" not in plain
+
+
+def test_attention_with_a_second_use_stays_op_by_op() -> None:
+    needs_coremltools()
+    nodes, values = _attention(True, second_use=True)
+    model = graph_model(nodes, [], [("y", F, None), ("probs", F, None)], values)
+    ops: list[str] = []
+    fold_with_mil(model, "macOS15", ops)
+    assert "scaled_dot_product_attention" not in ops

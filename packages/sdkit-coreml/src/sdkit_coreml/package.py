@@ -77,10 +77,10 @@ def convert(graph: Graph, weights: Mapping[str, np.ndarray], settings: Settings,
     """Translate and save ``folder/model.mlpackage`` (plus the name map). Linux and macOS."""
     ct = import_coremltools()
     start = time.perf_counter()
-    program, names = build_program(graph, weights, settings.target)
     precision = ct.precision.FLOAT16 if settings.precision == "fp16" else ct.precision.FLOAT32
     try:
         with quiet_conversion():
+            program, names = build_program(graph, weights, settings.target)
             model = ct.convert(
                 program,
                 convert_to="mlprogram",

@@ -83,6 +83,22 @@ def input_specs(inputs: list[TensorInfo]) -> dict[str, Any]:
     return specs
 
 
+def context_for(graph: Graph, initializers: Mapping[str, np.ndarray], target: Target) -> Context:
+    outputs = frozenset(o.name for o in graph.outputs)
+    return Context(graph.opset(), initializers, graph.nodes, outputs, sdpa=target.sdpa)
+
+
+def translate_nodes(ctx: Context, nodes: list[Any], converters: Mapping[str, Any]) -> None:
+    """Every node in graph order; a failure inside coremltools names the node."""
+    for node in nodes:
+        try:
+            converters[node.op_type].fn(ctx, node)
+        except SdkitError:
+            raise
+        except Exception as exc:  # coremltools' type inference rejects the node
+            raise fail(node, ctx.opset, f"Core ML cannot translate it: {first_line(exc)}") from None
+
+
 def build_program(graph: Graph, weights: Mapping[str, np.ndarray], target: Target) -> tuple[Any, IoNames]:
     """The MIL program of ``graph`` with ``weights`` baked in as constants."""
     from coremltools.converters.mil import Builder as mb
@@ -96,17 +112,11 @@ def build_program(graph: Graph, weights: Mapping[str, np.ndarray], target: Targe
     taken: set[str] = set()
     specs = {sanitize(i.name, taken): s for i, s in zip(graph.inputs, input_specs(graph.inputs).values(), strict=True)}
     names.inputs = {i.name: mil_name for i, mil_name in zip(graph.inputs, specs, strict=True)}
-    ctx = Context(graph.opset(), weights_by_name(weights, graph.initializer_names))
+    ctx = context_for(graph, weights_by_name(weights, graph.initializer_names), target)
     with Function(specs, opset_version=target.mil_opset) as function:
         for onnx_name, mil_name in names.inputs.items():
             ctx.set(onnx_name, function.inputs[mil_name])
-        for node in graph.nodes:
-            try:
-                converters[node.op_type].fn(ctx, node)
-            except SdkitError:
-                raise
-            except Exception as exc:  # coremltools' type inference rejects the node
-                raise fail(node, ctx.opset, f"Core ML cannot translate it: {first_line(exc)}") from None
+        translate_nodes(ctx, graph.nodes, converters)
         outputs = []
         for info in graph.outputs:
             mil_name = sanitize(info.name, taken)

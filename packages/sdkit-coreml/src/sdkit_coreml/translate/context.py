@@ -52,10 +52,32 @@ def mil() -> Any:
 class Context:
     """Values of the graph being translated, by ONNX name."""
 
-    def __init__(self, opset: int, initializers: Mapping[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        opset: int,
+        initializers: Mapping[str, np.ndarray],
+        nodes: list[onnx.NodeProto] | None = None,
+        graph_outputs: frozenset[str] = frozenset(),
+        sdpa: bool = False,
+    ) -> None:
         self.opset = opset
         self.initializers = initializers  # become MIL constants on first use
         self.values: dict[str, Any] = {}
+        self.sdpa = sdpa  # the target has scaled_dot_product_attention (macOS 15)
+        self.graph_outputs = graph_outputs
+        # graph structure, for converters that match patterns (attention)
+        self.producers = {out: n for n in nodes or [] for out in n.output if out}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in nodes or []:
+            for name in n.input:
+                self.consumers.setdefault(name, []).append(n)
+
+    def producer(self, name: str) -> onnx.NodeProto | None:
+        return self.producers.get(name)
+
+    def private(self, name: str) -> bool:
+        """``name`` feeds exactly one node and is not a graph output (safe to fuse away)."""
+        return len(self.consumers.get(name, [])) == 1 and name not in self.graph_outputs
 
     def get(self, name: str) -> Any:
         var = self.values.get(name)

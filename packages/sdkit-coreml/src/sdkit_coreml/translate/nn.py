@@ -1,6 +1,7 @@
 """Network ops: Conv, ConvTranspose, MatMul, Gemm, Softmax, Resize, Pad, pooling.
 
-Attention in the SD graphs is MatMul -> (scale) -> Softmax -> MatMul, translated op by op.
+Attention in the SD graphs is MatMul -> (scale) -> Softmax -> MatMul, translated op by op, or
+as one SDPA op for macOS 15+ targets (``attention.py``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ def conv_transpose(ctx: Context, node: onnx.NodeProto) -> None:
 
 @converter("MatMul")
 def matmul(ctx: Context, node: onnx.NodeProto) -> None:
+    if ctx.sdpa:
+        from sdkit_coreml.translate.attention import fuse
+
+        if fuse(ctx, node):
+            return
     x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
     ctx.set(node.output[0], mil().matmul(x=x, y=y, name=node.output[0]))
 
