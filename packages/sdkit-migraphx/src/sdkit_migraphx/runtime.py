@@ -18,11 +18,7 @@ from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
 
 BACKEND_NAME = "migraphx"
-INSTALL_HINT = (
-    "install ROCm with MIGraphX (apt install migraphx from repo.radeon.com, see "
-    "https://rocm.docs.amd.com), then pip install sdkit[amd]; the module is found on PYTHONPATH "
-    "or under $ROCM_PATH/lib"
-)
+INSTALL_HINT = "install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install sdkit[amd]"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 
