@@ -1,7 +1,9 @@
 """Translation semantics, op by op, against onnxruntime: graphs of constants are translated
 and coremltools' own value inference (its numpy implementation of each MIL op) computes the
 result, so no Core ML runtime is needed. Covers the shape arithmetic the SD exports lean on
-(Slice with INT64 sentinels, Reshape 0, negative Gather, broadcasting Where/Expand)."""
+(Slice with INT64 sentinels, Reshape 0, negative Gather, broadcasting Where/Expand), the
+normalizations (GroupNorm as exported and as the ONNX op, LayerNorm) and attention. Conv and
+Resize have no value inference in coremltools: only the macOS tests check their numbers."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from onnx import TensorProto, helper
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+X6 = RNG.standard_normal((2, 6, 4, 5)).astype(np.float32)
 INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -112,6 +115,35 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], int]] = {
         },
         F,
     ),
+    "group_norm": (
+        [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-5)],
+        {"x": X6, "s": RNG.standard_normal(6).astype(np.float32), "b": RNG.standard_normal(6).astype(np.float32)},
+        F,
+    ),
+    "exported_group_norm": (  # how torch exports GroupNorm(3, 6): reshape -> instance norm -> reshape -> affine
+        [
+            helper.make_node("Reshape", ["x", "grouped"], ["g"]),
+            helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], epsilon=1e-5),
+            helper.make_node("Reshape", ["n", "back"], ["r"]),
+            helper.make_node("Mul", ["r", "gamma"], ["m"]),
+            helper.make_node("Add", ["m", "beta"], ["y"]),
+        ],
+        {
+            "x": X6,
+            "grouped": i64(0, 3, -1),
+            "ones": np.ones(3, np.float32),
+            "zeros": np.zeros(3, np.float32),
+            "back": i64(2, 6, 4, 5),
+            "gamma": RNG.standard_normal((6, 1, 1)).astype(np.float32),
+            "beta": RNG.standard_normal((6, 1, 1)).astype(np.float32),
+        },
+        F,
+    ),
+    "layer_norm": (
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)],
+        {"x": X, "s": RNG.standard_normal(5).astype(np.float32), "b": RNG.standard_normal(5).astype(np.float32)},
+        F,
+    ),
     "erf_sigmoid_tanh": (
         [
             helper.make_node("Erf", ["x"], ["e"]),
@@ -128,7 +160,8 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], int]] = {
 def test_translation_matches_onnxruntime(case: str) -> None:
     needs_coremltools()
     nodes, values, out_type = CASES[case]
-    model = graph_model(nodes, [], [("y", out_type, None)], {k: np.asarray(v) for k, v in values.items()})
+    opset = 21 if case == "group_norm" else 17
+    model = graph_model(nodes, [], [("y", out_type, None)], {k: np.asarray(v) for k, v in values.items()}, opset)
     (want,) = run_ort(model.graph.to_onnx(model.weights), {})
     got = fold_with_mil(model)["y"]
     assert got is not None, "MIL could not compute the result"

@@ -127,4 +127,15 @@ def build_program(graph: Graph, weights: Mapping[str, np.ndarray], target: Targe
         function.set_outputs(outputs)
     program = Program()
     program.add_function("main", function)
+    shrink(program)
     return program, names
+
+
+def shrink(program: Any) -> None:
+    """Fold what is already known and drop what is unused, once, before ct.convert: the
+    exported shape arithmetic (Shape -> Gather -> Concat...) is most of a static graph's ops,
+    and coremltools validates the whole program after each of its ~100 passes."""
+    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
+
+    for name in ("common::const_elimination", "common::dead_code_elimination"):
+        PASS_REGISTRY[name](program)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of, static_shape
+from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of
 from sdkit_coreml.translate.registry import converter
 
 
@@ -51,15 +51,17 @@ def shape(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.set(node.output[0], mil().identity(x=result, name=node.output[0]))
 
 
-def _zero_means_copy(ctx: Context, x: Any, shape: Any) -> Any:
-    """ONNX Reshape: 0 copies the input's dim at that position (MIL allows this only when the
-    ranks agree, so other cases are rewritten)."""
+def zero_means_copy(ctx: Context, x: Any, shape: Any) -> Any:
+    """ONNX Reshape: 0 copies the input's dim at that position. Known dims are written out
+    (MIL allows 0 only when the ranks agree, and coremltools' reshape-merging pass carries a
+    0 over to another input); unknown ones are read with ``shape`` at run time."""
     known = ctx.value(shape)
-    if known is None or not (known == 0).any() or len(known) == rank_of(x):
+    if known is None or not (known == 0).any():
         return shape
-    dims = static_shape(x)
-    if dims is not None:
-        return ctx.const(np.array([dims[i] if d == 0 else d for i, d in enumerate(known)]))
+    dims = tuple(x.shape)
+    copied = [dims[i] if d == 0 else d for i, d in enumerate(known)]
+    if all(isinstance(d, (int, np.integer)) for d in copied):
+        return ctx.const(np.array(copied))
     parts = [mil().slice_by_index(x=mil().shape(x=x), begin=[i], end=[i + 1]) if d == 0 else ctx.const(np.array([d]))
              for i, d in enumerate(known)]  # fmt: skip
     return mil().concat(values=parts, axis=0)
@@ -72,7 +74,7 @@ def reshape(ctx: Context, node: onnx.NodeProto) -> None:
         known = ctx.value(target)
         if known is None or (known == 0).any():
             raise fail(node, ctx.opset, "Reshape with allowzero=1 and a zero dim")
-    ctx.set(node.output[0], mil().reshape(x=x, shape=_zero_means_copy(ctx, x, target), name=node.output[0]))
+    ctx.set(node.output[0], mil().reshape(x=x, shape=zero_means_copy(ctx, x, target), name=node.output[0]))
 
 
 @converter("Flatten")

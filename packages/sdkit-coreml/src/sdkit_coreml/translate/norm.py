@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from sdkit_coreml.translate.context import Context, attrs, fail, mil, rank_of
+from sdkit_coreml.translate.layout import zero_means_copy
 from sdkit_coreml.translate.registry import converter
 
 
@@ -75,7 +76,7 @@ def group_norm(ctx: Context, node: onnx.NodeProto) -> None:
     x, scale, bias = (ctx.get(n) for n in node.input)
     rank = rank_of(x)
     groups = int(attrs(node)["num_groups"])
-    grouped = mil().reshape(x=x, shape=ctx.const(np.array([0, groups, -1])))
+    grouped = mil().reshape(x=x, shape=zero_means_copy(ctx, x, ctx.const(np.array([0, groups, -1]))))
     normed = mil().layer_norm(x=grouped, axes=[2], epsilon=float(attrs(node).get("epsilon", 1e-5)))
     restored = mil().reshape(x=normed, shape=mil().shape(x=x))
     ctx.set(node.output[0], mil().identity(x=_affine(ctx, restored, scale, bias, rank), name=node.output[0]))
