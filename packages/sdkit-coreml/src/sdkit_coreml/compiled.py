@@ -3,7 +3,8 @@
 Without flexible shapes one package is converted per call signature (static shapes), on
 first use, through sdkit's artifact cache; with ``enumerated_shapes`` / ``shape_ranges`` one
 package serves every allowed shape. Core ML has no int64 tensors: int64 feeds are narrowed to
-int32 (refused when a value does not fit) and integer outputs widened back. ``refit``
+int32 (refused when a value does not fit), bool feeds sent as float32, and outputs cast back
+to the graph's dtypes. ``refit``
 re-converts with the new weights (the package embeds them) and reloads; ``info`` records what
 each conversion cost.
 """
@@ -35,7 +36,10 @@ INT32 = np.iinfo(np.int32)
 
 
 def narrow(name: str, array: np.ndarray) -> np.ndarray:
-    """A feed as Core ML takes it: int64 -> int32 (values must fit), float64 never reaches here."""
+    """A feed as Core ML takes it: int64 -> int32 (values must fit); bool -> float32 (Core ML
+    has no bool inputs: coremltools declares them float32 and casts inside the program)."""
+    if array.dtype == np.bool_:
+        return array.astype(np.float32)
     if array.dtype == np.int64:
         if array.size and (array.min() < INT32.min or array.max() > INT32.max):
             raise InputError(f"input {name!r} has values outside int32, which is all Core ML takes")

@@ -52,12 +52,14 @@ def cache_key(graph: Graph, weights: WeightSet, settings: Settings, shapes: Mapp
 
 
 def _input_types(program: Any, names: IoNames, flexible: Mapping[str, Flexible]) -> list[Any]:
+    from coremltools.converters.mil.mil.types import builtin_to_string
+
     ct = import_coremltools()
     types = []
     inputs = program.functions["main"].inputs
     for onnx_name, mil_name in names.inputs.items():
         var = inputs[mil_name]
-        dtype = NUMPY_TYPES[var.dtype.__name__ if hasattr(var.dtype, "__name__") else "fp32"]
+        dtype = NUMPY_TYPES[builtin_to_string(var.dtype)]
         flex = flexible.get(onnx_name)
         if flex is None:
             shape: Any = tuple(int(d) for d in var.shape)
