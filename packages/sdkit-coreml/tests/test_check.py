@@ -85,3 +85,18 @@ def test_old_opset_semantics_are_refused() -> None:
     (problem,) = CoremlBackend().check(model.graph).unsupported
     assert problem.node == "old_slice"
     assert "from opset 10 on" in problem.reason
+
+
+def test_fractional_nearest_resize_is_refused_at_conversion(tmp_path: Path) -> None:
+    """check() cannot see the scales (an input); conversion names the node."""
+    needs_coremltools()
+    from sdkit_coreml import export_mlpackage
+
+    model = graph_model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up15", mode="nearest")],
+        [("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [("y", TensorProto.FLOAT, None)],
+        {"scales": np.array([1, 1, 1.5, 1.5], np.float32)},
+    )
+    with pytest.raises(UnsupportedOperatorError, match=r"up15 \(Resize, opset 17\): nearest Resize by 1.5x1.5"):
+        export_mlpackage(model, tmp_path / "r.mlpackage")

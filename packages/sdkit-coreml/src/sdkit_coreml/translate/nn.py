@@ -160,6 +160,10 @@ def resize(ctx: Context, node: onnx.NodeProto) -> None:
     scale_h, scale_w = _resize_scales(ctx, node, x)
     found = attrs(node)
     if found.get("mode", "nearest") == "nearest":
+        transform = found.get("coordinate_transformation_mode", "half_pixel")
+        if transform != "asymmetric" and not (scale_h.is_integer() and scale_w.is_integer()):
+            # Core ML picks floor(i / scale); the half-pixel rules agree with it for whole scales only
+            raise fail(node, ctx.opset, f"nearest Resize by {scale_h}x{scale_w} with {transform} coordinates")
         result = mil().upsample_nearest_neighbor(
             x=x, scale_factor_height=scale_h, scale_factor_width=scale_w, name=node.output[0]
         )
