@@ -39,7 +39,9 @@ class Package:
     cached: bool = False
 
 
-def cache_key(graph: Graph, weights: WeightSet, settings: Settings, shapes: Mapping[str, Sequence[int]] | None):
+def cache_key(
+    graph: Graph, weights: WeightSet, settings: Settings, shapes: Mapping[str, Sequence[int]] | None
+) -> dict[str, Any]:
     return make_key(
         graph_hash=graph.hash,
         backend=BACKEND_NAME,

@@ -36,7 +36,8 @@ CAST_TARGETS: dict[int, str] = {
 def to_mil_array(array: np.ndarray) -> np.ndarray:
     """``array`` in a dtype Core ML holds: int -> int32 (saturating), float64 -> float32."""
     if array.dtype.kind in "iu" and array.dtype != np.int32:
-        return np.clip(array, INT32.min, INT32.max).astype(np.int32)
+        narrowed: np.ndarray = np.clip(array, INT32.min, INT32.max).astype(np.int32)
+        return narrowed
     if array.dtype == np.float64:
         return array.astype(np.float32)
     return array

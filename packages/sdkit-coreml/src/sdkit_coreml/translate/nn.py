@@ -99,11 +99,12 @@ def gemm(ctx: Context, node: onnx.NodeProto) -> None:
     alpha, beta = float(found.get("alpha", 1.0)), float(found.get("beta", 1.0))
     trans_a, trans_b = bool(found.get("transA", 0)), bool(found.get("transB", 0))
     weight = ctx.value(b)
-    if weight is not None and not trans_a and alpha == 1.0 and beta == 1.0 and (c is None or ctx.value(c) is not None):
+    bias = None if c is None else ctx.value(c)
+    if weight is not None and not trans_a and alpha == 1.0 and beta == 1.0 and (c is None or bias is not None):
         # Linear layer: MIL's ``linear`` wants the weight as [out, in]
         args: dict[str, Any] = {"x": a, "weight": weight if trans_b else weight.T}
-        if c is not None:
-            args["bias"] = np.broadcast_to(ctx.value(c), (args["weight"].shape[0],)).astype(np.float32)
+        if bias is not None:
+            args["bias"] = np.broadcast_to(bias, (args["weight"].shape[0],)).astype(np.float32)
         ctx.set(node.output[0], mil().linear(**args, name=node.output[0]))
         return
     result = mil().matmul(x=a, y=b, transpose_x=trans_a, transpose_y=trans_b)
