@@ -34,6 +34,9 @@ TEST_TOOLS = [
     "import-linter>=2.1",
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
 ]
+# sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
+# .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
+TEST_TOOLS += ["coremltools>=8"]
 TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
 
 
