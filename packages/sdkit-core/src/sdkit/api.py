@@ -11,6 +11,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.options import make_options
 from sdkit.plugins import get_plugins
@@ -30,10 +31,12 @@ class BackendInfo:
     priority: int
     devices: list[str] = field(default_factory=list)
     description: str = ""
+    installed: bool = True  # False for a first-party backend whose distribution is not installed
 
 
 def backends() -> list[BackendInfo]:
-    """Every registered backend, available or not, with the reason and devices."""
+    """Every registered backend, available or not, with the reason and devices, then every
+    first-party backend whose plugin is missing, with the command that installs it."""
     plugins = get_plugins()
     infos = []
     for name, cls in plugins.backends.items():
@@ -58,7 +61,14 @@ def backends() -> list[BackendInfo]:
                 description=cls.description,
             )
         )
-    return sorted(infos, key=lambda b: (-b.priority, b.name))
+    infos.sort(key=lambda b: (-b.priority, b.name))
+    for known in KNOWN_BACKENDS:
+        if plugins.backends.get(known.name) is None:
+            reason, hint, installed = why_missing(known, plugin_problem(known, plugins.failures, plugins.disabled))
+            infos.append(
+                BackendInfo(known.name, known.entry_point, False, reason, hint, "", 0, [], known.runs_on, installed)
+            )
+    return infos
 
 
 def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
+from sdkit.known_backends import requirement
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
 
-INSTALL_HINT = "on a Mac: pip install sdkit[apple]"
+INSTALL_HINT = f"on a Mac: pip install {requirement('apple')}"
 
 
 def coremltools_version() -> str | None:

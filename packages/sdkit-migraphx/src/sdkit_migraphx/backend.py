@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
+from sdkit.known_backends import requirement
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
 
-INSTALL_HINT = "install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install sdkit[amd]"
+INSTALL_HINT = f"install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install {requirement('amd')}"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 

@@ -1,4 +1,7 @@
-"""``sdkit backends [--json]``: every backend, available or why not, with devices and version."""
+"""``sdkit backends [--json]``: every backend, available or why not, with devices and version.
+
+First-party backends whose plugin is not installed are listed too, with the command that
+installs them (``sdkit.known_backends``)."""
 
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         detail = (
             ", ".join(b["devices"])
             if b["available"]
-            else b["reason"] + (f" ({b['install_hint']})" if b["install_hint"] else "")
+            else b["reason"] + (f"; {b['install_hint']}" if b["install_hint"] else "")
         )
         rows.append((b["name"], b["plugin"], "yes" if b["available"] else "no", b["version"] or "-", detail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
