@@ -22,7 +22,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel, TensorInfo
 from sdkit.device import Device
-from sdkit.errors import InputError, OptionError
+from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.model import Model, load_onnx
 from sdkit.pipelines.pruning import keep_outputs
 
@@ -74,8 +74,20 @@ class Component:
         self._backend_name: str | None = None
 
     def _load(self) -> Model:
-        model = load_onnx(self.path)
+        try:
+            model = load_onnx(self.path)
+        except ModelFormatError as exc:
+            raise self._unreadable(exc) from None
         return keep_outputs(model, self.outputs) if self.outputs else model
+
+    def _unreadable(self, exc: ModelFormatError) -> ModelFormatError:
+        """``unet/model.onnx in FOLDER is not a readable ONNX model: ...``: the loader's message
+        names only ``model.onnx``, which every component of a pipeline is called."""
+        where = f"{self.path.parent.name}/{self.path.name} in {self.path.parent.parent}"
+        detail = str(exc)
+        prefix = f"{self.path.name} "
+        detail = detail[len(prefix) :] if detail.startswith(prefix) else f"cannot be loaded: {detail}"
+        return ModelFormatError(f"{where} {detail} (the pipeline's {self.name}); export or download it again")
 
     def _compile(self, model: Model) -> CompiledModel:
         from sdkit.api import compile as compile_model
