@@ -20,7 +20,9 @@ from sdkit.selection import choose, get_backend, probe
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """What ``sdkit.backends()`` reports for one registered backend."""
+    """What ``sdkit.backends()`` reports for one backend: a registered one, or a first-party one
+    whose plugin did not load (``installed`` says whether its distribution is there; if not,
+    ``install_hint`` is the command that installs it)."""
 
     name: str
     plugin: str
