@@ -5,10 +5,10 @@ and so that asking for one whose plugin is missing says what to install
 (``BackendUnavailableError``) instead of "unknown backend". Third-party backends are not listed
 here: they exist only once their plugin is installed.
 
-The install commands carry a version floor because sdkit 3 is published as pre-releases while
+The install commands carry a version floor because sdkit 3 is a pre-release (3.0.0.dev0) while
 PyPI's newest *final* ``sdkit`` is 2.1.1: without ``>=3.0.0.dev0`` pip never picks a
 pre-release and installs sdkit 2. Once 3.0.0 is out a bare ``"sdkit[cpu]"`` picks it as well;
-the floor then only keeps sdkit 2 out.
+the floor (this core's version, so then ``>=3.0.0``) only keeps sdkit 2 out.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ KNOWN_BACKENDS: tuple[KnownBackend, ...] = (
 def requirement(extra: str = "") -> str:
     """The quoted pip requirement for sdkit with ``extra``, e.g. ``"sdkit[cpu]>=3.0.0.dev0"``.
 
-    The floor is this core's own version, so the line always installs a matching set."""
+    The floor is this core's own version: a plugin installed with it pins a core at least as new."""
     name = f"sdkit[{extra}]" if extra else "sdkit"
     return f'"{name}>={__version__}"'
 
