@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import ModelFormatError
+from sdkit.model import refuse_unsafe_or_missing
 
 REQUIRED = ("text_encoder", "unet", "vae_decoder")
 OPTIONAL = ("vae_encoder",)
@@ -74,10 +75,17 @@ class PipelineLayout:
 def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     """Check ``path`` is a diffusers ONNX pipeline with every file it needs."""
     root = Path(path).expanduser()
-    if not root.exists():
-        raise ModelFormatError(f"pipeline not found: {root}")
+    refuse_unsafe_or_missing(root, "pipeline")  # a .ckpt gets the same refusal as everywhere else
     if not root.is_dir():
-        raise ModelFormatError(f"{root} is a file, not a pipeline folder (a folder with model_index.json)")
+        single_file = (
+            "; single-file checkpoints are not supported yet: use the model's diffusers ONNX export"
+            if root.suffix.lower() == ".safetensors"
+            else ""
+        )
+        raise ModelFormatError(
+            f"{root} is a file, not a pipeline folder (a diffusers/optimum ONNX folder with model_index.json, "
+            f"unet/model.onnx, ...){single_file}"
+        )
     if not (root / "model_index.json").is_file():
         raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
     index = read_json_object(root / "model_index.json", "pipeline index")
