@@ -26,7 +26,12 @@ PY = BIN / ("python.exe" if os.name == "nt" else "python")
 RUNTIME_PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino"]
 PROBE_ONLY_PACKAGES = ["sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
 TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.17", "ruff>=0.6", "mypy>=1.10"]
-TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
+# The HTTP server (an extra of sdkit) with its test tools: httpx, schemathesis (`fuzz`).
+SERVER_PACKAGES = ["sdkit-serve"]
+SERVER_EXTRAS = "test,fuzz"
+# Ray Serve (~360 MB) for the tests marked `ray`; where it cannot be installed they skip.
+RAY_REQUIREMENT = "ray[serve]>=2.40"
+TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src", "packages/sdkit-serve/src"]
 
 
 def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -71,9 +76,20 @@ def demo() -> int:
     return 0
 
 
+def install_server() -> None:
+    servers = [a for n in existing(SERVER_PACKAGES) for a in ("-e", f"packages/{n}[{SERVER_EXTRAS}]")]
+    if servers:
+        pip_install(*servers)
+        try:
+            pip_install(RAY_REQUIREMENT)
+        except subprocess.CalledProcessError:
+            print(f"dev.py: {RAY_REQUIREMENT} does not install here; the tests marked `ray` will skip", flush=True)
+
+
 def test() -> int:
     ensure_venv()
     install(RUNTIME_PACKAGES, no_deps=tuple(PROBE_ONLY_PACKAGES), extra=tuple(TEST_TOOLS))
+    install_server()
     sh(BIN / "ruff", "check", ".")
     sh(BIN / "ruff", "format", "--check", ".")
     sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
@@ -85,7 +101,7 @@ def test() -> int:
 
 
 def existing_tests() -> list[str]:
-    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
+    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES)]
     return [*tests, "examples/sdkit-onnxruntime/tests"]
 
 

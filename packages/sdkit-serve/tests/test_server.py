@@ -285,3 +285,23 @@ def test_progress_reports_steps_and_a_preview(server: ServerProcess, preview_dec
     assert progress["state"]["job"] == "txt2img" and progress["eta_relative"] > 0
     preview = png(progress["current_image"])
     assert preview.size == (64, 64)  # latents 32x32 through the 2x decoder
+
+
+def test_limits_of_a_small_server(small_server: ServerProcess) -> None:
+    with small_server.client() as client:
+        over = client.post("/sdapi/v1/txt2img", json={"width": 128, "steps": 2})
+        assert over.status_code == 400 and "--max-width" in over.json()["detail"]
+        assert client.post("/sdapi/v1/txt2img", json={"steps": 4}).status_code == 400
+        assert client.post("/sdapi/v1/txt2img", json={"steps": 2, "batch_size": 3}).status_code == 400
+        big = client.post("/sdapi/v1/txt2img", content=b" " * (2 * 2**20), headers={"content-type": "application/json"})
+        assert big.status_code == 413 and big.json()["error"] == "BodyTooLarge"
+
+        def chunks() -> Any:  # no Content-Length: counted as it streams in
+            for _ in range(40):
+                yield b" " * 65536
+
+        streamed = client.post("/sdapi/v1/txt2img", content=chunks(), headers={"content-type": "application/json"})
+        assert streamed.status_code == 413 and streamed.json()["detail"].startswith("the request body is over")
+        idle = client.get("/sdapi/v1/progress").json()
+        assert idle["current_image"] is None and idle["state"]["job"] == ""  # no preview decoder here
+        assert client.post("/sdapi/v1/txt2img", json={"steps": 2}).status_code == 200

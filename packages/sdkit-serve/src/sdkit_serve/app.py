@@ -49,13 +49,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 async def run_job(request: Request, engine: Engine, job: Job) -> Any:
     """Queue ``job`` and wait for its result; cancel it when the client disconnects."""
     future = asyncio.wrap_future(engine.queue.submit(job))
-    while True:
-        done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return future.result()
-        if await request.is_disconnected():
-            engine.queue.cancel(job, "the client disconnected")
-            raise JobCancelled("the client disconnected")
+    try:
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return future.result()
+            if await request.is_disconnected():
+                engine.queue.cancel(job, "the client disconnected")
+                raise JobCancelled("the client disconnected")
+    except asyncio.CancelledError:  # the server cancelled the request task (shutdown)
+        engine.queue.cancel(job, "the request was cancelled")
+        raise
 
 
 def error_body(kind: str, detail: str, status: int, **extra: Any) -> JSONResponse:

@@ -50,8 +50,9 @@ class Engine:
         """Load the first model and the preview decoder now, so a bad path fails at startup."""
         self._load(self.model)
         if self.config.preview_decoder is not None:
+            # Per-component choices name pipeline components; the preview decoder is none of them.
             backend = self.config.backend if isinstance(self.config.backend, str) else "auto"
-            device = self.config.device if not isinstance(self.config.device, dict) else None
+            device = self.config.device if isinstance(self.config.device, str) else None
             self.preview = PreviewDecoder(self.config.preview_decoder, backend, device, **self.config.options)
         return self
 
