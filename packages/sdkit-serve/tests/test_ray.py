@@ -1,5 +1,6 @@
-"""``sdkit serve --ray``: the app on a local Ray cluster with two CPU replicas. Both replicas must
-answer the same request with the same image (and the image the pipeline makes in-process).
+"""``sdkit serve --ray --replicas 2``: the app on a local Ray cluster of two CPU replicas, started
+as a user would. Both replicas must answer the same request with the same image (the one the
+pipeline makes in-process).
 
 Needs ``sdkit-serve[ray]``; marked ``ray`` (a Ray cluster takes tens of seconds to start)."""
 
@@ -17,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from serve_helpers import free_port
+from serve_helpers import ServerProcess
 
 pytestmark = pytest.mark.ray
 
@@ -42,29 +43,22 @@ def post_pair(url: str) -> list[dict[str, Any]]:
 
 
 def test_two_replicas_answer_with_the_same_image(tiny: Path, backend: str, tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
-    serve = pytest.importorskip("ray.serve")
-    from sdkit_serve.config import ServerConfig
-    from sdkit_serve.ray_serve import ReplicaSpec, build_application
-
-    port = free_port()
+    pytest.importorskip("ray.serve")
     started = time.monotonic()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
+    args = ["--ray", "--replicas", "2", "--cpus-per-replica", "1", "--model", str(tiny), "--backend", backend]
+    server = ServerProcess([*args, "--threads", "1", "--log-level", "warning"], tmp_path / "ray.log")
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        config = ServerConfig(models=(tiny,), backend=backend, options={"threads": 1})
-        serve.run(build_application(config, ReplicaSpec(replicas=2, cpus_per_replica=1)), name="sdkit")
+        server.wait_ready(timeout=300)
         ready = time.monotonic() - started
         images: dict[str, str] = {}
         for _ in range(10):
-            for body in post_pair(f"http://127.0.0.1:{port}"):
+            for body in post_pair(server.url):
                 images.setdefault(json.loads(body["info"])["worker"], body["images"][0])
             if len(images) == 2:
                 break
-        print(f"Ray: cluster + 2 replicas ready in {ready:.1f} s; workers {sorted(images)}")
+        print(f"Ray: `sdkit serve --ray --replicas 2` answered after {ready:.1f} s; workers {sorted(images)}")
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        server.stop()
     assert len(images) == 2, f"only one replica answered: {sorted(images)}"
     first, second = images.values()
     assert first == second, "the two replicas made different images"
