@@ -7,9 +7,8 @@ is only ever used by one thread and a model switch waits for the generation befo
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,9 @@ class Engine:
         self.pipeline: Any = None
         self.queue = JobQueue(config.queue_size)
         self.preview: PreviewDecoder | None = None
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"  # tells Ray Serve replicas apart
+        # Tells Ray Serve replicas apart in `info`; random rather than host:pid, so a public server
+        # does not tell its clients its host name.
+        self.worker = uuid.uuid4().hex[:12]
 
     def start(self) -> Engine:
         """Load the first model and the preview decoder now, so a bad path fails at startup."""
