@@ -56,12 +56,19 @@ class ReplicaSpec:
         return options
 
 
-def build_application(config: ServerConfig, spec: ReplicaSpec, name: str = "sdkit") -> Any:
-    """A bound Ray Serve application running ``create_app`` in every replica."""
+def import_ray() -> tuple[Any, Any]:
+    """``(ray, ray.serve)``, typed loosely: Ray's annotations vary between releases."""
     try:
+        import ray
         from ray import serve
     except ImportError:
         raise OptionError("--ray needs Ray Serve: pip install sdkit[ray]") from None
+    return ray, serve
+
+
+def build_application(config: ServerConfig, spec: ReplicaSpec, name: str = "sdkit") -> Any:
+    """A bound Ray Serve application running ``create_app`` in every replica."""
+    _, serve = import_ray()
 
     def build_app() -> Any:  # runs in each replica process: the pipeline is loaded there
         from sdkit_serve.app import create_app
@@ -79,9 +86,7 @@ def build_application(config: ServerConfig, spec: ReplicaSpec, name: str = "sdki
 def serve_on_ray(config: ServerConfig, spec: ReplicaSpec, host: str, port: int, address: str | None) -> int:
     """Start (or join) a Ray cluster, deploy, and block until interrupted."""
     application = build_application(config, spec)
-    import ray
-    from ray import serve
-
+    ray, serve = import_ray()
     ray.init(address=address, include_dashboard=False)
     try:
         serve.start(http_options={"host": host, "port": port})
