@@ -48,7 +48,7 @@ def test_honoured_fields_become_generate_arguments() -> None:
         "steps": 12,
         "guidance_scale": 6.5,
         "sampler": "DPM++ 2M",
-        "schedule": "Karras",
+        "schedule": "karras",  # A1111 labels become sdkit schedule names
         "width": 512,
         "height": 768,
     }
@@ -149,3 +149,13 @@ def test_info_is_a1111_shaped() -> None:
     assert info["infotexts"][1].endswith("Seed: 10, Size: 64x64, Model: m, Software: sdkit")
     assert set(info["ignored"]) == {"enable_hr", "<lora:a:1>"} and info["interrupted"] is False
     assert info["loras"] == [{"name": "a", "weight": 1.0, "applied": False}]
+
+
+def test_scheduler_labels_and_names() -> None:
+    from sdkit_serve.schemas import schedule_name, schedulers
+
+    assert schedule_name(None) is None and schedule_name("Automatic") is None and schedule_name("") is None
+    assert schedule_name("SGM Uniform") == "sgm_uniform" and schedule_name("karras") == "karras"
+    assert schedule_name("Polyexponential") == "Polyexponential"  # sdkit says what it knows
+    for item in schedulers()[1:]:
+        assert plan({"scheduler": item.label, "steps": 4}).generate["schedule"] == item.name

@@ -3,6 +3,7 @@ filled from sdkit's registries."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -69,27 +70,48 @@ class ErrorResponse(BaseModel):
 
 def samplers() -> list[SamplerItem]:
     """Every registered sampler under its A1111 label, its other names as aliases."""
-    from sdkit.pipelines.images import SAMPLER_LABELS
     from sdkit.plugins import get_plugins
 
     registry = get_plugins().schedulers
     aliases = registry.aliases()
     items = []
     for canonical in registry.names():
-        label = SAMPLER_LABELS.get(canonical, canonical)
-        names = [canonical, *(a for a, c in aliases.items() if c == canonical and a != label)]
-        items.append(SamplerItem(name=label, aliases=[n for n in names if n != label]))
+        label = sampler_label(canonical, registry.get(canonical))
+        names = [canonical, *(a for a, c in aliases.items() if c == canonical)]
+        items.append(SamplerItem(name=label, aliases=[n for n in dict.fromkeys(names) if n != label]))
     return items
+
+
+def sampler_label(canonical: str, cls: Any) -> str:
+    """A1111's display name: the scheduler class's ``label`` where core gives classes one, else
+    core's label table (older cores), else the canonical name."""
+    label = getattr(cls, "label", "")
+    if isinstance(label, str) and label:
+        return label
+    table = getattr(importlib.import_module("sdkit.pipelines.images"), "SAMPLER_LABELS", {})
+    return str(table.get(canonical, canonical))
+
+
+# A1111's labels for the sigma schedules sdkit has; others are title-cased.
+SCHEDULE_LABELS = {"normal": "Normal", "sgm_uniform": "SGM Uniform", "ddim_uniform": "DDIM"}
 
 
 def schedulers() -> list[SchedulerItem]:
     """``automatic`` (the sampler's own) and the sigma schedules sdkit implements."""
-    from sdkit.schedulers import SCHEDULES
+    from sdkit.schedulers.names import SCHEDULE_ALIASES
 
-    labels = {"normal": "Normal", "karras": "Karras", "exponential": "Exponential", "sgm_uniform": "SGM Uniform"}
     items = [SchedulerItem(name="automatic", label="Automatic")]
-    for name in SCHEDULES:
-        items.append(
-            SchedulerItem(name=name, label=labels.get(name, name), default_rho=7.0 if name == "karras" else -1)
-        )
+    for name in dict.fromkeys(SCHEDULE_ALIASES.values()):  # every schedule sdkit resolves, once
+        label = SCHEDULE_LABELS.get(name, name.replace("_", " ").title())
+        items.append(SchedulerItem(name=name, label=label, default_rho=7.0 if name == "karras" else -1))
     return items
+
+
+def schedule_name(text: str | None) -> str | None:
+    """A request's ``scheduler`` as sdkit's schedule name: None for A1111's "Automatic" (the
+    sampler's own), a label of ``schedulers()`` as its name, anything else as sent (sdkit
+    resolves its own aliases, or says what it knows)."""
+    if not text or text.strip().lower() == "automatic":
+        return None
+    by_label = {item.label.lower(): item.name for item in schedulers()}
+    return by_label.get(text.strip().lower(), text)
