@@ -44,7 +44,12 @@ TEST_TOOLS = [
 # .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
 TEST_TOOLS += ["coremltools>=8"]
 DIST = ROOT / "dist"
-TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
+# The HTTP server (an extra of sdkit) with its test tools: httpx, schemathesis (`fuzz`).
+SERVER_PACKAGES = ["sdkit-serve"]
+SERVER_EXTRAS = "test,fuzz"
+# Ray Serve (~360 MB) for the tests marked `ray`; where it cannot be installed they skip.
+RAY_REQUIREMENT = "ray[serve]>=2.40"
+TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src", "packages/sdkit-serve/src"]
 
 
 def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -89,9 +94,20 @@ def demo() -> int:
     return 0
 
 
+def install_server() -> None:
+    servers = [a for n in existing(SERVER_PACKAGES) for a in ("-e", f"packages/{n}[{SERVER_EXTRAS}]")]
+    if servers:
+        pip_install(*servers)
+        try:
+            pip_install(RAY_REQUIREMENT)
+        except subprocess.CalledProcessError:
+            print(f"dev.py: {RAY_REQUIREMENT} does not install here; the tests marked `ray` will skip", flush=True)
+
+
 def test() -> int:
     ensure_venv()
     install(RUNTIME_PACKAGES, no_deps=tuple(PROBE_ONLY_PACKAGES), extra=tuple(TEST_TOOLS))
+    install_server()
     sh(BIN / "ruff", "check", ".")
     sh(BIN / "ruff", "format", "--check", ".")
     sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
@@ -105,7 +121,7 @@ def test() -> int:
 
 
 def existing_tests() -> list[str]:
-    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
+    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES)]
     return ["tests", *tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
 
 
@@ -119,7 +135,7 @@ def wheels() -> int:
     """Every first-party wheel (the meta-distribution and each package) into dist/."""
     ensure_venv()
     DIST.mkdir(exist_ok=True)
-    sources = [".", *(f"packages/{n}" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES))]
+    sources = [".", *(f"packages/{n}" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES))]
     sh(PY, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", DIST, *sources)
     print(f'wheels in {DIST}: pip install --find-links dist "sdkit[cpu]>={version()}" (README, Install)')
     return 0
