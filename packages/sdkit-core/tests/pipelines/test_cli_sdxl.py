@@ -46,11 +46,10 @@ def test_sdxl_flags_reach_the_request(monkeypatch: pytest.MonkeyPatch, tmp_path:
     from sdkit.cli.generate import build_request
     from sdkit.cli.main import build_parser
 
-    args = build_parser().parse_args(
-        ["generate", "a", "--model", str(ROOT / "sdxl"), "--prompt-2", "b", "--negative-2", "c"]
-        + ["--original-size", "96x64", "--target-size", "48x32", "--crop-top", "4", "--crop-left", "8"]
-        + ["--prompt-weighting", "a1111", "--refiner-switch-at", "0.7"]
-    )
+    argv = ["generate", "a", "--model", str(ROOT / "sdxl"), "--prompt-2", "b", "--negative-2", "c"]
+    argv += ["--original-size", "96x64", "--target-size", "48x32", "--crop-top", "4", "--crop-left", "8"]
+    argv += ["--prompt-weighting", "a1111", "--refiner-switch-at", "0.7"]
+    args = build_parser().parse_args(argv)
     request = build_request(args)
     assert (request.prompt_2, request.negative_prompt_2, request.prompt_weighting) == ("b", "c", "a1111")
     assert (request.original_size, request.target_size) == ((64, 96), (32, 48))  # (height, width)
@@ -81,4 +80,3 @@ def test_bad_combinations_fail_before_loading(
     assert match in err
     if code == 1:
         assert err.startswith("sdkit: error: ") and "\n" not in err
-

@@ -77,7 +77,9 @@ def test_sd_weights_are_a1111_emphasis(sd: Any) -> None:
     """Each token's state times its weight, then one common factor. The factor itself
     (mean before / mean after) is checked in the SDXL test: this tiny CLIP's final LayerNorm has
     zero bias, so its output's mean is float32 rounding noise (~1e-9) and so is the factor."""
-    feeds, labels = conditioning(sd, "a (red:1.5) cat on [the] moon", negative_prompt="blurry", prompt_weighting="a1111")
+    feeds, labels = conditioning(
+        sd, "a (red:1.5) cat on [the] moon", negative_prompt="blurry", prompt_weighting="a1111"
+    )
     pieces = [("a ", 1.0), ("red", 1.5), (" cat on ", 1.0), ("the", 1 / 1.1), (" moon", 1.0)]
     ids, weights = window(sd, "text_encoder", pieces)
     weighted = encoder("sd15/text_encoder", ids, "last_hidden_state") * np.asarray(weights, np.float32)[None, :, None]
@@ -125,12 +127,18 @@ def test_sdxl_two_encoders_weighted_and_zero_negative(xl: Any) -> None:
     ids_2, weights_2 = window(xl, "text_encoder_2", [("a ", 1.0), ("blue", 0.7), (" dog", 1.0)])
     empty_2 = window(xl, "text_encoder_2", [])[0]
     hidden_2 = np.concatenate(
-        [emphasis(encoder("sdxl/text_encoder_2", ids_2, "hidden_states.4"), weights_2), encoder("sdxl/text_encoder_2", empty_2, "hidden_states.4")],
+        [
+            emphasis(encoder("sdxl/text_encoder_2", ids_2, "hidden_states.4"), weights_2),
+            encoder("sdxl/text_encoder_2", empty_2, "hidden_states.4"),
+        ],
         axis=1,
     )
     positive = np.concatenate([hidden_1, hidden_2], axis=-1)
     empty = np.concatenate(
-        [encoder("sdxl/text_encoder", window(xl, "text_encoder", [])[0], "hidden_states.4"), encoder("sdxl/text_encoder_2", empty_2, "hidden_states.4")],
+        [
+            encoder("sdxl/text_encoder", window(xl, "text_encoder", [])[0], "hidden_states.4"),
+            encoder("sdxl/text_encoder_2", empty_2, "hidden_states.4"),
+        ],
         axis=-1,
     )
     negative = np.concatenate([np.zeros_like(empty), empty], axis=1)

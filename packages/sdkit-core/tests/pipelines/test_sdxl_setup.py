@@ -72,7 +72,9 @@ def test_a_base_request_becomes_an_xl_request() -> None:
 # -- time_ids, as diffusers' _get_add_time_ids and __call__ fill them --------------------------
 
 
-def rows(height: int = 32, width: int = 48, *, img2img: bool = False, aesthetic: bool = False, **fields: Any) -> list[list[float]]:
+def rows(
+    height: int = 32, width: int = 48, *, img2img: bool = False, aesthetic: bool = False, **fields: Any
+) -> list[list[float]]:
     ids = time_ids(XLRequest.create("a", **fields), height, width, img2img=img2img, aesthetic=aesthetic)
     result: list[list[float]] = ids.tolist()
     return result
@@ -106,7 +108,10 @@ def test_sdxl_folders_are_recognised_without_loading_models() -> None:
     assert pipeline_class_for(ROOT / "sdxl_refiner") is StableDiffusionXLPipeline
     assert pipeline_class_for(ROOT / "sd15") is StableDiffusionPipeline
     base = folder_config(read_layout(ROOT / "sdxl"))
-    assert base.text_outputs == {"text_encoder": ("hidden_states.4",), "text_encoder_2": ("hidden_states.4", "text_embeds")}
+    assert base.text_outputs == {
+        "text_encoder": ("hidden_states.4",),
+        "text_encoder_2": ("hidden_states.4", "text_embeds"),
+    }
     assert base.vae_scaling_factor == 0.13025 and base.force_zeros_for_empty_prompt
     assert not base.requires_aesthetics_score and base.fp32_components == ("vae_decoder", "vae_encoder")
     assert set(base.tokenizers) == {"text_encoder", "text_encoder_2"}
@@ -154,12 +159,14 @@ def test_sdxl_folder_problems_are_one_error(tmp_path: Path) -> None:
         with pytest.raises(ModelFormatError, match=match):
             folder_config(read_layout(copy))
     copy = edited(tmp_path / "no_te2", "sdxl", lambda c: (c / "text_encoder_2" / "model.onnx").unlink())
-    with pytest.raises(ModelFormatError, match="missing model file text_encoder_2/model.onnx"):
+    with pytest.raises(ModelFormatError, match=r"missing model file text_encoder_2/model\.onnx"):
         read_layout(copy)
 
 
 def test_aesthetics_inferred_from_the_unet_when_model_index_is_silent(tmp_path: Path) -> None:
-    copy = edited(tmp_path, "sdxl_refiner", lambda c: write_json(c / "model_index.json", {}, ("requires_aesthetics_score",)))
+    copy = edited(
+        tmp_path, "sdxl_refiner", lambda c: write_json(c / "model_index.json", {}, ("requires_aesthetics_score",))
+    )
     assert folder_config(read_layout(copy)).requires_aesthetics_score
 
 
@@ -223,3 +230,23 @@ def test_second_order_refiner_ends_on_a_whole_step(xl_pair: Any, steps: int) -> 
     assert len(stage.plan.scheduler.timesteps) == expected and expected % 2 == 1
     assert list(stage.plan.scheduler.timesteps) == list(full.timesteps[-expected:])
     assert stage.base_steps == int(np.count_nonzero(np.asarray(full.timesteps) >= 500))
+
+
+# -- scheduler-config fix-ups, applied by every pipeline ------------------------------------------
+
+
+def test_sd_pipeline_applies_diffusers_config_fixups(tmp_path: Path) -> None:
+    """``sd15_ddim_euler_config``: an EulerDiscrete config (no clip_sample, no steps_offset) with
+    DDIM. StableDiffusionPipeline's constructor sets clip_sample=False and steps_offset=1; without
+    that the image moves by 0.81 (golden.json sensitivity)."""
+    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
+    case = next(c for c in meta["cases"] if c["key"] == "sd15_ddim_euler_config")
+    copy = tmp_path / "sd15"
+    shutil.copytree(ROOT / "sd15", copy)
+    (copy / "scheduler" / "scheduler_config.json").write_text(json.dumps(meta["scheduler_configs"]["euler_only"]))
+    pipe = sdkit.load_pipeline(copy, backend="reference", threads=1)
+    fields = {k: case[k] for k in ("negative_prompt", "seed", "steps", "guidance_scale", "sampler", "width", "height")}
+    image = pipe.generate(case["prompt"], output_type="np", **fields)
+    with np.load(ROOT / "golden.npz") as data:
+        expected = data[meta["array_refs"].get("sd15_ddim_euler_config/image", "sd15_ddim_euler_config/image")]
+    assert np.abs(image - expected).max() <= 1e-3

@@ -88,9 +88,7 @@ def checked_fields(args: argparse.Namespace, pipeline_class: type[Pipeline]) -> 
     known = pipeline_class.request_class.field_names()
     for field, (flag, _) in fields.items():
         if field not in known:
-            raise InputError(
-                f"{flag} needs an SDXL model; {Path(args.model).name} is a {pipeline_class.__name__}"
-            )
+            raise InputError(f"{flag} needs an SDXL model; {Path(args.model).name} is a {pipeline_class.__name__}")
     if args.refiner is not None:
         if not Path(args.refiner).expanduser().exists():
             raise InputError(f"--refiner: {args.refiner} not found")

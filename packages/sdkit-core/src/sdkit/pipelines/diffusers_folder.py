@@ -14,8 +14,8 @@ from sdkit.pipelines.components import LoadSettings
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, read_layout
 from sdkit.pipelines.loading import PipelineLoader
-from sdkit.pipelines.sources import ModelSource, OnnxFileSource
 from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
+from sdkit.pipelines.sources import ModelSource, OnnxFileSource
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 
 DEFAULT_SCALING_FACTOR = 0.18215  # SD 1.x/2.x; a VAE config.json names its own
@@ -88,10 +88,15 @@ def _aesthetics(layout: PipelineLayout) -> bool:
         text.get("projection_dim"),
     )
     ids = None
-    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, per_id, pooled)):
+    if (
+        isinstance(width, int)
+        and isinstance(per_id, int)
+        and isinstance(pooled, int)
+        and min(width, per_id, pooled) > 0
+    ):
         ids = (width - pooled) // per_id
     if "requires_aesthetics_score" not in layout.index and ids in (5, 6):
-        return ids == 5
+        return bool(ids == 5)
     flag = _flag(layout, "requires_aesthetics_score", False)
     if ids is not None and ids != (5 if flag else 6):
         raise ModelFormatError(

@@ -95,7 +95,8 @@ def _refuse_other_families(root: Path, index: dict[str, Any]) -> None:
         "text_encoder_3"
     ):
         raise ModelFormatError(
-            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x or SDXL pipeline; only those are supported"
+            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x or SDXL pipeline; "
+            "only those are supported"
         )
 
 

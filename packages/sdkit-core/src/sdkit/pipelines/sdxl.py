@@ -66,6 +66,8 @@ def time_ids(request: XLRequest, height: int, width: int, *, img2img: bool, aest
     negative_original = request.negative_original_size
     negative_target = request.negative_target_size
     negative_crop = request.negative_crops_coords_top_left
+    positive: tuple[float, ...]
+    negative: tuple[float, ...]
     if aesthetic:
         positive = (*original, *crop, request.aesthetic_score)
         negative = (*(negative_original or original), *negative_crop, request.negative_aesthetic_score)
@@ -74,8 +76,9 @@ def time_ids(request: XLRequest, height: int, width: int, *, img2img: bool, aest
         negative = (*(negative_original or original), *crop, *(negative_target or target))
     else:
         positive = (*original, *crop, *target)
-        both = negative_original is not None and negative_target is not None
-        negative = (*negative_original, *negative_crop, *negative_target) if both else positive  # type: ignore[misc]
+        negative = positive
+        if negative_original is not None and negative_target is not None:
+            negative = (*negative_original, *negative_crop, *negative_target)
     return np.asarray([negative, positive], dtype=np.float32)
 
 
@@ -99,7 +102,7 @@ class XLPlan(GenerationPlan):
 def discrete_cutoff(fraction: float, scheduler: Any) -> int:
     """diffusers' ``discrete_timestep_cutoff``: ``round(T - fraction * T)`` of the training steps."""
     total = int(scheduler.config.num_train_timesteps)
-    return int(round(total - fraction * total))
+    return round(total - fraction * total)
 
 
 class StableDiffusionXLPipeline(StableDiffusionPipeline):
@@ -196,14 +199,14 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
             steps += 1
         if base_steps == 0 or steps == 0 or base_steps == len(base_timesteps):
             stage = "base" if base_steps == 0 else "refiner"
-            raise InputError(
-                f"refiner_switch_at {switch:g} with {request.steps} steps leaves no step for the {stage}"
-            )
+            raise InputError(f"refiner_switch_at {switch:g} with {request.steps} steps leaves no step for the {stage}")
         scheduler.set_begin_index(len(timesteps) - min(steps, len(timesteps)))
         stage_plan = GenerationPlan(request, plan.width, plan.height, plan.latent_shape, plan.seeds, scheduler)
         return RefinerStage(refiner, stage_plan, base_steps)
 
-    def refine(self, plan: GenerationPlan, latents: np.ndarray, noise: NoiseStream, callback: StepCallback | None) -> np.ndarray:
+    def refine(
+        self, plan: GenerationPlan, latents: np.ndarray, noise: NoiseStream, callback: StepCallback | None
+    ) -> np.ndarray:
         """The second stage: this pipeline denoises ``latents`` from ``plan``'s first timestep
         (the latents as they are) and decodes them: ``[N, H, W, 3]`` pixels."""
         conditioning = self.conditioning(plan, second_stage=True)

@@ -89,7 +89,5 @@ class XLRequest(GenerationRequest):
             out["refiner_switch_at"] = switch
         refiner = values.get("refiner")
         if refiner is not None and not callable(getattr(refiner, "refine", None)):
-            raise InputError(
-                f"refiner must be an SDXL pipeline from sdkit.load_pipeline, not {type(refiner).__name__}"
-            )
+            raise InputError(f"refiner must be an SDXL pipeline from sdkit.load_pipeline, not {type(refiner).__name__}")
         return out
