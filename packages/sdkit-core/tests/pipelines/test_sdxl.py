@@ -167,3 +167,14 @@ def test_png_says_refiner_and_switch(reference: Any) -> None:
     text = image.info["parameters"]
     assert ", Refiner: sdxl_refiner, Refiner switch at: 0.5, Software: sdkit" in text
     assert "Model: sdxl," in text
+
+
+def test_batch_is_the_single_images(reference: Any) -> None:
+    """Image i of a batch is the one-image request with seed + i, refiner included: the SDXL feeds
+    are batched [negative x N, positive x N] like the sample."""
+    base, refiner = reference
+    kwargs = {**kwargs_for("sdxl_base_refiner", refiner), "steps": 4, "sampler": "euler_a"}
+    batch = base.generate("a photo of an astronaut", **{**kwargs, "num_images": 2})
+    for i in range(2):
+        single = base.generate("a photo of an astronaut", **{**kwargs, "seed": kwargs["seed"] + i})
+        assert np.abs(batch[i] - single[0]).max() <= 1e-5
