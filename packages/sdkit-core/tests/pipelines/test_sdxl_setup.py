@@ -250,3 +250,39 @@ def test_sd_pipeline_applies_diffusers_config_fixups(tmp_path: Path) -> None:
     with np.load(ROOT / "golden.npz") as data:
         expected = data[meta["array_refs"].get("sd15_ddim_euler_config/image", "sd15_ddim_euler_config/image")]
     assert np.abs(image - expected).max() <= 1e-3
+
+
+def test_built_from_a_config_and_components_alone() -> None:
+    """What a single-file SDXL family does: a ``PipelineConfig`` written in code (no folder
+    config read) and components from any ``ModelSource``; the first UNet feeds are diffusers'."""
+    from sdkit.model import load_onnx
+    from sdkit.pipelines import LoadSettings, ModelInMemory, PipelineConfig
+
+    config = PipelineConfig(
+        name="family-xl",
+        vae_scaling_factor=0.13025,
+        vae_scale_factor=2,
+        sample_size=32,
+        scheduler_config=json.loads((ROOT / "sdxl" / "scheduler" / "scheduler_config.json").read_text()),
+        tokenizers={"text_encoder": ROOT / "sdxl" / "tokenizer", "text_encoder_2": ROOT / "sdxl" / "tokenizer_2"},
+        text_outputs={"text_encoder": ("hidden_states.4",), "text_encoder_2": ("hidden_states.4", "text_embeds")},
+        force_zeros_for_empty_prompt=True,
+        fp32_components=("vae_decoder", "vae_encoder"),
+    )
+    sources = {
+        name: ModelInMemory(load_onnx(ROOT / "sdxl" / name / "model.onnx"), name)
+        for name in ("text_encoder", "text_encoder_2", "unet", "vae_decoder")
+    }
+    settings = LoadSettings.create(backend="reference", memory="offload")
+    pipe = StableDiffusionXLPipeline(
+        config, settings.components(StableDiffusionXLPipeline.component_names, sources, config.text_outputs)
+    )
+    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
+    case = next(c for c in meta["cases"] if c["key"] == "sdxl_euler")
+    fields = ("prompt_2", "negative_prompt", "guidance_scale", "original_size", "crops_coords_top_left")
+    fields += ("target_size", "negative_original_size", "negative_crops_coords_top_left", "negative_target_size")
+    request = XLRequest.create(case["prompt"], width=48, height=32, **{k: case[k] for k in fields})
+    feeds = pipe.conditioning(pipe.plan(request))
+    with np.load(ROOT / "golden.npz") as data:
+        for name in ("encoder_hidden_states", "text_embeds", "time_ids"):
+            assert np.abs(feeds[name] - data[f"sdxl_euler/unet0/{name}"]).max() <= 1e-5, name

@@ -197,7 +197,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         steps = int(np.count_nonzero(timesteps < discrete_cutoff(switch, scheduler)))
         if scheduler.order == 2 and steps % 2 == 0:  # end after a whole second-order step
             steps += 1
-        if base_steps == 0 or steps == 0 or base_steps == len(base_timesteps):
+        if base_steps == 0 or steps == 0:
             stage = "base" if base_steps == 0 else "refiner"
             raise InputError(f"refiner_switch_at {switch:g} with {request.steps} steps leaves no step for the {stage}")
         scheduler.set_begin_index(len(timesteps) - min(steps, len(timesteps)))
