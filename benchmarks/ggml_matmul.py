@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -57,7 +56,7 @@ def ggml_rate(lib, backend: int, m: int, k: int, n: int, wtype: int, threads: in
     lib.ggml_free(ctx)
     if err > 1e-2:
         raise SystemExit(f"ggml mul_mat result is wrong (relative error {err:.1e})")
-    return 2.0 * m * n * k / statistics.median(times) / 1e9
+    return 2.0 * m * n * k / min(times) / 1e9  # best run: the least disturbed on a shared machine
 
 
 def numpy_rate(m: int, k: int, n: int, repeat: int) -> float:
@@ -70,7 +69,7 @@ def numpy_rate(m: int, k: int, n: int, repeat: int) -> float:
         start = time.perf_counter()
         x @ w.T
         times.append(time.perf_counter() - start)
-    return 2.0 * m * n * k / statistics.median(times) / 1e9
+    return 2.0 * m * n * k / min(times) / 1e9  # best run: the least disturbed on a shared machine
 
 
 def main() -> int:
@@ -100,7 +99,7 @@ def main() -> int:
                           "load": os.getloadavg()}))  # fmt: skip
         return 0
     print(f"ggml {lib.version} from {lib.directory}: {', '.join(f'{k}={v}' for k, v in features.items())}")
-    print(f"{args.threads} threads, median of {args.repeat}, load average {os.getloadavg()[0]:.1f}")
+    print(f"{args.threads} threads, best of {args.repeat}, load average {os.getloadavg()[0]:.1f}")
     print(f"{'shape':<24} {'ggml f32':>9} {'ggml f16':>9} {'numpy f32':>10}  GFLOP/s")
     for r in rows:
         print(f"{r['shape']:<24} {r['ggml_f32']:9.1f} {r['ggml_f16']:9.1f} {r['numpy_f32']:10.1f}")

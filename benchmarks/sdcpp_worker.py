@@ -109,6 +109,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4, help="txt2img sampling steps")
     parser.add_argument("--outputs", required=True)
+    parser.add_argument("--log", type=Path, default=None, help="write sd.cpp's whole log here")
     args = parser.parse_args()
     import sd_checkpoint
 
@@ -128,11 +129,15 @@ def main() -> int:
         generate(model, size, steps, cfg, sigmas)
     runs = []
     image = None
+    everything = list(LOG)
     for _ in range(args.repeat):
         times, image = generate(model, size, steps, cfg, sigmas)
         buffers += [f"{m[1].strip()}: {m[2]} MB" for line in LOG for m in [_BUFFER.search(line)] if m]
         runs.append(times)
-    pixels = np.asarray(image, dtype=np.float32).transpose(2, 0, 1)[None] / 255.0  # 1x3xHxW in [0,1]
+        everything += LOG
+    if args.log:
+        args.log.write_text("\n".join(everything))
+    pixels = np.asarray(image.convert("RGB"), dtype=np.float32)  # type: ignore[attr-defined].transpose(2, 0, 1)[None] / 255.0  # 1x3xHxW in [0,1]
     np.savez(args.outputs, image01=pixels)
     import stable_diffusion_cpp as sd_cpp
 
