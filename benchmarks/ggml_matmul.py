@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="one JSON line instead of the table")
+    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="time only the first N shapes")
     args = parser.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     lib = load_library()
@@ -86,7 +87,7 @@ def main() -> int:
     backend = lib.ggml_backend_dev_init(lib.ggml_backend_dev_get(cpu), None)
     features = backend_features(lib)
     rows = []
-    for m, k, n in SHAPES:
+    for m, k, n in SHAPES[: args.shapes]:
         rows.append({
             "shape": f"M={m} K={k} N={n}",
             "ggml_f32": ggml_rate(lib, backend, m, k, n, GGML_TYPE_F32, args.threads, args.repeat),

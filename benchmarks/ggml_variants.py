@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("variants", nargs="+", help="'pypi' or NAME=LIBDIR")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--shapes", type=int, default=3, help="mul_mat shapes to time (ggml_matmul.py --shapes)")
     parser.add_argument("--case", default=None, help="also time this benchmark case (worker.py, ggml-fp32)")
     args = parser.parse_args()
     variants = [(v, None) if v == "pypi" else tuple(v.split("=", 1)) for v in args.variants]
@@ -53,7 +54,17 @@ def main() -> int:
         for name, lib_dir in variants[shift:] + variants[:shift]:
             for threads in args.threads.split(","):
                 result = run_json(
-                    [sys.executable, str(HERE / "ggml_matmul.py"), "--json", "--threads", threads, "--repeat", "3"],
+                    [
+                        sys.executable,
+                        str(HERE / "ggml_matmul.py"),
+                        "--json",
+                        "--threads",
+                        threads,
+                        "--repeat",
+                        "3",
+                        "--shapes",
+                        str(args.shapes),
+                    ],
                     lib_dir,
                 )
                 if "error" in result:
