@@ -34,7 +34,8 @@ class Case:
 CASES: dict[str, Case] = {
     "vae256": Case("vae256", "SD 1.5 VAE decoder, latent 1x4x32x32 -> 256 px", "sd15_vae_decoder", 32),
     "vae512": Case("vae512", "SD 1.5 VAE decoder, latent 1x4x64x64 -> 512 px", "sd15_vae_decoder", 64),
-    "unet512": Case("unet512", "SD 1.5 UNet, one step, latent 1x4x64x64 (512 px), batch 1", "sd15_unet"),
+    "unet512": Case("unet512", "SD 1.5 UNet, one step, latent 1x4x64x64 (512 px), batch 1", "sd15_unet", 64),
+    "unet256": Case("unet256", "SD 1.5 UNet, one step, latent 1x4x32x32 (256 px), batch 1", "sd15_unet", 32),
     "taef2": Case("taef2", "TAEF2 decoder (real weights), latent 1x32x64x64 -> 512 px", "taef2_decoder"),
 }
 
@@ -56,7 +57,7 @@ def feeds(case: Case) -> dict[str, np.ndarray]:
     if case.graph == "sd15_vae_decoder":
         return {"latent_sample": sd_checkpoint.sdcpp_cpu_randn(NOISE_SEED, (1, 4, case.latent, case.latent))}
     if case.graph == "sd15_unet":
-        return sd_graphs.example_inputs("sd15_unet", "bench")
+        return sd_graphs.example_inputs("sd15_unet", "bench" if case.latent == 64 else "small")
     if case.graph == "taef2_decoder":
         latent = np.random.default_rng(0).standard_normal((1, 32, 64, 64)).astype(np.float32)
         return {"latent": latent}

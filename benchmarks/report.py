@@ -8,6 +8,7 @@ ORDER = ("ggml-fp32", "ggml-fp16", "sdkit-openvino", "openvino", "onnxruntime", 
 TITLES = {
     "vae256": "SD 1.5 VAE decoder, latent 1x4x32x32 -> 256 px",
     "vae512": "SD 1.5 VAE decoder, latent 1x4x64x64 -> 512 px",
+    "unet256": "SD 1.5 UNet, one step, latent 1x4x32x32, batch 1",
     "unet512": "SD 1.5 UNet, one step, latent 1x4x64x64, batch 1",
     "taef2": "TAEF2 decoder, latent 1x32x64x64 -> 512 px",
 }
