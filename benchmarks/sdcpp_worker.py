@@ -137,7 +137,8 @@ def main() -> int:
         everything += LOG
     if args.log:
         args.log.write_text("\n".join(everything))
-    pixels = np.asarray(image.convert("RGB"), dtype=np.float32)  # type: ignore[attr-defined].transpose(2, 0, 1)[None] / 255.0  # 1x3xHxW in [0,1]
+    rgb = np.asarray(image.convert("RGB"), dtype=np.float32)  # type: ignore[attr-defined]
+    pixels = rgb.transpose(2, 0, 1)[None] / 255.0  # 1x3xHxW in [0, 1]
     np.savez(args.outputs, image01=pixels)
     import stable_diffusion_cpp as sd_cpp
 
