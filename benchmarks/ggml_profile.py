@@ -21,15 +21,6 @@ import cases
 import machine
 
 
-def compiled_program(compiled: Any) -> Any:
-    """The Program the last run used. sdkit-ggml has no public accessor for it yet (a
-    ``programs()`` method on GgmlCompiledModel would be the hook); read its private map."""
-    programs = getattr(compiled, "_programs", None)
-    if not programs:
-        raise SystemExit("this sdkit-ggml version keeps no per-signature programs to profile")
-    return list(programs.values())[-1]
-
-
 def profile_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import sdkit
     from sdkit_ggml.runtime.profile import profile_program
@@ -46,7 +37,7 @@ def profile_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     compiled.run(feeds)
     compile_s = time.perf_counter() - start
-    program = compiled_program(compiled)
+    program = compiled.program_for(feeds)
     profile = profile_program(program, feeds, args.threads, repeat=args.repeat)
     print(f"\n## {case.title}: ggml {args.precision}, {args.threads} threads, {program.nodes} graph nodes")
     print(f"(compile + first run {compile_s:.1f} s; load average {machine.load_average()})\n")

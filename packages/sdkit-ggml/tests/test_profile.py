@@ -37,7 +37,7 @@ def test_profile_times_each_node_and_leaves_the_program_runnable() -> None:
     x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
     compiled = sdkit.compile(model, backend="ggml", threads=1)
     before = compiled.run({"x": x})["y"]
-    program = list(compiled._programs.values())[-1]  # type: ignore[attr-defined]
+    program = compiled.program_for({"x": x})  # type: ignore[attr-defined]
 
     profile = profile_program(program, {"x": x}, threads=1, repeat=2)
 

@@ -93,7 +93,7 @@ def _mul_mat_flop(node: TensorNode) -> float:
 
 def _set_inputs(program: Program, feeds: Mapping[str, np.ndarray]) -> None:
     lib = program.lib
-    for name, tensor in program.plan.inputs.items():
+    for name, tensor in program.built.inputs.items():
         data = to_storage(feeds[name], tensor, f"input {name!r}")
         lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)
 
@@ -126,7 +126,7 @@ def _timed_compute(program: Program) -> list[NodeTime]:
         return True
 
     backends = (ctypes.c_void_p * 1)(program.backend)
-    capacity = max(program.plan.builder.capacity, program.nodes + 16)
+    capacity = max(program.built.context.capacity, program.nodes + 16)
     sched = lib.ggml_backend_sched_new(backends, None, 1, capacity, False, False)
     if not sched:
         raise SdkitError("ggml could not create a scheduler for profiling")
