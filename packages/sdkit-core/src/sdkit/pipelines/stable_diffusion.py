@@ -1,4 +1,4 @@
-"""Stable Diffusion 1.x/2.x, txt2img and img2img, on any backend.
+"""Stable Diffusion 1.x/2.x, txt2img, img2img, inpainting and ControlNet, on any backend.
 
 The stages are diffusers' ``StableDiffusionPipeline`` / ``StableDiffusionImg2ImgPipeline``: CLIP
 text embeddings for the prompt and the negative prompt, the shared ``DenoiseLoop`` (classifier-free
@@ -10,30 +10,66 @@ from ``sdkit.pipelines.rng`` (documented, backend-independent).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
+from sdkit.device import Device
+from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import vae
 from sdkit.pipelines.base import GenerationPlan, Pipeline
-from sdkit.pipelines.components import Component
+from sdkit.pipelines.components import Component, MemoryPolicy
 from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.control_units import ControlUnit
+from sdkit.pipelines.controlnet import (
+    ActiveControl,
+    ControlNet,
+    ControlNetHook,
+    control_image,
+    load_controlnet,
+    named_paths,
+)
 from sdkit.pipelines.denoise import DenoiseLoop, StepHook
 from sdkit.pipelines.execution import run_main_input
+from sdkit.pipelines.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.tokenizer import ClipTokenizer
+
+NO_CONTROLNET_UNET = "ControlNet needs unet_controlnet/model.onnx (the UNet with the ControlNet residual inputs)"
+
+
+@dataclass
+class DiffusionPlan(GenerationPlan):
+    """A plan with inpainting and ControlNet: the prepared mask, the units bound to their loaded
+    ControlNets, and the hooks the stages add to the loop as they run."""
+
+    mask: MaskPlan | None = None
+    controls: list[ActiveControl] = field(default_factory=list)
+    hooks: list[StepHook] = field(default_factory=list)
 
 
 class StableDiffusionPipeline(Pipeline):
     """A loaded SD 1.x/2.x pipeline. Create with ``sdkit.load_pipeline``."""
 
-    component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
+    # "controlnet" names every ControlNet in a per-component backend/device mapping.
+    component_names: ClassVar[tuple[str, ...]] = (
+        "text_encoder",
+        "unet",
+        "vae_decoder",
+        "vae_encoder",
+        "unet_controlnet",
+        "controlnet",
+    )
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder")
+    # The UNet's added conditioning a ControlNet must share (diffusers' addition_embed_type).
+    controlnet_addition: ClassVar[str | None] = None
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
         self.tokenizer = ClipTokenizer(config.tokenizers["text_encoder"])
+        self.controlnets: dict[str, ControlNet] = {}
 
     # -- stages -----------------------------------------------------------------------------
 
@@ -57,8 +93,16 @@ class StableDiffusionPipeline(Pipeline):
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
         """txt2img: the first noise draw times ``init_noise_sigma``; img2img: the encoded image
-        noised to the first timestep (see ``sdkit.pipelines.rng`` for the draw order)."""
+        noised to the first timestep (see ``sdkit.pipelines.rng`` for the draw order);
+        inpainting: ``sdkit.pipelines.inpainting.inpainting_latents`` (its hook joins the plan's)."""
         request, scheduler = plan.request, plan.scheduler
+        if isinstance(plan, DiffusionPlan) and plan.mask is not None:
+            encoder = self.components[self.image_encoder]
+            start, hook = inpainting_latents(
+                request, plan.mask, scheduler, encoder, noise, self.config, plan.latent_shape
+            )
+            plan.hooks.append(hook)
+            return start
         if plan.image is None:
             start = _initial_noise(noise, plan.latent_shape, request.latents)
             latents: np.ndarray = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
@@ -75,10 +119,17 @@ class StableDiffusionPipeline(Pipeline):
         conditioning: dict[str, np.ndarray],
         hooks: tuple[StepHook, ...] = (),
     ) -> DenoiseLoop:
-        """The shared loop on the UNet, for ``plan``; ``hooks`` are what a subclass adds."""
+        """The shared loop on the UNet, for ``plan``, with the plan's hooks (inpainting, ControlNet
+        on ``unet_controlnet``) and the ``hooks`` a subclass adds."""
         request = plan.request
+        denoiser = "unet"
+        if isinstance(plan, DiffusionPlan):
+            if plan.controls:
+                hooks = (ControlNetHook(plan.controls), *hooks)
+                denoiser = "unet_controlnet"
+            hooks = (*plan.hooks, *hooks)
         return DenoiseLoop(
-            denoiser=self.components["unet"],
+            denoiser=self.components[denoiser],
             scheduler=plan.scheduler,
             guidance_scale=float(request.guidance_scale),
             conditioning=conditioning,
@@ -91,6 +142,111 @@ class StableDiffusionPipeline(Pipeline):
         """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
         return vae.decode(self.components["vae_decoder"], latents, self.config)
 
+    # -- planning: inpainting and ControlNet ------------------------------------------------
+
+    def plan(self, request: GenerationRequest) -> DiffusionPlan:
+        """``Pipeline.plan`` plus the mask (crop, blur, latent mask) and the ControlNet units."""
+        base = super().plan(request)
+        plan = DiffusionPlan(**vars(base))
+        if plan.request.mask is not None:
+            plan.mask = plan_mask(plan.request, plan.width, plan.height, self.config)
+            plan.image = plan.mask.image
+        elif self.config.inpainting:
+            raise InputError(
+                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask"
+            )
+        plan.controls = self.plan_controls(plan)
+        return plan
+
+    def plan_controls(self, plan: DiffusionPlan) -> list[ActiveControl]:
+        units = plan.request.control
+        if not units:
+            return []
+        if "unet_controlnet" not in self.components:
+            raise ModelFormatError(f"{self.name}: {NO_CONTROLNET_UNET}")
+        region = plan.mask.region if plan.mask is not None else None
+        count = plan.request.num_images
+        return [
+            ActiveControl(
+                self._controlnet_for(unit),
+                control_image(unit, count, plan.width, plan.height, region),
+                unit.scale,
+                unit.start,
+                unit.end,
+            )
+            for unit in units
+        ]
+
+    def _controlnet_for(self, unit: ControlUnit) -> ControlNet:
+        loaded = ", ".join(self.controlnets) or "none"
+        if unit.model is None and len(self.controlnets) == 1:
+            return next(iter(self.controlnets.values()))
+        if unit.model is None or unit.model not in self.controlnets:
+            wanted = "a ControlNet unit names no model" if unit.model is None else f"no ControlNet {unit.model!r}"
+            raise InputError(
+                f"{wanted} (loaded: {loaded}); load them with sdkit.load_pipeline(..., controlnets=...) "
+                "or pipe.set_controlnets(...)"
+            )
+        return self.controlnets[unit.model]
+
+    def set_controlnets(
+        self,
+        controlnets: Any,
+        backend: str | None = None,
+        device: str | Device | None = None,
+        memory: str | None = None,
+        **options: Any,
+    ) -> None:
+        """Load the ControlNets a request's units name, replacing those loaded before (None or
+        ``[]``: none). ``controlnets``: a folder, a list of folders (named by their folder name)
+        or ``{name: folder}``. Each is a component ``controlnet:<name>`` compiled with ``backend``,
+        ``device``, ``memory`` and ``options``, by default the UNet's; under ``memory="keep"``
+        it (and ``unet_controlnet``) compiles now."""
+        named = named_paths(controlnets) if controlnets else {}
+        if named and "unet_controlnet" not in self.components:
+            raise ModelFormatError(f"{self.name}: {NO_CONTROLNET_UNET}")
+        unet = self.components["unet"]
+
+        def component(name: str, source: Any) -> Component:
+            chosen = options or unet.options
+            return Component(
+                name,
+                source,
+                backend or unet.backend,
+                unet.device if device is None else device,
+                chosen,
+                cast("MemoryPolicy", memory or unet.policy),  # Component checks it
+            )
+
+        loaded = {name: load_controlnet(name, path, component) for name, path in named.items()}
+        for net in loaded.values():
+            self._check_controlnet(net)
+        for old in self.controlnets.values():
+            old.component.release()
+            self.components.pop(old.component.name, None)
+        self.controlnets = loaded
+        for net in loaded.values():
+            self.components[net.component.name] = net.component
+        ready = [net.component for net in loaded.values()]
+        for part in [*ready, self.components["unet_controlnet"]] if ready else []:
+            if part.policy == "keep":
+                part.prepare()
+
+    def _check_controlnet(self, net: ControlNet) -> None:
+        """What its config.json says against this pipeline, before anything compiles."""
+        if net.conditioning_factor != self.config.vae_scale_factor:
+            raise ModelFormatError(
+                f"ControlNet {net.name!r} reduces control images {net.conditioning_factor}x, but this "
+                f"pipeline's latents are {self.config.vae_scale_factor}x smaller than its images: its "
+                "conditioning does not fit this model"
+            )
+        addition = net.config.get("addition_embed_type")
+        if addition != self.controlnet_addition:
+            family = (
+                "an SDXL" if addition == "text_time" else "an SD 1.x/2.x" if addition is None else f"a {addition!r}"
+            )
+            raise ModelFormatError(f"ControlNet {net.name!r} is {family} ControlNet; {self.name} is another family")
+
     # -- the public call --------------------------------------------------------------------
 
     def run(self, request: GenerationRequest) -> Any:
@@ -101,6 +257,12 @@ class StableDiffusionPipeline(Pipeline):
         latents = self.initial_latents(plan, noise)
         latents = self.denoise_loop(plan, noise, conditioning).run(latents)
         return self.deliver(plan, self.decode(latents))
+
+    def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
+        """``Pipeline.deliver``, after A1111's paste-back of an inpainting result (when asked)."""
+        if isinstance(plan, DiffusionPlan) and plan.mask is not None and plan.mask.paste is not None:
+            pixels = paste_back(pixels, plan.mask.paste)
+        return super().deliver(plan, pixels)
 
 
 def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:
