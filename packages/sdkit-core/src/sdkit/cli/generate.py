@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sdkit.cli.common import add_option_arguments, options_from
+from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.progress import interactive
 from sdkit.errors import InputError
 from sdkit.pipelines.request import GenerationRequest
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-image", default=None, help="img2img: the image to start from")
     parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
+    add_inpaint_arguments(parser)
     parser.add_argument(
         "--backend",
         default="auto",
@@ -91,6 +93,7 @@ class StepBar:
 
 def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> GenerationRequest:
     """The request the flags describe, checked before any model loads: a typo fails in a second."""
+    inpainting, _ = control_fields(args)
     return GenerationRequest.create(
         args.prompt,
         negative_prompt=args.negative,
@@ -105,6 +108,7 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         strength=args.strength,
         num_images=args.num_images,
         callback=callback,
+        **inpainting,
     )
 
 
@@ -121,8 +125,12 @@ def run(args: argparse.Namespace) -> int:
         backend=per_component_argument(args.backend, "--backend") or "auto",
         device=per_component_argument(args.device, "--device"),
         memory=args.memory,
+        controlnets=control_fields(args)[1] or None,
+        prepare=False,
         **options_from(args),
     )
+    pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
+    pipe.prepare()
     try:
         images = pipe.run(request)
     finally:

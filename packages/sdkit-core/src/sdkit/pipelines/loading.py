@@ -42,7 +42,9 @@ def load_pipeline(
 
     ``controlnets=`` (a folder, a list of folders or ``{name: folder}``) loads ControlNets with the
     pipeline, as ``pipe.set_controlnets``; a per-component ``backend``/``device`` mapping names
-    them all ``"controlnet"``.
+    them all ``"controlnet"``. ``prepare=False`` compiles nothing now (each component compiles
+    when first used): ``pipe.plan(request)`` can then check a request against the model before
+    anything compiles, as ``sdkit generate`` does, and ``pipe.prepare()`` compiles.
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
@@ -83,13 +85,13 @@ class PipelineLoader(ABC):
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
         """The pipeline for ``path``, with components made by ``settings.components(...)``."""
 
-    def load(self, path: Path, controlnets: Any = None, **kwargs: Any) -> Pipeline:
+    def load(self, path: Path, controlnets: Any = None, prepare: bool = True, **kwargs: Any) -> Pipeline:
         """``sdkit.load_model`` and ``load_pipeline`` call this: ``kwargs`` are ``load_pipeline``'s."""
         settings = LoadSettings.create(**kwargs)
         pipeline = self.build(Path(path), settings)
         if controlnets:
             attach_controlnets(pipeline, controlnets, settings)
-        if settings.memory == "keep":
+        if prepare and settings.memory == "keep":
             pipeline.prepare()
         return pipeline
 

@@ -201,7 +201,7 @@ class StableDiffusionPipeline(Pipeline):
         ``[]``: none). ``controlnets``: a folder, a list of folders (named by their folder name)
         or ``{name: folder}``. Each is a component ``controlnet:<name>`` compiled with ``backend``,
         ``device``, ``memory`` and ``options``, by default the UNet's; under ``memory="keep"``
-        it (and ``unet_controlnet``) compiles now."""
+        it (and ``unet_controlnet``) compiles with the pipeline (now, if the pipeline is compiled)."""
         named = named_paths(controlnets) if controlnets else {}
         if named and "unet_controlnet" not in self.components:
             raise ModelFormatError(f"{self.name}: {NO_CONTROLNET_UNET}")
@@ -227,10 +227,23 @@ class StableDiffusionPipeline(Pipeline):
         self.controlnets = loaded
         for net in loaded.values():
             self.components[net.component.name] = net.component
-        ready = [net.component for net in loaded.values()]
-        for part in [*ready, self.components["unet_controlnet"]] if ready else []:
-            if part.policy == "keep":
-                part.prepare()
+        if self.components["unet"].compiled is not None:  # a prepared pipeline: these too
+            self.prepare_controlnets()
+
+    def prepare(self) -> None:
+        """``Pipeline.prepare``, and the ControlNets with ``unet_controlnet`` when some are loaded."""
+        super().prepare()
+        self.prepare_controlnets()
+
+    def prepare_controlnets(self) -> None:
+        if not self.controlnets:
+            return
+        try:
+            for part in [*(net.component for net in self.controlnets.values()), self.components["unet_controlnet"]]:
+                part.prepare()  # compiles under memory="keep" only
+        except BaseException:
+            self.close()
+            raise
 
     def _check_controlnet(self, net: ControlNet) -> None:
         """What its config.json says against this pipeline, before anything compiles."""
