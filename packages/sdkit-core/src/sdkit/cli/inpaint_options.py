@@ -75,7 +75,8 @@ def _name(path: str) -> str:
 def control_fields(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     """The request fields of the inpainting and ControlNet flags, and ``{name: folder}`` of the
     ControlNets to load (each folder read here, so a missing one fails before the model loads)."""
-    units, folders = [], {}
+    units: list[dict[str, Any]] = []
+    folders: dict[str, str] = {}
     for text in args.control:
         unit, folder = parse_control(text)
         known = folders.setdefault(unit["model"], folder)
