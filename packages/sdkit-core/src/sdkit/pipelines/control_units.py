@@ -21,6 +21,7 @@ ControlNet sees (uint8 RGB, before the pipeline resizes it to the generation siz
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,9 +115,15 @@ def control_units(value: Any) -> tuple[ControlUnit, ...]:
         return (ControlUnit.create(value),)
     if not isinstance(value, (list, tuple)):
         raise InputError(f"control must be a list of ControlNet units, not {type(value).__name__}")
-    if value and not isinstance(value[0], (ControlUnit, Mapping, list, tuple)):
+    if value and _image_like(value[0]):
         raise InputError("control must be a list of ControlNet units: wrap a single tuple unit in a list")
     return tuple(ControlUnit.create(unit) for unit in value)
+
+
+def _image_like(value: Any) -> bool:
+    from PIL import Image
+
+    return isinstance(value, (str, os.PathLike, np.ndarray, Image.Image))
 
 
 def _number(value: Any, what: str) -> float:
