@@ -167,3 +167,28 @@ def test_goldens_depend_on_the_mask_and_the_controlnet() -> None:
     scale0 = meta()["sensitivity_max_abs_diff"]["sd15_controlnet vs scale 0"]
     window = meta()["sensitivity_max_abs_diff"]["sd15_controlnet_multi vs guidance start/end 0/1"]
     assert min(scale0, window) > 20 * TOLERANCE
+
+
+def test_explicit_latents_replace_the_start_noise() -> None:
+    """``latents=`` is the start-noise draw (also the latent blending's noise): diffusers' own
+    noise gives diffusers' image, and the other draws still come from the seed."""
+    key = "sd15_masked_img2img"
+    image = pipe("sd15", "reference").generate(
+        case(key)["prompt"], **inpaint_kwargs(key), latents=golden(f"{key}/noise")
+    )
+    assert float(np.abs(image - golden(f"{key}/image")).max()) <= TOLERANCE
+
+
+def test_controlnet_with_inpainting_and_img2img() -> None:
+    """The hooks compose: a ControlNet at scale 0 leaves a masked (or img2img) image unchanged; at
+    scale 1 it changes it."""
+    loaded = pipe("sd15", "reference")
+    kwargs = inpaint_kwargs("sd15_masked_img2img")
+    edges = golden("control_edges")
+    for extra in ({}, {"mask": None}):
+        request = {**kwargs, **extra}
+        plain = loaded.generate("a cat", **request)
+        off = loaded.generate("a cat", **request, control=[(edges, "sd15_a", 0.0)])
+        on = loaded.generate("a cat", **request, control=[(edges, "sd15_a", 1.0)])
+        assert float(np.abs(off - plain).max()) <= 1e-5
+        assert float(np.abs(on - plain).max()) > 1e-2
