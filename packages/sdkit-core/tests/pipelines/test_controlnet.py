@@ -174,3 +174,13 @@ def test_controlnets_on_a_pipeline_class_without_them(tiny_dir: Path) -> None:
 
     with pytest.raises(OptionError, match="takes no ControlNets"):
         attach_controlnets(Plain(None, {}), [NETS / "sd15_a"], LoadSettings())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("guidance", [7.5, 1.0])
+def test_image_i_of_a_batch_is_seed_plus_i(pipe: Any, edges: np.ndarray, guidance: float) -> None:
+    """Batches and the unguided batch of N (not 2N) feed the ControlNet its images in step."""
+    units = [(edges, "sd15_a", 0.8), (edges, "sd15_b", 0.5)]
+    kwargs = {**REQUEST, "steps": 2, "guidance_scale": guidance, "control": units}
+    batch = pipe.generate("a cat", **{**kwargs, "num_images": 2})
+    second = pipe.generate("a cat", **{**kwargs, "seed": REQUEST["seed"] + 1})
+    assert float(np.abs(batch[1] - second[0]).max()) <= 1e-5
