@@ -17,6 +17,7 @@ import numpy as np
 
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
+from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
 from sdkit.cli.progress import interactive
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
@@ -43,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
     add_inpaint_arguments(parser)
+    add_large_image_arguments(parser)
     parser.add_argument(
         "--backend",
         default="auto",
@@ -124,6 +126,7 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         num_images=args.num_images,
         callback=callback,
         **inpainting,
+        **large_image_fields(args),
     )
 
 

@@ -210,10 +210,11 @@ def inpainting_latents(
     sample (except for a 9-channel UNet at strength 1, which never uses it), the start noise
     (``request.latents`` in its place when given), the masked image's posterior sample."""
     count = request.num_images
+    tile = request.vae_tile_size if request.vae_tiling else None
     full = request.strength == 1.0  # diffusers' is_strength_max: start from pure noise
     image_latents = None
     if not config.inpainting or not full:
-        image_latents = vae.encode(encoder, plan.image, noise, count, config)
+        image_latents = vae.encode(encoder, plan.image, noise, count, config, tile)
     drawn = noise.normal(shape)
     start = drawn if request.latents is None else request.latents
     if full:
@@ -221,7 +222,7 @@ def inpainting_latents(
     else:
         first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
         latents = np.asarray(scheduler.add_noise(image_latents, start, first), dtype=np.float32)
-    masked_latents = vae.encode(encoder, plan.masked_image, noise, count, config)
+    masked_latents = vae.encode(encoder, plan.masked_image, noise, count, config, tile)
     mask = np.repeat(plan.latent_mask, count, axis=0).astype(np.float32)
     if config.inpainting:
         return latents, InpaintingInput(mask, masked_latents)

@@ -120,7 +120,9 @@ class GenerationRequest:
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text_encoding``).
+    ``sdkit.pipelines.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
+    (``sdkit.pipelines.vae``): large images in bounded memory.
     """
 
     prompt: str
@@ -145,6 +147,8 @@ class GenerationRequest:
     callback: StepCallback | None = None
     output_type: str = "pil"
     prompt_weighting: str = "none"
+    vae_tiling: bool = False
+    vae_tile_size: int = 512
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -181,6 +185,7 @@ class GenerationRequest:
         out.update(_img2img_fields(values))
         out.update(_inpaint_fields(values, out))
         out.update(_control_fields(values, out))
+        out.update(_tiling_fields(values))
         if values.get("latents") is not None:
             out["latents"] = np.asarray(values["latents"])
         callback = values.get("callback")
@@ -294,3 +299,14 @@ def _control_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str
                     f"{image.width}x{image.height}, not {unit.size[0]}x{unit.size[1]}"
                 )
     return {"control": units}
+
+
+def _tiling_fields(values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "vae_tiling" in values:
+        out["vae_tiling"] = _flag(values["vae_tiling"], "vae_tiling")
+    if "vae_tile_size" in values:
+        out["vae_tile_size"] = _size(values["vae_tile_size"], "vae_tile_size") or 512
+        if out["vae_tile_size"] < 16:
+            raise InputError(f"vae_tile_size must be at least 16 pixels, got {out['vae_tile_size']}")
+    return out

@@ -42,7 +42,7 @@ from sdkit.pipelines.denoise import StepCallback
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sdxl_request import XLRequest
-from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting
+from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting, vae_tile
 from sdkit.pipelines.text_encoding import encode_prompts
 
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
@@ -220,7 +220,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         conditioning = self.conditioning(plan, second_stage=True)
         loop = self.denoise_loop(plan, noise, conditioning)
         loop.callback = callback
-        return self.decode(loop.run(latents))
+        return self.decode(loop.run(latents), vae_tile(plan.request))
 
     # -- the public call --------------------------------------------------------------------
 
@@ -233,7 +233,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         loop = self.denoise_loop(plan, noise, conditioning)
         stage = plan.refiner
         if stage is None:
-            return self.deliver(plan, self.decode(loop.run(latents)))
+            return self.deliver(plan, self.decode(loop.run(latents), vae_tile(plan.request)))
         total = stage.base_steps + len(stage.plan.scheduler.timesteps)
         loop.stop_after = stage.base_steps
         loop.callback = _counting(plan.request.callback, 0, total)

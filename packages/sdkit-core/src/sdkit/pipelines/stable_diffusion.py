@@ -118,7 +118,8 @@ class StableDiffusionPipeline(Pipeline):
             start = _initial_noise(noise, plan.latent_shape, request.latents)
             latents: np.ndarray = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
             return latents
-        encoded = vae.encode(self.components[self.image_encoder], plan.image, noise, request.num_images, self.config)
+        encoder = self.components[self.image_encoder]
+        encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config, vae_tile(request))
         start = _initial_noise(noise, plan.latent_shape, request.latents)
         first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
         return np.asarray(scheduler.add_noise(encoded, start, first), dtype=np.float32)
@@ -149,9 +150,9 @@ class StableDiffusionPipeline(Pipeline):
             callback=request.callback,
         )
 
-    def decode(self, latents: np.ndarray) -> np.ndarray:
-        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
-        return vae.decode(self.components["vae_decoder"], latents, self.config)
+    def decode(self, latents: np.ndarray, tile: int | None = None) -> np.ndarray:
+        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (in tiles of ``tile`` pixels when given)."""
+        return vae.decode(self.components["vae_decoder"], latents, self.config, tile)
 
     # -- planning: inpainting and ControlNet ------------------------------------------------
 
@@ -159,6 +160,8 @@ class StableDiffusionPipeline(Pipeline):
         """``Pipeline.plan`` plus the mask (crop, blur, latent mask) and the ControlNet units."""
         base = super().plan(request)
         plan = DiffusionPlan(**vars(base))
+        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
+            vae.tile_overlap(request.vae_tile_size, self.config.vae_scale_factor)
         if plan.request.mask is not None:
             plan.mask = plan_mask(plan.request, plan.width, plan.height, self.config)
             plan.image = plan.mask.image
@@ -280,13 +283,18 @@ class StableDiffusionPipeline(Pipeline):
         conditioning = self.conditioning(plan)  # the text encoder first, as diffusers
         latents = self.initial_latents(plan, noise)
         latents = self.denoise_loop(plan, noise, conditioning).run(latents)
-        return self.deliver(plan, self.decode(latents))
+        return self.deliver(plan, self.decode(latents, vae_tile(plan.request)))
 
     def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
         """``Pipeline.deliver``, after A1111's paste-back of an inpainting result (when asked)."""
         if isinstance(plan, DiffusionPlan) and plan.mask is not None and plan.mask.paste is not None:
             pixels = paste_back(pixels, plan.mask.paste)
         return super().deliver(plan, pixels)
+
+
+def vae_tile(request: GenerationRequest) -> int | None:
+    """The VAE tile size in pixels when the request asks for tiling, else None."""
+    return request.vae_tile_size if request.vae_tiling else None
 
 
 def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:
