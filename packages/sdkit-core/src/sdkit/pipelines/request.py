@@ -48,6 +48,7 @@ import numpy as np
 
 from sdkit.errors import InputError, OptionError, did_you_mean
 from sdkit.pipelines.control_units import ControlUnit, control_units
+from sdkit.pipelines.hires import canonical_upscaler
 from sdkit.pipelines.images import open_init_image
 from sdkit.pipelines.masks import open_mask
 from sdkit.plugins import get_plugins
@@ -123,6 +124,12 @@ class GenerationRequest:
     ``sdkit.pipelines.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
     vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
     (``sdkit.pipelines.vae``): large images in bounded memory.
+
+    Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
+    hr_resize_y), hr_upscaler (``sdkit.pipelines.hires.UPSCALERS``: "Latent", "Latent
+    (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
+    denoising_strength (the second pass's; img2img's is ``strength``). See
+    ``sdkit.pipelines.hires_fix``.
     """
 
     prompt: str
@@ -149,6 +156,13 @@ class GenerationRequest:
     prompt_weighting: str = "none"
     vae_tiling: bool = False
     vae_tile_size: int = 512
+    enable_hr: bool = False
+    hr_scale: float = 2.0
+    hr_upscaler: str = "Latent"
+    hr_second_pass_steps: int = 0
+    hr_resize_x: int = 0
+    hr_resize_y: int = 0
+    denoising_strength: float = 0.7
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -186,6 +200,7 @@ class GenerationRequest:
         out.update(_inpaint_fields(values, out))
         out.update(_control_fields(values, out))
         out.update(_tiling_fields(values))
+        out.update(_hires_fields(values, out))
         if values.get("latents") is not None:
             out["latents"] = np.asarray(values["latents"])
         callback = values.get("callback")
@@ -309,4 +324,41 @@ def _tiling_fields(values: dict[str, Any]) -> dict[str, Any]:
         out["vae_tile_size"] = _size(values["vae_tile_size"], "vae_tile_size") or 512
         if out["vae_tile_size"] < 16:
             raise InputError(f"vae_tile_size must be at least 16 pixels, got {out['vae_tile_size']}")
+    return out
+
+
+HIRES_DEFAULTS = {
+    "hr_scale": 2.0,
+    "hr_upscaler": "Latent",
+    "hr_second_pass_steps": 0,
+    "hr_resize_x": 0,
+    "hr_resize_y": 0,
+    "denoising_strength": 0.7,
+}
+
+
+def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
+    """A1111's hires-fix fields; they need ``enable_hr``, which needs txt2img (no init image)."""
+    out: dict[str, Any] = {}
+    if "enable_hr" in values:
+        out["enable_hr"] = _flag(values["enable_hr"], "enable_hr")
+    for what in ("hr_second_pass_steps", "hr_resize_x", "hr_resize_y"):
+        if what in values:
+            out[what] = as_int(values[what], what, 0)
+    for what in ("hr_scale", "denoising_strength"):
+        if what in values:
+            out[what] = as_float(values[what], what)
+    if "hr_upscaler" in values:
+        out["hr_upscaler"] = canonical_upscaler(as_text(values["hr_upscaler"], "hr_upscaler"))
+    if not out.get("enable_hr"):
+        changed = [name for name, default in HIRES_DEFAULTS.items() if out.get(name, default) != default]
+        if changed:
+            raise InputError(f"{changed[0]} is a hires fix option: it needs enable_hr=True")
+        return out
+    if checked.get("init_image") is not None:
+        raise InputError("hires fix (enable_hr) is for txt2img: it cannot start from an init_image")
+    if not 0.0 < out.get("denoising_strength", 0.7) <= 1.0:
+        raise InputError(f"denoising_strength must be in (0, 1], got {values['denoising_strength']!r}")
+    if not out.get("hr_resize_x") and not out.get("hr_resize_y") and out.get("hr_scale", 2.0) < 1.0:
+        raise InputError(f"hr_scale must be at least 1, got {values['hr_scale']!r}")
     return out

@@ -233,7 +233,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         loop = self.denoise_loop(plan, noise, conditioning)
         stage = plan.refiner
         if stage is None:
-            return self.deliver(plan, self.decode(loop.run(latents), vae_tile(plan.request)))
+            return self.deliver(plan, self.finish(plan, loop, latents, noise))
         total = stage.base_steps + len(stage.plan.scheduler.timesteps)
         loop.stop_after = stage.base_steps
         loop.callback = _counting(plan.request.callback, 0, total)

@@ -31,6 +31,8 @@ from sdkit.pipelines.controlnet import (
     named_paths,
 )
 from sdkit.pipelines.denoise import DenoiseLoop, StepHook
+from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
@@ -48,6 +50,7 @@ class DiffusionPlan(GenerationPlan):
     mask: MaskPlan | None = None
     controls: list[ActiveControl] = field(default_factory=list)
     hooks: list[StepHook] = field(default_factory=list)
+    hires: HiresStage | None = None
 
 
 class StableDiffusionPipeline(Pipeline):
@@ -170,7 +173,44 @@ class StableDiffusionPipeline(Pipeline):
                 f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask"
             )
         plan.controls = self.plan_controls(plan)
+        if request.enable_hr:
+            plan.hires = self.plan_hires(plan)
         return plan
+
+    def plan_hires(self, plan: DiffusionPlan) -> HiresStage:
+        """The hires fix's second pass (``sdkit.pipelines.hires_fix``), planned like any request."""
+        request = plan.request
+        if getattr(request, "refiner", None) is not None:
+            raise InputError("hires fix and a refiner together are not supported: choose one")
+        factor = self.config.vae_scale_factor
+        sized = request.replace(width=plan.width, height=plan.height)
+        second_request, numbers = second_pass_request(sized, factor)
+        stage = hires_stage(self.plan(second_request), numbers, request.hr_upscaler, factor)
+        if stage.kind == "image" and self.image_encoder not in self.components:
+            raise ModelFormatError(
+                f"{self.name}: the {request.hr_upscaler} upscaler encodes the upscaled image again and needs "
+                f"{self.image_encoder}/model.onnx; use a Latent upscaler"
+            )
+        plan.parameters.update(hires_parameters(request))
+        return stage
+
+    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
+        """The second pass from the first pass's final ``latents``: upscale, noise to the tail's
+        first timestep, denoise at the target size, decode: ``[N, H, W, 3]`` pixels."""
+        second, tile = stage.plan, vae_tile(stage.plan.request)
+        encoder = self.components.get(self.image_encoder)
+
+        def encode(images: np.ndarray) -> np.ndarray:
+            assert encoder is not None  # plan_hires checked it for image upscalers
+            return vae.encode(encoder, images, noise, 1, self.config, tile)
+
+        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        start = noise.normal(upscaled.shape)
+        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
+        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
+        loop = self.denoise_loop(second, noise, self.conditioning(second))
+        loop.callback = counting(second.request.callback, offset, offset + len(second.scheduler.timesteps))
+        return self.decode(loop.run(noised), tile)
 
     def plan_controls(self, plan: DiffusionPlan) -> list[ActiveControl]:
         units = plan.request.control
@@ -282,8 +322,17 @@ class StableDiffusionPipeline(Pipeline):
         noise = NoiseStream(plan.seeds)
         conditioning = self.conditioning(plan)  # the text encoder first, as diffusers
         latents = self.initial_latents(plan, noise)
-        latents = self.denoise_loop(plan, noise, conditioning).run(latents)
-        return self.deliver(plan, self.decode(latents, vae_tile(plan.request)))
+        loop = self.denoise_loop(plan, noise, conditioning)
+        return self.deliver(plan, self.finish(plan, loop, latents, noise))
+
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``loop`` run on ``latents``, then decoded, or the hires fix's second pass: pixels."""
+        stage = plan.hires if isinstance(plan, DiffusionPlan) else None
+        if stage is None:
+            return self.decode(loop.run(latents), vae_tile(plan.request))
+        first = len(plan.scheduler.timesteps)
+        loop.callback = counting(plan.request.callback, 0, first + len(stage.plan.scheduler.timesteps))
+        return self.hires_pass(stage, loop.run(latents), noise, first)
 
     def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
         """``Pipeline.deliver``, after A1111's paste-back of an inpainting result (when asked)."""
