@@ -1,8 +1,9 @@
-"""SD 1.x inpainting, masked img2img and ControlNet against diffusers' goldens (``fixtures/tiny_xl``,
+"""SD 1.x and SDXL inpainting, masked img2img and ControlNet against diffusers' goldens (``fixtures/tiny_xl``,
 README sections 3.3 and 3.4), on every installed backend.
 
 Oracle: diffusers 0.42.1's ``StableDiffusionInpaintPipeline`` (9-channel and 4-channel UNets) and
-``StableDiffusionControlNetPipeline`` (one and two ControlNets) images and per-step latents, made
+``StableDiffusionControlNetPipeline`` (one and two ControlNets), ``StableDiffusionXLInpaintPipeline``
+and ``StableDiffusionXLControlNetPipeline`` images and per-step latents, made
 with sdkit's noise stream by ``make_fixtures.py``. Every image within 1e-3 on [0, 1] pixels on
 the reference, ggml and openvino backends; the per-step latents within 1e-3 (absolute, latents of
 magnitude ~10); the latent mask exactly.
@@ -157,7 +158,6 @@ def test_controlnet_reproduces_diffusers(key: str, backend: str) -> None:
 def test_sdxl_variants_reproduce_diffusers(key: str, backend: str) -> None:
     """StableDiffusionXLInpaintPipeline (4-channel UNet) and StableDiffusionXLControlNetPipeline
     (one and two ControlNets, SDXL's text_embeds and time_ids fed to them too)."""
-    pytest.importorskip("sdkit.pipelines.sdxl", reason="the SDXL pipeline (branch sdxl) is not on this branch yet")
     c = case(key)
     kwargs = inpaint_kwargs(key) if c["family"] == "sdxl_masked" else control_kwargs(key)
     steps: list[np.ndarray] = []
