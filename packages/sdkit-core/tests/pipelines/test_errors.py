@@ -45,13 +45,14 @@ def test_truncated_model_file(tiny_dir: Path, tmp_path: Path) -> None:
         sdkit.load_pipeline(copy, backend="reference")
 
 
-def test_inpainting_unet_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+def test_depth_unet_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+    """A UNet with neither the latents' channels nor an inpainting UNet's (2c + 1): refused."""
     copy = tmp_path / "pipe"
     shutil.copytree(tiny_dir, copy)
     config = json.loads((copy / "unet" / "config.json").read_text(encoding="utf-8"))
-    config["in_channels"] = 9
+    config["in_channels"] = 5
     (copy / "unet" / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(ModelFormatError, match="9 input channels"):
+    with pytest.raises(ModelFormatError, match="5 input channels"):
         sdkit.load_pipeline(copy, backend="reference")
 
 

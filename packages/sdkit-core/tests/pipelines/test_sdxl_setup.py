@@ -182,6 +182,7 @@ def test_sdxl_vae_stays_fp32_unless_named() -> None:
         "text_encoder": "fp16",
         "text_encoder_2": "fp16",
         "unet": "fp16",
+        "unet_controlnet": "fp16",  # the fixture's SDXL has the ControlNet UNet too
         "vae_decoder": "fp32",
         "vae_encoder": "fp32",
     }

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from sdkit.cli.common import add_option_arguments, options_from
+from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
+from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
 from sdkit.cli.progress import interactive
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
@@ -53,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-image", default=None, help="img2img: the image to start from")
     parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
+    add_inpaint_arguments(parser)
+    add_large_image_arguments(parser)
     parser.add_argument(
         "--backend",
         default="auto",
@@ -110,6 +114,7 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
     """The request the flags describe, checked before any model loads: a typo fails in a second.
     Its class is the model's pipeline's (found from its config files), so SDXL flags on an SD
     model, or a refiner that is not SDXL, fail here too."""
+    inpainting, _ = control_fields(args)
     pipeline_class = pipeline_class_for(args.model)
     if pipeline_class is not None:
         request_class, extra = pipeline_class.request_class, checked_fields(args, pipeline_class)
@@ -132,6 +137,8 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         strength=args.strength,
         num_images=args.num_images,
         callback=callback,
+        **inpainting,
+        **large_image_fields(args),
     )
 
 
@@ -149,9 +156,16 @@ def run(args: argparse.Namespace) -> int:
         "memory": args.memory,
         **options_from(args),
     }
-    pipe = sdkit.load_pipeline(args.model, prediction=args.prediction, **settings)
+    controlnets = control_fields(args)[1] or None
+    pipe = sdkit.load_pipeline(args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings)
+    refiner = None
     if args.refiner is not None:  # checked to be SDXL by build_request; the same settings
-        request = request.replace(refiner=sdkit.load_pipeline(args.refiner, **settings))
+        refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)
+        request = request.replace(refiner=refiner)
+    pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
+    for loaded in (pipe, refiner):
+        if loaded is not None:
+            loaded.prepare()
     try:
         images = pipe.run(request)
     finally:

@@ -30,6 +30,9 @@ class PipelineConfig:
     vae_scale_factor: pixels per latent cell, ``2 ** (VAE blocks - 1)`` (8 for every SD VAE).
     sample_size: the denoiser's native latent size; the default image size is
         ``sample_size * vae_scale_factor`` (512 for SD 1.x, 768 for SD 2.x-768, 1024 for SDXL).
+    inpainting: the denoiser is an inpainting model: its sample input is the latents, the mask
+        and the masked image's latents (``2 * latent_channels + 1`` channels: 9 for SD and SDXL
+        inpainting UNets); it runs only with an init image and a mask.
     scheduler_config: the diffusers ``scheduler_config.json`` dict the samplers take over with
         ``from_config`` semantics (None: Stable Diffusion 1.x's).
     tokenizers: text-encoder component -> tokenizer folder (``vocab.json`` + ``merges.txt`` or
@@ -54,6 +57,7 @@ class PipelineConfig:
     vae_scaling_factor: float = 0.18215
     vae_scale_factor: int = 8
     sample_size: int = 64
+    inpainting: bool = False
     scheduler_config: Mapping[str, Any] | None = None
     tokenizers: Mapping[str, TokenizerSource] = field(default_factory=dict)
     text_outputs: Mapping[str, tuple[str, ...]] = field(

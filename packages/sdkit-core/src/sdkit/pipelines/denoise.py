@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from sdkit.pipelines.execution import input_info, run_batched
 
 StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
 NoiseFn = Callable[[tuple[int, ...]], np.ndarray]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,11 @@ class StepHook:
         """The latents after the scheduler's step (e.g. masked img2img blending in the image)."""
         return latents
 
+    def hold(self, run: Callable[[], T]) -> T:
+        """Run the whole loop (``run()``); a hook that needs models at every step (ControlNet)
+        compiles them here, once for the loop, and releases them after (``memory="offload"``)."""
+        return run()
+
 
 @dataclass
 class DenoiseLoop:
@@ -100,7 +106,16 @@ class DenoiseLoop:
         return self.guidance_scale > 1.0
 
     def run(self, latents: np.ndarray) -> np.ndarray:
-        return self.denoiser.use(lambda compiled: self._run(compiled, latents))
+        def held(compiled: CompiledModel) -> np.ndarray:
+            def loop() -> np.ndarray:
+                return self._run(compiled, latents)
+
+            work = loop
+            for hook in reversed(self.hooks):  # the first hook holds outermost
+                work = _held_by(hook, work)
+            return work()
+
+        return self.denoiser.use(held)
 
     def _run(self, compiled: CompiledModel, latents: np.ndarray) -> np.ndarray:
         scheduler = self.scheduler
@@ -141,23 +156,32 @@ class DenoiseLoop:
         return guided
 
     def timestep_feed(self, compiled: CompiledModel, t: float, batch: int) -> np.ndarray:
-        """The timestep in the dtype and shape the graph wants: a scalar, one value, or one per
-        sample (integer graphs get the rounded value)."""
-        info = input_info(compiled, self.inputs.timestep)
-        if info is None:
-            raise ModelFormatError(f"the {self.denoiser.name} has no {self.inputs.timestep!r} input")
-        value = np.round(t) if np.issubdtype(info.dtype, np.integer) else t
-        if not info.shape:
-            return np.asarray(value, dtype=info.dtype)
-        sample = input_info(compiled, self.inputs.sample)
-        first = info.shape[0]
-        if isinstance(first, int) and first > 0:
-            length = first
-        elif sample is not None and sample.shape and first == sample.shape[0]:
-            length = batch
-        else:
-            length = 1
-        return np.full((length,), value, dtype=info.dtype)
+        """The timestep in the dtype and shape the graph wants (``timestep_feed`` below)."""
+        return timestep_feed(compiled, t, batch, self.inputs, self.denoiser.name)
+
+
+def timestep_feed(compiled: CompiledModel, t: float, batch: int, names: DenoiserInputs, component: str) -> np.ndarray:
+    """The timestep in the dtype and shape a denoiser (or ControlNet) graph wants: a scalar, one
+    value, or one per sample (integer graphs get the rounded value)."""
+    info = input_info(compiled, names.timestep)
+    if info is None:
+        raise ModelFormatError(f"the {component} has no {names.timestep!r} input")
+    value = np.round(t) if np.issubdtype(info.dtype, np.integer) else t
+    if not info.shape:
+        return np.asarray(value, dtype=info.dtype)
+    sample = input_info(compiled, names.sample)
+    first = info.shape[0]
+    if isinstance(first, int) and first > 0:
+        length = first
+    elif sample is not None and sample.shape and first == sample.shape[0]:
+        length = batch
+    else:
+        length = 1
+    return np.full((length,), value, dtype=info.dtype)
+
+
+def _held_by(hook: StepHook, work: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+    return lambda: hook.hold(work)
 
 
 def _batched(name: str, value: np.ndarray, names: DenoiserInputs, batch: int) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines.components import LoadSettings
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, read_layout
+from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, latent_channels, read_layout
 from sdkit.pipelines.loading import PipelineLoader
 from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.sources import ModelSource, OnnxFileSource
@@ -31,13 +31,15 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
     sample = unet.get("sample_size", 64)
     scheduler = layout.scheduler_config or None
     prediction = (scheduler or {}).get("prediction_type", "epsilon")
+    latents = _int(latent_channels(layout.configs), "latent_channels", layout)
     config = PipelineConfig(
         name=layout.name,
         prediction_type=prediction,
-        latent_channels=_int(vae.get("latent_channels", unet.get("in_channels", 4)), "latent_channels", layout),
+        latent_channels=latents,
         vae_scaling_factor=_number(vae.get("scaling_factor", DEFAULT_SCALING_FACTOR), "scaling_factor", layout),
         vae_scale_factor=scale_factor,
         sample_size=_int(sample if not isinstance(sample, list) else sample[0], "sample_size", layout),
+        inpainting=unet.get("in_channels", latents) == 2 * latents + 1,
         scheduler_config=scheduler,
         tokenizers=dict(layout.tokenizer_dirs),
         text_outputs={"text_encoder": ("last_hidden_state",)},

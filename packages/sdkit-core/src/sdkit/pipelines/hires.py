@@ -34,6 +34,29 @@ from sdkit.errors import InputError
 
 F32 = NDArray[np.float32]
 LATENT_MODES = ("bilinear", "nearest", "nearest-exact")
+# A1111's model-free upscalers, by the name its UI, API and PNG text use: the latent ones resize
+# the latents (``latent_upscale``); the image ones decode, resize with PIL and encode again.
+UPSCALERS = {
+    "Latent": ("latent", "bilinear"),
+    "Latent (nearest)": ("latent", "nearest"),
+    "Latent (nearest-exact)": ("latent", "nearest-exact"),
+    "Lanczos": ("image", "lanczos"),
+    "Nearest": ("image", "nearest"),
+}
+
+
+def upscaler(name: str) -> tuple[str, str]:
+    """``(kind, mode)`` of an A1111 upscaler name (case-insensitive), or an InputError listing them."""
+    for known, value in UPSCALERS.items():
+        if known.lower() == str(name).lower():
+            return value
+    raise InputError(f"unknown hires upscaler {name!r}; use one of {', '.join(UPSCALERS)} (model-free)")
+
+
+def canonical_upscaler(name: str) -> str:
+    """The A1111 spelling of an upscaler name."""
+    kind_mode = upscaler(name)
+    return next(known for known, value in UPSCALERS.items() if value == kind_mode)
 
 
 @dataclass(frozen=True)

@@ -19,28 +19,28 @@ if TYPE_CHECKING:
     from PIL import Image
 
 
-def open_init_image(image: Any) -> Image.Image:
+def open_init_image(image: Any, what: str = "init image") -> Image.Image:
     """An init image (PIL image, HxWx3 or HxWx4 uint8 array, or a file path) as an RGB PIL image;
-    an InputError when it cannot be one."""
+    an InputError naming ``what`` when it cannot be one."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
         if not path.is_file():
-            raise InputError(f"init image not found: {path}")
+            raise InputError(f"{what} not found: {path}")
         try:
             with Image.open(path) as opened:
                 rgb: Image.Image = opened.convert("RGB")
                 return rgb
         except (UnidentifiedImageError, OSError) as exc:
-            raise InputError(f"{path} is not a readable image: {exc}") from None
+            raise InputError(f"{what} {path} is not a readable image: {exc}") from None
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):
-            raise InputError(f"an init image array must be uint8 HxWx3 (or 4), not {image.dtype}{list(image.shape)}")
+            raise InputError(f"the {what} array must be uint8 HxWx3 (or 4), not {image.dtype}{list(image.shape)}")
         return Image.fromarray(image).convert("RGB")
     if isinstance(image, Image.Image):
         return image.convert("RGB")  # a copy: the request must not change with the caller's image
-    raise InputError(f"init_image must be a PIL image, a uint8 array or a path, not {type(image).__name__}")
+    raise InputError(f"the {what} must be a PIL image, a uint8 array or a path, not {type(image).__name__}")
 
 
 def init_image_size(image: Image.Image, width: int | None, height: int | None) -> tuple[int, int]:

@@ -7,14 +7,17 @@ text_encoder_2/model.onnx      SDXL: input_ids -> text_embeds, hidden_states.N
 unet/model.onnx                sample, timestep, encoder_hidden_states (SDXL: + text_embeds, time_ids) -> out_sample
 vae_decoder/model.onnx         latent_sample -> sample
 vae_encoder/model.onnx         sample -> latent_parameters (or latent_sample); img2img only
+unet_controlnet/model.onnx     the UNet + down_block_additional_residual_0..N-1, mid_block_additional_residual;
+                               ControlNet only (``sdkit.pipelines.controlnet``)
 tokenizer/, tokenizer_2/       vocab.json + merges.txt (or tokenizer.json), tokenizer_config.json
 scheduler/scheduler_config.json
 ```
 
 Each ``<component>/config.json`` is optional; from it come the VAE's scaling factor and
-downsampling factor, the UNet's default sample size and the text encoders' layer count (SD
-defaults otherwise): see ``sdkit.pipelines.diffusers_folder.folder_config``. An SDXL folder is
-one whose ``model_index.json`` names an XL pipeline class or a ``text_encoder_2``.
+downsampling factor, the UNet's default sample size and input channels and the text encoders'
+layer count (SD defaults otherwise): see ``sdkit.pipelines.diffusers_folder.folder_config``. A UNet
+with ``2c + 1`` input channels for a VAE of ``c`` latent channels (9 for SD) is an inpainting UNet.
+An SDXL folder is one whose ``model_index.json`` names an XL pipeline class or a ``text_encoder_2``.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from sdkit.errors import ModelFormatError
 from sdkit.model import refuse_unsafe_or_missing
 
 REQUIRED = ("text_encoder", "unet", "vae_decoder")
-OPTIONAL = ("vae_encoder",)
+OPTIONAL = ("vae_encoder", "unet_controlnet")
 COMPONENTS = (*REQUIRED, *OPTIONAL)
 XL_REQUIRED = ("text_encoder_2", "unet", "vae_decoder")
-XL_OPTIONAL = ("text_encoder", "vae_encoder")  # a refiner has no text_encoder
-XL_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder")
+XL_OPTIONAL = ("text_encoder", "vae_encoder", "unet_controlnet")  # a refiner has no text_encoder
+XL_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder", "unet_controlnet")
 TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 
@@ -143,10 +146,33 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     scheduler_file = root / "scheduler" / "scheduler_config.json"
     scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
     configs = {c: read_optional_json_object(root / c / "config.json") for c in components}
-    in_channels = configs["unet"].get("in_channels", 4)
-    if in_channels != 4:
-        raise ModelFormatError(
-            f"{root.name}: the UNet takes {in_channels} input channels (an inpainting or depth model); "
-            "only txt2img/img2img UNets (4 channels) are supported"
-        )
+    _check_unet_channels(root.name, configs)
     return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, xl)
+
+
+def latent_channels(configs: dict[str, dict[str, Any]]) -> int:
+    """The VAE's latent channels: its config's, else the UNet's input channels (4 unless said;
+    ``(in - 1) / 2`` for a 9-channel inpainting UNet)."""
+    vae = configs.get("vae_decoder") or configs.get("vae_encoder") or {}
+    unet = configs.get("unet", {}).get("in_channels", 4)
+    value = vae.get("latent_channels", 4 if unet == 9 else unet)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelFormatError(
+            f"latent_channels / in_channels in a config.json must be a positive integer, not {value!r}"
+        )
+    return value
+
+
+def _check_unet_channels(name: str, configs: dict[str, dict[str, Any]]) -> None:
+    """A txt2img UNet (as many input channels as the latents) or an inpainting one (2c + 1); a
+    ``unet_controlnet`` takes what the ``unet`` takes."""
+    latent = latent_channels(configs)
+    unet = configs["unet"].get("in_channels", latent)
+    if unet not in (latent, 2 * latent + 1):
+        raise ModelFormatError(
+            f"{name}: the UNet takes {unet} input channels (a depth or instruct-pix2pix model?); only txt2img "
+            f"UNets ({latent} channels) and inpainting UNets ({2 * latent + 1}) are supported"
+        )
+    controlled = configs.get("unet_controlnet", {}).get("in_channels", unet)
+    if controlled != unet:
+        raise ModelFormatError(f"{name}: unet_controlnet takes {controlled} input channels but unet takes {unet}")

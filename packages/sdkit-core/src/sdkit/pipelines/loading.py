@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sdkit.device import Device
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, OptionError
 from sdkit.loaders import loaders_by_priority
 from sdkit.model import refuse_unsafe_or_missing
 from sdkit.pipelines.base import Pipeline
-from sdkit.pipelines.components import LoadSettings
+from sdkit.pipelines.components import LoadSettings, per_component
 
 
 def load_pipeline(
@@ -46,6 +46,12 @@ def load_pipeline(
     A1111 ``.yaml``), or overrides them. ``options`` (precision, threads, cache, ...) go to every
     ``sdkit.compile``; ``precision`` may be a per-component mapping too, and SDXL's VAE stays
     fp32 unless that mapping names it.
+
+    ``controlnets=`` (a folder, a list of folders or ``{name: folder}``) loads ControlNets with the
+    pipeline, as ``pipe.set_controlnets``; a per-component ``backend``/``device`` mapping names
+    them all ``"controlnet"``. ``prepare=False`` compiles nothing now (each component compiles
+    when first used): ``pipe.plan(request)`` can then check a request against the model before
+    anything compiles, as ``sdkit generate`` does, and ``pipe.prepare()`` compiles.
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
@@ -107,10 +113,23 @@ class PipelineLoader(ABC):
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
         """The pipeline for ``path``, with components made by ``settings.components(...)``."""
 
-    def load(self, path: Path, **kwargs: Any) -> Pipeline:
+    def load(self, path: Path, controlnets: Any = None, prepare: bool = True, **kwargs: Any) -> Pipeline:
         """``sdkit.load_model`` and ``load_pipeline`` call this: ``kwargs`` are ``load_pipeline``'s."""
         settings = LoadSettings.create(**kwargs)
         pipeline = self.build(Path(path), settings)
-        if settings.memory == "keep":
+        if controlnets:
+            attach_controlnets(pipeline, controlnets, settings)
+        if prepare and settings.memory == "keep":
             pipeline.prepare()
         return pipeline
+
+
+def attach_controlnets(pipeline: Pipeline, controlnets: Any, settings: LoadSettings) -> None:
+    """``pipeline.set_controlnets`` with the backend and device the settings give "controlnet"."""
+    attach = getattr(pipeline, "set_controlnets", None)
+    if attach is None:
+        raise OptionError(f"{type(pipeline).__name__} takes no ControlNets")
+    names = tuple(dict.fromkeys((*type(pipeline).component_names, "controlnet")))
+    backend = per_component(settings.backend, names, "backend", "auto")["controlnet"]
+    device = per_component(settings.device, names, "device", None)["controlnet"]
+    attach(controlnets, backend=backend, device=device, memory=settings.memory, **settings.options)

@@ -27,6 +27,8 @@ A1111 (``modules/processing.py``, ``modules/masking.py``), applied before the ab
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,33 @@ def _grey(mask: Any) -> NDArray[np.uint8]:
     if array.dtype != np.uint8 or array.ndim != 2 or 0 in array.shape:
         raise InputError(f"a mask must be a non-empty uint8 [H, W] array, got {array.dtype} {list(array.shape)}")
     return array
+
+
+def open_mask(mask: Any) -> NDArray[np.uint8]:
+    """An inpainting mask as a uint8 [H, W] array, 255 = repaint: a PIL image or an image file
+    (converted to grey, ``"L"``, as diffusers does), a uint8 [H, W] / [H, W, 3 or 4] array or a
+    bool [H, W] array (True = repaint)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(mask, (str, os.PathLike)):
+        path = Path(mask)
+        if not path.is_file():
+            raise InputError(f"mask not found: {path}")
+        try:
+            with Image.open(path) as opened:
+                return _grey(np.array(opened.convert("L"), dtype=np.uint8))
+        except (UnidentifiedImageError, OSError) as exc:
+            raise InputError(f"mask {path} is not a readable image: {exc}") from None
+    if isinstance(mask, Image.Image):
+        return _grey(np.array(mask.convert("L"), dtype=np.uint8))
+    if isinstance(mask, np.ndarray):
+        if mask.dtype == np.bool_ and mask.ndim == 2:
+            return _grey(np.where(mask, 255, 0).astype(np.uint8))
+        if mask.dtype == np.uint8 and mask.ndim == 3 and mask.shape[2] in (3, 4):
+            return _grey(np.array(Image.fromarray(mask).convert("L"), dtype=np.uint8))
+        copied: NDArray[np.uint8] = _grey(mask).copy()
+        return copied
+    raise InputError(f"the mask must be a PIL image, a uint8 or bool array or a path, not {type(mask).__name__}")
 
 
 def binarize_mask(mask: Any) -> F32:

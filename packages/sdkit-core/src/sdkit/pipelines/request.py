@@ -47,7 +47,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from sdkit.errors import InputError, OptionError, did_you_mean
+from sdkit.pipelines.control_units import ControlUnit, control_units
+from sdkit.pipelines.hires import canonical_upscaler
 from sdkit.pipelines.images import open_init_image
+from sdkit.pipelines.masks import open_mask
 from sdkit.plugins import get_plugins
 from sdkit.schedulers import resolve
 
@@ -99,6 +102,15 @@ def _size(value: Any, what: str) -> int | None:
 class GenerationRequest:
     """One txt2img / img2img generation. Build it with ``create`` (checks every field).
 
+    Inpainting: mask (uint8 [H, W], 255 = repaint; ``create`` opens a PIL image, a path or an
+    array) needs an init_image of the same size; mask_blur (A1111's, in pixels; 0 = none, A1111's
+    default is 4), inpaint_full_res (A1111's "only masked": crop around the mask grown by
+    inpaint_full_res_padding, generate the crop at width x height, paste it back), paste_back
+    (blend the generated pixels into the original under the blurred mask as A1111 always does;
+    None: only with inpaint_full_res, as diffusers). control: ControlNet units
+    (``sdkit.pipelines.control_units.ControlUnit``; tuples ``(image, model, scale, start, end,
+    preprocessor)`` or dicts are converted).
+
     prompt, negative_prompt: text. seed: image ``i`` uses ``seed + i`` (``create`` draws a random
     one when none is given). width, height: multiples of 8, None for the model's default (img2img:
     the init image's size rounded down to a multiple of 8). steps, guidance_scale (CFG when > 1).
@@ -109,7 +121,15 @@ class GenerationRequest:
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text_encoding``).
+    ``sdkit.pipelines.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
+    (``sdkit.pipelines.vae``): large images in bounded memory.
+
+    Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
+    hr_resize_y), hr_upscaler (``sdkit.pipelines.hires.UPSCALERS``: "Latent", "Latent
+    (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
+    denoising_strength (the second pass's; img2img's is ``strength``). See
+    ``sdkit.pipelines.hires_fix``.
     """
 
     prompt: str
@@ -123,11 +143,26 @@ class GenerationRequest:
     schedule: str = "normal"
     init_image: Image.Image | None = None
     strength: float = 0.8
+    mask: np.ndarray | None = None
+    mask_blur: int = 0
+    inpaint_full_res: bool = False
+    inpaint_full_res_padding: int = 32
+    paste_back: bool | None = None
+    control: tuple[ControlUnit, ...] = ()
     num_images: int = 1
     latents: np.ndarray | None = None
     callback: StepCallback | None = None
     output_type: str = "pil"
     prompt_weighting: str = "none"
+    vae_tiling: bool = False
+    vae_tile_size: int = 512
+    enable_hr: bool = False
+    hr_scale: float = 2.0
+    hr_upscaler: str = "Latent"
+    hr_second_pass_steps: int = 0
+    hr_resize_x: int = 0
+    hr_resize_y: int = 0
+    denoising_strength: float = 0.7
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -162,6 +197,10 @@ class GenerationRequest:
             out["guidance_scale"] = as_float(values["guidance_scale"], "guidance_scale")
         out.update(_sampler_fields(values))
         out.update(_img2img_fields(values))
+        out.update(_inpaint_fields(values, out))
+        out.update(_control_fields(values, out))
+        out.update(_tiling_fields(values))
+        out.update(_hires_fields(values, out))
         if values.get("latents") is not None:
             out["latents"] = np.asarray(values["latents"])
         callback = values.get("callback")
@@ -186,6 +225,10 @@ class GenerationRequest:
     @property
     def img2img(self) -> bool:
         return self.init_image is not None
+
+    @property
+    def inpainting(self) -> bool:
+        return self.mask is not None
 
 
 def _seed(value: Any) -> int:
@@ -216,4 +259,106 @@ def _img2img_fields(values: dict[str, Any]) -> dict[str, Any]:
         strength = out.get("strength", 0.8)
         if not 0.0 < strength <= 1.0:
             raise InputError(f"strength must be in (0, 1], got {values['strength']!r}")
+    return out
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{what} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _inpaint_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
+    """The mask and A1111's inpainting options; a mask needs an init image of its size and
+    something to repaint, and the options need a mask."""
+    out: dict[str, Any] = {}
+    for what in ("mask_blur", "inpaint_full_res_padding"):
+        if what in values:
+            out[what] = as_int(values[what], what, 0)
+    if "inpaint_full_res" in values:
+        out["inpaint_full_res"] = _flag(values["inpaint_full_res"], "inpaint_full_res")
+    if values.get("paste_back") is not None:
+        out["paste_back"] = _flag(values["paste_back"], "paste_back")
+    if values.get("mask") is None:
+        given = [n for n in ("mask_blur", "inpaint_full_res", "paste_back") if out.get(n)]
+        if given:
+            raise InputError(f"{given[0]} is an inpainting option: it needs a mask")
+        return out
+    mask = open_mask(values["mask"])
+    image = checked.get("init_image")
+    if image is None:
+        raise InputError("a mask needs an init_image: the image to inpaint")
+    if (mask.shape[1], mask.shape[0]) != image.size:
+        raise InputError(
+            f"the mask is {mask.shape[1]}x{mask.shape[0]} but the init image is {image.width}x{image.height}; "
+            "they must be the same size"
+        )
+    if not (mask >= 128).any():
+        raise InputError("the mask selects nothing to repaint: no pixel is >= 128 (white repaints, black keeps)")
+    out["mask"] = mask
+    return out
+
+
+def _control_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
+    """ControlNet units; with ``inpaint_full_res`` each control image is cropped like the init
+    image, so it must have the init image's size."""
+    if "control" not in values:
+        return {}
+    units = control_units(values["control"])
+    image = checked.get("init_image")
+    if units and checked.get("inpaint_full_res") and image is not None:
+        for unit in units:
+            if unit.size != image.size:
+                raise InputError(
+                    f"with inpaint_full_res a control image is cropped like the init image, so it must be "
+                    f"{image.width}x{image.height}, not {unit.size[0]}x{unit.size[1]}"
+                )
+    return {"control": units}
+
+
+def _tiling_fields(values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "vae_tiling" in values:
+        out["vae_tiling"] = _flag(values["vae_tiling"], "vae_tiling")
+    if "vae_tile_size" in values:
+        out["vae_tile_size"] = _size(values["vae_tile_size"], "vae_tile_size") or 512
+        if out["vae_tile_size"] < 16:
+            raise InputError(f"vae_tile_size must be at least 16 pixels, got {out['vae_tile_size']}")
+    return out
+
+
+HIRES_DEFAULTS = {
+    "hr_scale": 2.0,
+    "hr_upscaler": "Latent",
+    "hr_second_pass_steps": 0,
+    "hr_resize_x": 0,
+    "hr_resize_y": 0,
+    "denoising_strength": 0.7,
+}
+
+
+def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
+    """A1111's hires-fix fields; they need ``enable_hr``, which needs txt2img (no init image)."""
+    out: dict[str, Any] = {}
+    if "enable_hr" in values:
+        out["enable_hr"] = _flag(values["enable_hr"], "enable_hr")
+    for what in ("hr_second_pass_steps", "hr_resize_x", "hr_resize_y"):
+        if what in values:
+            out[what] = as_int(values[what], what, 0)
+    for what in ("hr_scale", "denoising_strength"):
+        if what in values:
+            out[what] = as_float(values[what], what)
+    if "hr_upscaler" in values:
+        out["hr_upscaler"] = canonical_upscaler(as_text(values["hr_upscaler"], "hr_upscaler"))
+    if not out.get("enable_hr"):
+        changed = [name for name, default in HIRES_DEFAULTS.items() if out.get(name, default) != default]
+        if changed:
+            raise InputError(f"{changed[0]} is a hires fix option: it needs enable_hr=True")
+        return out
+    if checked.get("init_image") is not None:
+        raise InputError("hires fix (enable_hr) is for txt2img: it cannot start from an init_image")
+    if not 0.0 < out.get("denoising_strength", 0.7) <= 1.0:
+        raise InputError(f"denoising_strength must be in (0, 1], got {values['denoising_strength']!r}")
+    if not out.get("hr_resize_x") and not out.get("hr_resize_y") and out.get("hr_scale", 2.0) < 1.0:
+        raise InputError(f"hr_scale must be at least 1, got {values['hr_scale']!r}")
     return out

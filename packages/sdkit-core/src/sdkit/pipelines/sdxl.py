@@ -42,7 +42,7 @@ from sdkit.pipelines.denoise import StepCallback
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sdxl_request import XLRequest
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline, note_prompt_weighting
+from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting, vae_tile
 from sdkit.pipelines.text_encoding import encode_prompts
 
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
@@ -93,8 +93,8 @@ class RefinerStage:
 
 
 @dataclass
-class XLPlan(GenerationPlan):
-    """A ``GenerationPlan`` with the refiner stage, when the request has a refiner."""
+class XLPlan(DiffusionPlan):
+    """A ``DiffusionPlan`` (mask, ControlNets) with the refiner stage, when the request has one."""
 
     refiner: RefinerStage | None = None
 
@@ -109,9 +109,17 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
     """A loaded SDXL base or refiner pipeline. Create with ``sdkit.load_pipeline``."""
 
     request_class: ClassVar[type[GenerationRequest]] = XLRequest
-    component_names: ClassVar[tuple[str, ...]] = (*TEXT_ENCODERS, "unet", "vae_decoder", "vae_encoder")
+    component_names: ClassVar[tuple[str, ...]] = (
+        *TEXT_ENCODERS,
+        "unet",
+        "vae_decoder",
+        "vae_encoder",
+        "unet_controlnet",
+        "controlnet",
+    )
     prepared_components: ClassVar[tuple[str, ...]] = (*TEXT_ENCODERS, "unet", "vae_decoder")
     diffusers_pipeline: ClassVar[str] = "StableDiffusionXLPipeline"
+    controlnet_addition: ClassVar[str | None] = "text_time"  # its ControlNets take text_embeds, time_ids
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
@@ -172,7 +180,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         """``Pipeline.plan``, and the refiner stage when the request has one (checked here, before
         anything runs: the refiner's kind, latents, and a split that leaves both stages a step)."""
         plan = super().plan(request)
-        xl_plan = XLPlan(**{f.name: getattr(plan, f.name) for f in fields(GenerationPlan)})
+        xl_plan = XLPlan(**{f.name: getattr(plan, f.name) for f in fields(DiffusionPlan)})
         assert isinstance(request, XLRequest)
         if request.refiner is not None:
             xl_plan.refiner = self.plan_refiner(xl_plan, request.refiner)
@@ -212,7 +220,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         conditioning = self.conditioning(plan, second_stage=True)
         loop = self.denoise_loop(plan, noise, conditioning)
         loop.callback = callback
-        return self.decode(loop.run(latents))
+        return self.decode(loop.run(latents), vae_tile(plan.request))
 
     # -- the public call --------------------------------------------------------------------
 
@@ -225,7 +233,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         loop = self.denoise_loop(plan, noise, conditioning)
         stage = plan.refiner
         if stage is None:
-            return self.deliver(plan, self.decode(loop.run(latents)))
+            return self.deliver(plan, self.finish(plan, loop, latents, noise))
         total = stage.base_steps + len(stage.plan.scheduler.timesteps)
         loop.stop_after = stage.base_steps
         loop.callback = _counting(plan.request.callback, 0, total)

@@ -1,4 +1,4 @@
-"""Stable Diffusion 1.x/2.x, txt2img and img2img, on any backend.
+"""Stable Diffusion 1.x/2.x, txt2img, img2img, inpainting and ControlNet, on any backend.
 
 The stages are diffusers' ``StableDiffusionPipeline`` / ``StableDiffusionImg2ImgPipeline``: CLIP
 text embeddings for the prompt and the negative prompt, the shared ``DenoiseLoop`` (classifier-free
@@ -10,32 +10,70 @@ from ``sdkit.pipelines.rng`` (documented, backend-independent).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from sdkit.errors import ModelFormatError
+from sdkit.device import Device
+from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import vae
 from sdkit.pipelines.base import GenerationPlan, Pipeline
-from sdkit.pipelines.components import Component
+from sdkit.pipelines.components import Component, MemoryPolicy
 from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.control_units import ControlUnit
+from sdkit.pipelines.controlnet import (
+    ActiveControl,
+    ControlNet,
+    ControlNetHook,
+    control_image,
+    load_controlnet,
+    named_paths,
+)
 from sdkit.pipelines.denoise import DenoiseLoop, StepHook
+from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.hires_fix import parameters as hires_parameters
+from sdkit.pipelines.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.text_encoding import TextEncoder, encode_prompts, uses_emphasis
 from sdkit.pipelines.tokenizer import ClipTokenizerBase, make_tokenizer
 
+NO_CONTROLNET_UNET = "ControlNet needs unet_controlnet/model.onnx (the UNet with the ControlNet residual inputs)"
+
+
+@dataclass
+class DiffusionPlan(GenerationPlan):
+    """A plan with inpainting and ControlNet: the prepared mask, the units bound to their loaded
+    ControlNets, and the hooks the stages add to the loop as they run."""
+
+    mask: MaskPlan | None = None
+    controls: list[ActiveControl] = field(default_factory=list)
+    hooks: list[StepHook] = field(default_factory=list)
+    hires: HiresStage | None = None
+
 
 class StableDiffusionPipeline(Pipeline):
     """A loaded SD 1.x/2.x pipeline. Create with ``sdkit.load_pipeline``."""
 
-    component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
+    # "controlnet" names every ControlNet in a per-component backend/device mapping.
+    component_names: ClassVar[tuple[str, ...]] = (
+        "text_encoder",
+        "unet",
+        "vae_decoder",
+        "vae_encoder",
+        "unet_controlnet",
+        "controlnet",
+    )
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder")
     diffusers_pipeline: ClassVar[str] = "StableDiffusionPipeline"
+    # The UNet's added conditioning a ControlNet must share (diffusers' addition_embed_type).
+    controlnet_addition: ClassVar[str | None] = None
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
         self.tokenizers = self._tokenizers(config)
+        self.controlnets: dict[str, ControlNet] = {}
 
     def _tokenizers(self, config: PipelineConfig) -> dict[str, ClipTokenizerBase]:
         missing = [name for name in config.tokenizers if name not in self.components]
@@ -77,13 +115,22 @@ class StableDiffusionPipeline(Pipeline):
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
         """txt2img: the first noise draw times ``init_noise_sigma``; img2img: the encoded image
-        noised to the first timestep (see ``sdkit.pipelines.rng`` for the draw order)."""
+        noised to the first timestep (see ``sdkit.pipelines.rng`` for the draw order);
+        inpainting: ``sdkit.pipelines.inpainting.inpainting_latents`` (its hook joins the plan's)."""
         request, scheduler = plan.request, plan.scheduler
+        if isinstance(plan, DiffusionPlan) and plan.mask is not None:
+            encoder = self.components[self.image_encoder]
+            start, hook = inpainting_latents(
+                request, plan.mask, scheduler, encoder, noise, self.config, plan.latent_shape
+            )
+            plan.hooks.append(hook)
+            return start
         if plan.image is None:
             start = _initial_noise(noise, plan.latent_shape, request.latents)
             latents: np.ndarray = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
             return latents
-        encoded = vae.encode(self.components[self.image_encoder], plan.image, noise, request.num_images, self.config)
+        encoder = self.components[self.image_encoder]
+        encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config, vae_tile(request))
         start = _initial_noise(noise, plan.latent_shape, request.latents)
         first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
         return np.asarray(scheduler.add_noise(encoded, start, first), dtype=np.float32)
@@ -95,10 +142,17 @@ class StableDiffusionPipeline(Pipeline):
         conditioning: dict[str, np.ndarray],
         hooks: tuple[StepHook, ...] = (),
     ) -> DenoiseLoop:
-        """The shared loop on the UNet, for ``plan``; ``hooks`` are what a subclass adds."""
+        """The shared loop on the UNet, for ``plan``, with the plan's hooks (inpainting, ControlNet
+        on ``unet_controlnet``) and the ``hooks`` a subclass adds."""
         request = plan.request
+        denoiser = "unet"
+        if isinstance(plan, DiffusionPlan):
+            if plan.controls:
+                hooks = (ControlNetHook(plan.controls), *hooks)
+                denoiser = "unet_controlnet"
+            hooks = (*plan.hooks, *hooks)
         return DenoiseLoop(
-            denoiser=self.components["unet"],
+            denoiser=self.components[denoiser],
             scheduler=plan.scheduler,
             guidance_scale=float(request.guidance_scale),
             conditioning=conditioning,
@@ -107,9 +161,166 @@ class StableDiffusionPipeline(Pipeline):
             callback=request.callback,
         )
 
-    def decode(self, latents: np.ndarray) -> np.ndarray:
-        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
-        return vae.decode(self.components["vae_decoder"], latents, self.config)
+    def decode(self, latents: np.ndarray, tile: int | None = None) -> np.ndarray:
+        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (in tiles of ``tile`` pixels when given)."""
+        return vae.decode(self.components["vae_decoder"], latents, self.config, tile)
+
+    # -- planning: inpainting and ControlNet ------------------------------------------------
+
+    def plan(self, request: GenerationRequest) -> DiffusionPlan:
+        """``Pipeline.plan`` plus the mask (crop, blur, latent mask) and the ControlNet units."""
+        base = super().plan(request)
+        plan = DiffusionPlan(**vars(base))
+        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
+            vae.tile_overlap(request.vae_tile_size, self.config.vae_scale_factor)
+        if plan.request.mask is not None:
+            plan.mask = plan_mask(plan.request, plan.width, plan.height, self.config)
+            plan.image = plan.mask.image
+        elif self.config.inpainting:
+            raise InputError(
+                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask"
+            )
+        plan.controls = self.plan_controls(plan)
+        if request.enable_hr:
+            plan.hires = self.plan_hires(plan)
+        return plan
+
+    def plan_hires(self, plan: DiffusionPlan) -> HiresStage:
+        """The hires fix's second pass (``sdkit.pipelines.hires_fix``), planned like any request."""
+        request = plan.request
+        if getattr(request, "refiner", None) is not None:
+            raise InputError("hires fix and a refiner together are not supported: choose one")
+        factor = self.config.vae_scale_factor
+        sized = request.replace(width=plan.width, height=plan.height)
+        second_request, numbers = second_pass_request(sized, factor)
+        stage = hires_stage(self.plan(second_request), numbers, request.hr_upscaler, factor)
+        if stage.kind == "image" and self.image_encoder not in self.components:
+            raise ModelFormatError(
+                f"{self.name}: the {request.hr_upscaler} upscaler encodes the upscaled image again and needs "
+                f"{self.image_encoder}/model.onnx; use a Latent upscaler"
+            )
+        plan.parameters.update(hires_parameters(request))
+        return stage
+
+    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
+        """The second pass from the first pass's final ``latents``: upscale, noise to the tail's
+        first timestep, denoise at the target size, decode: ``[N, H, W, 3]`` pixels."""
+        second, tile = stage.plan, vae_tile(stage.plan.request)
+        encoder = self.components.get(self.image_encoder)
+
+        def encode(images: np.ndarray) -> np.ndarray:
+            assert encoder is not None  # plan_hires checked it for image upscalers
+            return vae.encode(encoder, images, noise, 1, self.config, tile)
+
+        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        start = noise.normal(upscaled.shape)
+        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
+        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
+        loop = self.denoise_loop(second, noise, self.conditioning(second))
+        loop.callback = counting(second.request.callback, offset, offset + len(second.scheduler.timesteps))
+        return self.decode(loop.run(noised), tile)
+
+    def plan_controls(self, plan: DiffusionPlan) -> list[ActiveControl]:
+        units = plan.request.control
+        if not units:
+            return []
+        if "unet_controlnet" not in self.components:
+            raise ModelFormatError(f"{self.name}: {NO_CONTROLNET_UNET}")
+        region = plan.mask.region if plan.mask is not None else None
+        count = plan.request.num_images
+        return [
+            ActiveControl(
+                self._controlnet_for(unit),
+                control_image(unit, count, plan.width, plan.height, region),
+                unit.scale,
+                unit.start,
+                unit.end,
+            )
+            for unit in units
+        ]
+
+    def _controlnet_for(self, unit: ControlUnit) -> ControlNet:
+        loaded = ", ".join(self.controlnets) or "none"
+        if unit.model is None and len(self.controlnets) == 1:
+            return next(iter(self.controlnets.values()))
+        if unit.model is None or unit.model not in self.controlnets:
+            wanted = "a ControlNet unit names no model" if unit.model is None else f"no ControlNet {unit.model!r}"
+            raise InputError(
+                f"{wanted} (loaded: {loaded}); load them with sdkit.load_pipeline(..., controlnets=...) "
+                "or pipe.set_controlnets(...)"
+            )
+        return self.controlnets[unit.model]
+
+    def set_controlnets(
+        self,
+        controlnets: Any,
+        backend: str | None = None,
+        device: str | Device | None = None,
+        memory: str | None = None,
+        **options: Any,
+    ) -> None:
+        """Load the ControlNets a request's units name, replacing those loaded before (None or
+        ``[]``: none). ``controlnets``: a folder, a list of folders (named by their folder name)
+        or ``{name: folder}``. Each is a component ``controlnet:<name>`` compiled with ``backend``,
+        ``device``, ``memory`` and ``options``, by default the UNet's; under ``memory="keep"``
+        it (and ``unet_controlnet``) compiles with the pipeline (now, if the pipeline is compiled)."""
+        named = named_paths(controlnets) if controlnets else {}
+        if named and "unet_controlnet" not in self.components:
+            raise ModelFormatError(f"{self.name}: {NO_CONTROLNET_UNET}")
+        unet = self.components["unet"]
+
+        def component(name: str, source: Any) -> Component:
+            chosen = options or unet.options
+            return Component(
+                name,
+                source,
+                backend or unet.backend,
+                unet.device if device is None else device,
+                chosen,
+                cast("MemoryPolicy", memory or unet.policy),  # Component checks it
+            )
+
+        loaded = {name: load_controlnet(name, path, component) for name, path in named.items()}
+        for net in loaded.values():
+            self._check_controlnet(net)
+        for old in self.controlnets.values():
+            old.component.release()
+            self.components.pop(old.component.name, None)
+        self.controlnets = loaded
+        for net in loaded.values():
+            self.components[net.component.name] = net.component
+        if self.components["unet"].compiled is not None:  # a prepared pipeline: these too
+            self.prepare_controlnets()
+
+    def prepare(self) -> None:
+        """``Pipeline.prepare``, and the ControlNets with ``unet_controlnet`` when some are loaded."""
+        super().prepare()
+        self.prepare_controlnets()
+
+    def prepare_controlnets(self) -> None:
+        if not self.controlnets:
+            return
+        try:
+            for part in [*(net.component for net in self.controlnets.values()), self.components["unet_controlnet"]]:
+                part.prepare()  # compiles under memory="keep" only
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_controlnet(self, net: ControlNet) -> None:
+        """What its config.json says against this pipeline, before anything compiles."""
+        if net.conditioning_factor != self.config.vae_scale_factor:
+            raise ModelFormatError(
+                f"ControlNet {net.name!r} reduces control images {net.conditioning_factor}x, but this "
+                f"pipeline's latents are {self.config.vae_scale_factor}x smaller than its images: its "
+                "conditioning does not fit this model"
+            )
+        addition = net.config.get("addition_embed_type")
+        if addition != self.controlnet_addition:
+            family = (
+                "an SDXL" if addition == "text_time" else "an SD 1.x/2.x" if addition is None else f"a {addition!r}"
+            )
+            raise ModelFormatError(f"ControlNet {net.name!r} is {family} ControlNet; {self.name} is another family")
 
     # -- the public call --------------------------------------------------------------------
 
@@ -119,8 +330,28 @@ class StableDiffusionPipeline(Pipeline):
         noise = NoiseStream(plan.seeds)
         conditioning = self.conditioning(plan)  # the text encoder first, as diffusers
         latents = self.initial_latents(plan, noise)
-        latents = self.denoise_loop(plan, noise, conditioning).run(latents)
-        return self.deliver(plan, self.decode(latents))
+        loop = self.denoise_loop(plan, noise, conditioning)
+        return self.deliver(plan, self.finish(plan, loop, latents, noise))
+
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``loop`` run on ``latents``, then decoded, or the hires fix's second pass: pixels."""
+        stage = plan.hires if isinstance(plan, DiffusionPlan) else None
+        if stage is None:
+            return self.decode(loop.run(latents), vae_tile(plan.request))
+        first = len(plan.scheduler.timesteps)
+        loop.callback = counting(plan.request.callback, 0, first + len(stage.plan.scheduler.timesteps))
+        return self.hires_pass(stage, loop.run(latents), noise, first)
+
+    def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
+        """``Pipeline.deliver``, after A1111's paste-back of an inpainting result (when asked)."""
+        if isinstance(plan, DiffusionPlan) and plan.mask is not None and plan.mask.paste is not None:
+            pixels = paste_back(pixels, plan.mask.paste)
+        return super().deliver(plan, pixels)
+
+
+def vae_tile(request: GenerationRequest) -> int | None:
+    """The VAE tile size in pixels when the request asks for tiling, else None."""
+    return request.vae_tile_size if request.vae_tiling else None
 
 
 def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:

@@ -1,0 +1,137 @@
+"""Peak memory of the SD VAE decoder at 1024 and 2048 px: keep vs offload vs tiled.
+
+    nice .venv/bin/python benchmarks/vae_tiling.py [--sizes 1024,2048] [--backend openvino] [--threads 2]
+
+The decoder is the full-size SD 1.5 VAE decoder with seeded random weights
+(``fixtures/sd_graphs.py``, ``sd15_vae_decoder``; written once into ``fixtures/cache``). It runs
+through ``sdkit.pipelines.vae.decode``, the stage the pipelines call, as a ``Component`` under
+each memory policy, whole or with ``tile`` (512 px tiles, 128 px overlap: what
+``vae_tiling=True`` / ``--vae-tiling`` does). Each (size, mode) runs in a fresh process (peak RSS
+is a per-process high-water mark): ``peak_mb`` is ``ru_maxrss``, ``baseline_mb`` the RSS after
+the imports, ``resident_mb`` the RSS after the decode (what stays between images: the compiled
+decoder under ``keep``, nothing under ``offload``).
+
+The untiled and tiled images of the same latents are compared in the parent: max and mean
+|diff| on [0, 1] pixels, and a seam check: the mean |step| between neighbouring pixel rows /
+columns where one tile's blend zone begins or ends, tiled over untiled (1.0: the tile borders
+add no edge). A mode whose estimated peak exceeds ``--max-gb`` is not run (say so in the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TILE = 512
+RESULTS = ROOT / "benchmarks" / "results"
+CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np
+from pathlib import Path
+from sdkit.pipelines import vae
+from sdkit.pipelines.components import Component
+from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.sources import OnnxFileSource
+graph, backend, policy, size, tile, threads, out = sys.argv[1:8]
+baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+size = int(size)
+latents = np.random.default_rng(0).standard_normal((1, 4, size // 8, size // 8)).astype(np.float32) * 0.18215
+decoder = Component("vae_decoder", OnnxFileSource(Path(graph)), backend, None, {"threads": int(threads)}, policy)
+start = time.perf_counter()
+pixels = vae.decode(decoder, latents, PipelineConfig(name="sd15"), int(tile) or None)
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+resident = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+np.save(out, pixels)
+print(json.dumps({"baseline_mb": baseline / 1024, "peak_mb": peak / 1024, "resident_mb": resident,
+                  "seconds": seconds, "backend": decoder.backend_name}))
+"""
+
+
+def measure(graph: Path, backend: str, policy: str, size: int, tile: int, threads: int, out: Path) -> dict[str, object]:
+    args = [graph, backend, policy, size, tile, threads, out]
+    result = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{policy} {size} tile={tile}: failed\n{result.stderr[-3000:]}")
+    data: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return data
+
+
+def blend_edges(size: int, tile: int) -> list[int]:
+    """Pixel indices where a blend zone starts or ends along one axis (vae.decode's tiling)."""
+    sys.path.insert(0, str(ROOT / "packages" / "sdkit-core" / "src"))
+    from sdkit.pipelines.tiling import tile_starts
+    from sdkit.pipelines.vae import tile_overlap
+
+    latent, lt = size // 8, tile // 8
+    starts = tile_starts(latent, lt, tile_overlap(tile, 8) // 8)
+    edges = {8 * s for s in starts[1:]} | {8 * (s + lt) for s in starts[:-1]}
+    return sorted(e for e in edges if 0 < e < size)
+
+
+def seam_ratio(tiled: np.ndarray, whole: np.ndarray, edges: list[int]) -> float:
+    """Mean |step| across the blend-zone edges, tiled over untiled (rows and columns)."""
+
+    def steps(image: np.ndarray) -> float:
+        rows = [np.abs(image[:, e] - image[:, e - 1]).mean() for e in edges]
+        cols = [np.abs(image[:, :, e] - image[:, :, e - 1]).mean() for e in edges]
+        return float(np.mean(rows + cols))
+
+    return steps(tiled) / steps(whole)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1024,2048")
+    parser.add_argument("--backend", default="openvino")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--modes", default="keep,offload,keep+tiled,offload+tiled", help="which to run, in order")
+    parser.add_argument("--max-gb", type=float, default=8.0, help="skip a mode whose estimated peak is above this")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "fixtures"))
+    import sd_graphs
+
+    graph = sd_graphs.model_path("sd15_vae_decoder")
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} cpus; backend {args.backend}, {args.threads} threads"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            images = {}
+            for name in args.modes.split(","):
+                policy, tile = name.split("+")[0], TILE if name.endswith("+tiled") else 0
+                estimate = 0.3 + 4.6 * (size / 1024) ** 2 if tile == 0 else 1.4  # GB: measured 1024 px, scaled
+                mode = f"{policy}{' + tiled' if tile else ''}"
+                if estimate > args.max_gb:
+                    print(f"{size} px {mode}: not run (estimated peak {estimate:.0f} GB > --max-gb {args.max_gb:g})")
+                    rows.append({"size": size, "mode": mode, "skipped_estimate_gb": estimate})
+                    continue
+                out = Path(tmp) / f"{size}-{policy}-{tile}.npy"
+                data = measure(graph, args.backend, policy, size, tile, args.threads, out)
+                images[(policy, tile)] = np.load(out)
+                rows.append({"size": size, "mode": mode, **data})
+                print(json.dumps(rows[-1]), flush=True)
+                RESULTS.mkdir(parents=True, exist_ok=True)
+                (RESULTS / "vae_tiling.json").write_text(json.dumps(rows, indent=1))
+            whole, tiled = images.get(("keep", 0)), images.get(("keep", TILE))
+            edges = blend_edges(size, TILE)
+            if whole is not None and tiled is not None and edges:
+                diff = np.abs(tiled - whole)
+                seam = seam_ratio(tiled[0], whole[0], edges)
+                print(
+                    f"{size} px: max |tiled - untiled| {diff.max():.4f}, mean {diff.mean():.5f}; seam ratio {seam:.3f}"
+                )
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
