@@ -17,6 +17,7 @@ import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
+from sdkit.pipelines.adapters import AdapterMethods, Adapters
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.families import checkpoint_config, checkpoint_sources, open_checkpoint
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
@@ -50,7 +51,7 @@ def same_graphs(a: Family, b: Family) -> bool:
     return {n: str(c.graph) for n, c in a.components.items()} == {n: str(c.graph) for n, c in b.components.items()}
 
 
-class Pipeline:
+class Pipeline(AdapterMethods):
     """Base of every pipeline. Create one with ``sdkit.load_pipeline``."""
 
     request_class: ClassVar[type[GenerationRequest]] = GenerationRequest
@@ -66,6 +67,7 @@ class Pipeline:
         # A single-file pipeline's checkpoint: its family, layout and lazily mapped weights per
         # component (family.key_map(component, layout) gives LoRA and VAE files their names).
         self.checkpoint = checkpoint
+        self.adapters = Adapters()  # LoRAs, embeddings, VAE file (set_loras, load_embedding, set_vae)
 
     def set_config(self, config: PipelineConfig) -> None:
         """Replace the model configuration (a subclass refreshes what it derives from it)."""
@@ -75,7 +77,7 @@ class Pipeline:
         """Use the weights of another checkpoint of this pipeline's family (a file or a diffusers
         folder), keeping the compiled components: each is refit in place where its backend can
         (``"refit"``), else released and compiled with the new weights on its next use
-        (``"recompile"``). Weights set with ``Component.set_weights`` (LoRAs...) are dropped.
+        (``"recompile"``). The LoRAs, embeddings and VAE file chosen stay, merged on the new weights.
         ``prediction`` as in ``load_pipeline``. Only for pipelines loaded from a checkpoint."""
         if self.checkpoint is None:
             raise ModelFormatError(
@@ -95,6 +97,9 @@ class Pipeline:
         }
         self.set_config(checkpoint_config(mapped))
         self.checkpoint = mapped
+        if self.adapters.active:
+            self.adapters.refresh(mapped)
+            swaps.update(self.apply_adapters())
         return swaps
 
     @property
