@@ -59,7 +59,9 @@ def test_embeddings_equal_diffusers_load_textual_inversion(tiny_families: dict[s
     for component, info in prompts.items():
         ids = tokenizers[component]([info["prompt"]])
         assert ids.tolist() == goldens[f"{component}/input_ids"].reshape(1, -1).tolist()
-        assert sorted(info["added_tokens"].values()) == sorted(set(ids[0].tolist()) - set(range(info["tokenizer_len_before"])))
+        assert sorted(info["added_tokens"].values()) == sorted(
+            set(ids[0].tolist()) - set(range(info["tokenizer_len_before"]))
+        )
         graph = mapped.family.components[component].load_graph()
         model = Model(graph, mapped.weights[component].updated(weights[component]))
         outputs = sdkit.compile(model, backend="reference").run({"input_ids": ids})
@@ -102,7 +104,9 @@ def test_the_token_table_grows_past_its_end(tiny_families: dict[str, Family]) ->
 def test_embeddings_for_another_model_are_refused(tiny_families: dict[str, Family], tmp_path: Path) -> None:
     sd1 = _mapped("sd1", tiny_families)
     sdxl = _mapped("sdxl", tiny_families)
-    with pytest.raises(ModelFormatError, match=r"skstyle.safetensors is an embedding for another model: .*text_encoder_2 width 48"):
+    with pytest.raises(
+        ModelFormatError, match=r"skstyle.safetensors is an embedding for another model: .*text_encoder_2 width 48"
+    ):
         open_embedding(TINY / "sd1" / "embeddings" / "skstyle.safetensors", sdxl.family)
     save_file({"emb_params": np.ones((2, 40), np.float16)}, str(tmp_path / "wide.safetensors"))
     with pytest.raises(ModelFormatError, match=r"it has emb_params width 40; tiny sd1 needs text_encoder width 32"):
@@ -122,7 +126,10 @@ def test_standalone_vae_equals_diffusers(tiny_families: dict[str, Family], file:
     goldens = _goldens("sd1", "")
     with np.load(TINY / "sd1" / "goldens.npz", allow_pickle=False) as base:
         assert np.abs(goldens[f"vae/{file}/vae_decoder/sample"] - base["sd1_fp16/vae_decoder/sample"]).max() > 1e-2
-    for component, output, feed in (("vae_encoder", "latent_parameters", "sample"), ("vae_decoder", "sample", "latent_sample")):
+    for component, output, feed in (
+        ("vae_encoder", "latent_parameters", "sample"),
+        ("vae_decoder", "sample", "latent_sample"),
+    ):
         graph = mapped.family.components[component].load_graph()
         compiled = sdkit.compile(Model(graph, weights[component]), backend="reference")
         result = compiled.run({feed: goldens[f"sd1/inputs/{component}/{feed}"]})[output]

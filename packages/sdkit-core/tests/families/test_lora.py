@@ -54,7 +54,8 @@ def _run(mapped: MappedCheckpoint, component: str, changes: dict[str, np.ndarray
 
 
 @pytest.mark.parametrize(
-    ("family", "case"), [(f, c) for f in ("sd1", "sdxl") for c in _cases(f)] or [pytest.param("", "", marks=pytest.mark.skip)]
+    ("family", "case"),
+    [(f, c) for f in ("sd1", "sdxl") for c in _cases(f)] or [pytest.param("", "", marks=pytest.mark.skip)],
 )
 def test_merged_loras_equal_diffusers_fuse_lora(tiny_families: dict[str, Family], family: str, case: str) -> None:
     mapped = _mapped(family, tiny_families)
@@ -109,7 +110,9 @@ def _rewrite(source: Path, target: Path, change: Any) -> Path:
 
 def test_bad_lora_files_give_one_clear_error(tiny_families: dict[str, Family], tmp_path: Path) -> None:
     sd1, sdxl = _mapped("sd1", tiny_families), _mapped("sdxl", tiny_families)
-    with pytest.raises(ModelFormatError, match=r"does not fit this model: module lora_unet_\w+ is \[16, 32\], the unet weight"):
+    with pytest.raises(
+        ModelFormatError, match=r"does not fit this model: module lora_unet_\w+ is \[16, 32\], the unet weight"
+    ):
         merge_loras(sdxl.family, sdxl.weights, [(open_lora(_lora("sd1", "sd1_kohya_locon")), 1.0)])
 
     def renamed(header: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +126,10 @@ def test_bad_lora_files_give_one_clear_error(tiny_families: dict[str, Family], t
         return {k.replace("transformer_blocks", "blocks").replace("self_attn", "attn"): v for k, v in header.items()}
 
     bad = _rewrite(_lora("sd1", "sd1_kohya_attn"), tmp_path / "other.safetensors", other_modules)
-    with pytest.raises(ModelFormatError, match=r"other.safetensors is not a LoRA for tiny sd1: none of its \d+ modules names a layer of it \(lora_"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"other.safetensors is not a LoRA for tiny sd1: none of its \d+ modules names a layer of it \(lora_",
+    ):
         merge_loras(sd1.family, sd1.weights, [(open_lora(bad), 1.0)])
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(_lora("sd1", "sd1_kohya_attn").read_bytes()[:-100])
@@ -133,7 +139,9 @@ def test_bad_lora_files_give_one_clear_error(tiny_families: dict[str, Family], t
     with pytest.raises(ModelFormatError, match=r"pickled checkpoints are refused"):
         open_lora(pickled)
     loha = tmp_path / "loha.safetensors"
-    save_file({"lora_unet_x.hada_w1_a": np.ones((4, 2), np.float16), "lora_unet_x.alpha": np.ones((), np.float16)}, str(loha))
+    save_file(
+        {"lora_unet_x.hada_w1_a": np.ones((4, 2), np.float16), "lora_unet_x.alpha": np.ones((), np.float16)}, str(loha)
+    )
     with pytest.raises(ModelFormatError, match=r"is a LyCORIS file \(LoHa\); sdkit merges LoRA and LoCon"):
         open_lora(loha)
 
@@ -176,4 +184,3 @@ def test_older_diffusers_spellings_are_read(tmp_path: Path) -> None:
         "unet.down_blocks.1.attentions.0.proj_in",
     }
     assert lora.scale(lora.modules["unet.down_blocks.1.attentions.0.proj_in"]) == 0.5
-

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sdkit.cli import adapters
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.progress import interactive
 from sdkit.errors import InputError
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default=None, help="device for every component, or per component like --backend")
     parser.add_argument("--memory", choices=("keep", "offload"), default="keep", help="memory policy (default: keep)")
+    adapters.add_arguments(parser)
     add_option_arguments(parser)
 
 
@@ -127,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     bar = StepBar()
     request = build_request(args, bar)
     paths = output_paths(args.output, request.seed, request.num_images)
+    loras = adapters.check(args)
     start = time.perf_counter()
     pipe = sdkit.load_pipeline(
         args.model,
@@ -137,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         **options_from(args),
     )
     try:
+        adapters.apply(pipe, args, loras)
         images = pipe.run(request)
     finally:
         bar.close()

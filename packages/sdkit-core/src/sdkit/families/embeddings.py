@@ -99,9 +99,7 @@ def open_embedding(path: str | os.PathLike[str], family: Family, name: str | Non
     if missing:
         have = ", ".join(f"{k} width {m.shape[1]}" for k, m in matrices.items())
         need = ", ".join(f"{c} width {w}" for c, w in widths.items())
-        raise ModelFormatError(
-            f"{file} is an embedding for another model: it has {have}; {family.label} needs {need}"
-        )
+        raise ModelFormatError(f"{file} is an embedding for another model: it has {have}; {family.label} needs {need}")
     counts = {m.shape[0] for m in vectors.values()}
     if len(counts) != 1:
         raise ModelFormatError(f"{file}: its text encoders' vector counts differ ({sorted(counts)})")

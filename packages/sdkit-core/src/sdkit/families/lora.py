@@ -94,7 +94,7 @@ def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
     """``alpha / rank * up @ down`` in the target's shape."""
     down, up = lora.tensor(module.down), lora.tensor(module.up)
     rank = down.shape[0]
-    if up.ndim == 4 and up.shape[2:] != (1, 1) or up.shape[1] != rank:
+    if (up.ndim == 4 and up.shape[2:] != (1, 1)) or up.shape[1] != rank:
         raise ModelFormatError(
             f"{lora.path.name}: module {module.name} has up {list(up.shape)} and down {list(down.shape)}, "
             "not a rank-r pair"
@@ -110,7 +110,8 @@ def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
             f"[{up.shape[0]}, {'x'.join(map(str, tail))}], the {target.component} weight {target.name} "
             f"is {list(wanted)} (a LoRA made for another model family?)"
         )
-    return (product * np.float32(lora.scale(module))).reshape(wanted)
+    scaled: np.ndarray = (product * np.float32(lora.scale(module))).reshape(wanted)
+    return scaled
 
 
 def _matched(lora: LoraFile, family: Family) -> list[tuple[LoraModule, Target]]:

@@ -38,7 +38,14 @@ _OLD_DIFFUSERS = re.compile(r"^(.+)\.(?:lora|lora_linear_layer)\.(down|up)\.weig
 _PROCESSOR = re.compile(r"^(.+)\.processor\.(to_q|to_k|to_v|to_out)_lora\.(down|up)\.weight$")
 _ALPHA = re.compile(r"^(.+)\.alpha$")
 _LYCORIS = re.compile(r"\.(hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2|dora_scale|diff|diff_b)$")
-PART = {"lora_down.weight": "down", "lora_up.weight": "up", "lora_A": "down", "lora_B": "up", "down": "down", "up": "up"}
+PART = {
+    "lora_down.weight": "down",
+    "lora_up.weight": "up",
+    "lora_A": "down",
+    "lora_B": "up",
+    "down": "down",
+    "up": "up",
+}
 
 
 @dataclass
@@ -70,6 +77,13 @@ class LoraFile:
     @property
     def name(self) -> str:
         return self.path.stem
+
+    def is_locon(self) -> bool:
+        """Whether it adapts 3x3 convs too (LoCon)."""
+        return any(self.checkpoint.entry(m.down).shape[2:] not in ((), (1, 1)) for m in self.modules.values())
+
+    def alphas(self) -> list[float]:
+        return sorted({m.alpha for m in self.modules.values() if m.alpha is not None})
 
     def rank(self, module: LoraModule) -> int:
         return int(self.checkpoint.entry(module.down).shape[0])
@@ -141,7 +155,11 @@ def _peft_config(checkpoint: Checkpoint) -> dict[str, Any]:
 def open_lora(path: str | os.PathLike[str]) -> LoraFile:
     """Read a LoRA file's header: its modules, format and scale; one ``ModelFormatError`` for a
     pickle, a truncated or lying file, a LyCORIS file, or a file with no LoRA module at all."""
-    checkpoint = Checkpoint.open(path)
+    return read_lora(Checkpoint.open(path))
+
+
+def read_lora(checkpoint: Checkpoint) -> LoraFile:
+    """``open_lora`` on an opened file."""
     name = checkpoint.path.name
     if checkpoint.is_folder:
         raise ModelFormatError(f"{name} is a folder; a LoRA is one .safetensors file")

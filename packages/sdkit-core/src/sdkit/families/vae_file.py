@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+from typing import Any, cast
 
 from sdkit.errors import ModelFormatError
 from sdkit.families.checkpoint import Checkpoint
@@ -26,13 +27,17 @@ PREFIXES = ("", "first_stage_model.", "vae.")
 
 
 def _with_prefix(mapper: KeyMapper, prefix: str) -> KeyMapper:
-    if dataclasses.is_dataclass(mapper) and hasattr(mapper, "prefix"):
-        changed: KeyMapper = dataclasses.replace(mapper, prefix=prefix)  # type: ignore[type-var]
-        return changed
-    return mapper
+    """The same key map under another prefix (the key mappers are frozen dataclasses)."""
+    fields = getattr(mapper, "__dataclass_fields__", {})
+    if "prefix" not in fields:
+        return mapper
+    changed: KeyMapper = dataclasses.replace(cast("Any", mapper), prefix=prefix)
+    return changed
 
 
-def _map(checkpoint: Checkpoint, mapper: KeyMapper, component: str, family: Family) -> tuple[WeightSet, set[str]] | None:
+def _map(
+    checkpoint: Checkpoint, mapper: KeyMapper, component: str, family: Family
+) -> tuple[WeightSet, set[str]] | None:
     """The component's weights from ``checkpoint`` through ``mapper``, or None if one is missing."""
     entries: dict[str, LazyArray] = {}
     used: set[str] = set()
@@ -77,9 +82,7 @@ def vae_weights(path: str | os.PathLike[str], family: Family) -> dict[str, Weigh
 def _warn_unused(checkpoint: Checkpoint, used: set[str]) -> None:
     # VAE training files carry the discriminator and loss weights ("loss.*"), and EMA copies.
     unused = [
-        k
-        for k in checkpoint
-        if k not in used and k not in LDM_EXTRA_KEYS and not k.startswith(("loss.", "model_ema."))
+        k for k in checkpoint if k not in used and k not in LDM_EXTRA_KEYS and not k.startswith(("loss.", "model_ema."))
     ]
     unused = [k for k in unused if not k.startswith(("encoder.", "quant_conv.", "vae.encoder.", "vae.quant_conv."))]
     if unused:
