@@ -96,6 +96,7 @@ class Adapters:
     vae: dict[str, WeightSet] = field(default_factory=dict)  # component -> the VAE file's weights
     _merged: dict[str, dict[str, np.ndarray]] | None = None
     _grown: dict[str, int] = field(default_factory=dict)  # component -> rows of its grown table
+    _changed: set[str] = field(default_factory=set)  # components whose weights differ from the base
 
     def set_loras(self, loras: Sequence[LoraSpec], mapped: MappedCheckpoint) -> None:
         """Read and check the LoRA files against ``mapped``'s family, then merge them (all or none)."""
@@ -114,7 +115,7 @@ class Adapters:
     def refresh(self, mapped: MappedCheckpoint) -> None:
         """Merge the LoRAs again on another base (after ``set_checkpoint``, which gave every
         component its new source)."""
-        self._grown = {}
+        self._grown, self._changed = {}, set()
         self._merged = merge_loras(mapped.family, mapped.weights, self.loras) if self.loras else None
 
     def component_weights(
@@ -141,7 +142,8 @@ class Adapters:
         components: Mapping[str, Component],
         tokenizers: Mapping[str, ClipTokenizerBase],
     ) -> dict[str, WeightSwap]:
-        """Hand every component its weights: ``"refit"`` or ``"recompile"`` per component."""
+        """Hand every component its weights; returns ``"refit"`` or ``"recompile"`` for each
+        component whose weights changed (one with the base weights before and after is left alone)."""
         weights = self.component_weights(mapped, tokenizers, self.vae)
         sources = checkpoint_sources(mapped)
         swaps: dict[str, WeightSwap] = {}
@@ -154,7 +156,12 @@ class Adapters:
                 source = sources[name] if not rows else GrownTableSource(sources[name], rows)
                 component.set_source(source)
                 self._grown[name] = rows
+            elif not changed and name not in self._changed:
+                continue
             swaps[name] = component.set_weights(changed or None)
+            self._changed.discard(name)
+            if changed:
+                self._changed.add(name)
         return swaps
 
 
