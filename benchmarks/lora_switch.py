@@ -66,7 +66,7 @@ def tiny(backends: list[str], repeat: int) -> None:
 
 def make_lora(path: Path, checkpoint: Path, rank: int, component: str) -> None:
     """A random kohya LoRA (LDM names for the UNet, as sd-scripts writes SDXL's) on every Linear
-    and conv weight of ``component`` inside attention blocks and resnets."""
+    and conv weight of ``component`` that sd-scripts' LoCon adapts."""
     from safetensors.numpy import save_file
 
     from sdkit.families import builtin, load_checkpoint
@@ -76,9 +76,7 @@ def make_lora(path: Path, checkpoint: Path, rank: int, component: str) -> None:
     rng = np.random.default_rng(0)
     arrays: dict[str, np.ndarray] = {}
     for spelling, target in lora_targets(family).items():
-        ldm = spelling.startswith(("lora_unet_input_blocks", "lora_unet_middle_block", "lora_unet_output_blocks"))
-        inner = ("attentions" in target.name or "resnets" in target.name) and "norm" not in target.name
-        if target.component != component or not ldm or not inner:
+        if target.component != component or not _kohya_target(spelling, target.name):
             continue
         shape = target.shape
         down = rng.standard_normal((rank, *shape[1:]), dtype=np.float32) * 0.01
@@ -88,6 +86,14 @@ def make_lora(path: Path, checkpoint: Path, rank: int, component: str) -> None:
         arrays[f"{spelling}.alpha"] = np.array(rank / 2, np.float16)
     save_file(arrays, str(path), metadata={"ss_network_module": "networks.lora", "ss_network_dim": str(rank)})
     print(f"wrote {path}: {len(arrays) // 3} modules, {path.stat().st_size / 1e6:.1f} MB")
+
+
+def _kohya_target(spelling: str, name: str) -> bool:
+    """What sd-scripts' LoCon adapts: UNet attention and resnet layers (its SGM names), the text
+    encoder's attention and MLP projections."""
+    if spelling.startswith(("lora_unet_input_blocks", "lora_unet_middle_block", "lora_unet_output_blocks")):
+        return ("attentions" in name or "resnets" in name) and "norm" not in name
+    return spelling.startswith("lora_te_text_model_encoder_layers") and "layer_norm" not in name
 
 
 def full(checkpoint: Path, lora_path: Path, component: str, backends: list[str], repeat: int, size: int) -> None:
@@ -101,6 +107,8 @@ def full(checkpoint: Path, lora_path: Path, component: str, backends: list[str],
     latent = size // 8
     shapes = {"sample": (1, 4, latent, latent), "timestep": (1,), "encoder_hidden_states": (1, 77, 768)}
     feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in shapes.items()}
+    if component == "text_encoder":
+        feeds = {"input_ids": rng.integers(0, 49407, (1, 77), dtype=np.int64)}
     lora = open_lora(lora_path)
     merges = []
     for _ in range(repeat):
