@@ -1,10 +1,12 @@
-"""LoRA files merged by ``sdkit.families.lora`` against diffusers.
+"""LoRA files merged by ``sdkit.families.lora`` against diffusers (and LyCORIS files against peft).
 
 Oracle: diffusers' ``load_lora_weights`` + ``set_adapters(strengths)`` + ``fuse_lora`` on the same
 fp16 checkpoint, its UNet and text encoders run on the family's golden inputs
 (``fixtures/families/tiny/<family>/adapters.npz``, ``lora/<case>/...``). Here the merged weights
 run on the reference backend (onnx.reference). Required: max |diff| <= 1e-4 for every case
 (kohya LoCon and attention files, PEFT in both ``text_model`` spellings, two files at once).
+LyCORIS LoHa and LoKr files (which diffusers does not load): peft's ``LoHaConfig``/``LoKrConfig``
+layers merged into the same UNet (``tiny/sd1/lycoris.npz``, ``make_lycoris.py``), same tolerance.
 """
 
 from __future__ import annotations
@@ -138,12 +140,15 @@ def test_bad_lora_files_give_one_clear_error(tiny_families: dict[str, Family], t
     pickled = shutil.copy(_lora("sd1", "sd1_kohya_attn"), tmp_path / "lora.pt")
     with pytest.raises(ModelFormatError, match=r"pickled checkpoints are refused"):
         open_lora(pickled)
-    loha = tmp_path / "loha.safetensors"
+    tucker = tmp_path / "tucker.safetensors"
     save_file(
-        {"lora_unet_x.hada_w1_a": np.ones((4, 2), np.float16), "lora_unet_x.alpha": np.ones((), np.float16)}, str(loha)
+        {"lora_unet_x.hada_t1": np.ones((4, 4, 3, 3), np.float16), "lora_unet_x.alpha": np.ones((), np.float16)},
+        str(tucker),
     )
-    with pytest.raises(ModelFormatError, match=r"is a LyCORIS file \(LoHa\); sdkit merges LoRA and LoCon"):
-        open_lora(loha)
+    with pytest.raises(
+        ModelFormatError, match=r"is a LyCORIS file of a kind sdkit does not merge \(LoHa with Tucker\)"
+    ):
+        open_lora(tucker)
 
 
 def test_modules_that_match_nothing_are_named(tiny_families: dict[str, Family], tmp_path: Path) -> None:
@@ -184,3 +189,30 @@ def test_older_diffusers_spellings_are_read(tmp_path: Path) -> None:
         "unet.down_blocks.1.attentions.0.proj_in",
     }
     assert lora.scale(lora.modules["unet.down_blocks.1.attentions.0.proj_in"]) == 0.5
+
+
+@pytest.mark.parametrize("kind", ["loha", "lokr"])
+def test_lycoris_loha_and_lokr_equal_peft(tiny_families: dict[str, Family], kind: str) -> None:
+    mapped = _mapped("sd1", tiny_families)
+    lora = open_lora(_lora("sd1", f"sd1_{kind}"))
+    assert lora.kinds() == [kind] and len(lora.modules) == 84
+    merged = merge_loras(mapped.family, mapped.weights, [(lora, 1.0)])
+    with np.load(TINY / "sd1" / "lycoris.npz", allow_pickle=False) as goldens:
+        expected = goldens[f"sd1_{kind}/unet/out_sample"]
+    with np.load(TINY / "sd1" / "goldens.npz", allow_pickle=False) as base:
+        assert np.abs(expected - base["sd1_fp16/unet/out_sample"]).max() > 1e-2
+    assert np.abs(_run(mapped, "unet", merged["unet"])["out_sample"] - expected).max() <= TOLERANCE
+
+
+def test_a_header_length_starting_with_0x80_is_no_pickle(tmp_path: Path) -> None:
+    """128 + 256k header bytes: the file's first byte is a pickle's (0x80); still safetensors."""
+    from sdkit.families import Checkpoint
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    header += b" " * (0x180 - len(header))
+    path = tmp_path / "padded.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + np.ones(2, np.float32).tobytes())
+    assert path.read_bytes()[0] == 0x80 and Checkpoint.open(path).keys() == ["w"]
+    (tmp_path / "pickle.safetensors").write_bytes(b"\x80\x04\x95" + bytes(20))
+    with pytest.raises(ModelFormatError, match=r"this is a PyTorch pickle"):
+        Checkpoint.open(tmp_path / "pickle.safetensors")

@@ -8,7 +8,8 @@ for the UNet the LDM/SGM path the family's ``ldm`` key map gives (kohya's SDXL n
 ``lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q``).
 
 ``merge_loras(family, base, loras)`` returns fresh arrays ``W + sum(strength * alpha / rank *
-up @ down)`` (convs contracted over the rank: LoCon) for the weights the LoRAs touch, computed
+up @ down)`` (convs contracted over the rank: LoCon; LyCORIS LoHa ``(w1_a @ w1_b) * (w2_a @
+w2_b)`` and LoKr ``kron(w1, w2)`` in place of ``up @ down``) for the weights the LoRAs touch, computed
 in float32 from the base weights, which are never changed: dropping the LoRAs is using the base
 arrays again, bit for bit. A LoRA whose modules match no weight of the family, or whose matrices
 do not fit the weight they name, is one ``ModelFormatError``; modules that match nothing in a
@@ -90,8 +91,8 @@ def lora_targets(family: Family) -> dict[str, Target]:
     return targets
 
 
-def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
-    """``alpha / rank * up @ down`` in the target's shape."""
+def _lora_product(lora: LoraFile, module: LoraModule) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``up @ down`` as ``[out, in * kh * kw]`` and the layer's ``(in, kh, kw)`` per the down."""
     down, up = lora.tensor(module.down), lora.tensor(module.up)
     rank = down.shape[0]
     if (up.ndim == 4 and up.shape[2:] != (1, 1)) or up.shape[1] != rank:
@@ -99,16 +100,48 @@ def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
             f"{lora.path.name}: module {module.name} has up {list(up.shape)} and down {list(down.shape)}, "
             "not a rank-r pair"
         )
-    product = up.reshape(up.shape[0], rank) @ down.reshape(rank, -1)
+    return up.reshape(up.shape[0], rank) @ down.reshape(rank, -1), tuple(down.shape[1:])
+
+
+def _factor(lora: LoraFile, module: LoraModule, index: int) -> np.ndarray:
+    """LoKr's ``w1``/``w2``: stored whole, or as ``w_a @ w_b`` (``w_b`` may be a conv's 4-D)."""
+    whole = module.parts.get(f"w{index}")
+    if whole:
+        return lora.tensor(whole)
+    a, b = lora.tensor(module.parts[f"w{index}_a"]), lora.tensor(module.parts[f"w{index}_b"])
+    product: np.ndarray = a @ b.reshape(b.shape[0], -1)
+    return product
+
+
+def _product(lora: LoraFile, module: LoraModule) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The unscaled delta as ``[out, in * kh * kw]`` and the ``(in, kh, kw)`` it claims."""
+    if module.kind == "lora":
+        return _lora_product(lora, module)
+    if module.kind == "loha":  # Hadamard product of two low-rank products
+        w1 = lora.tensor(module.parts["w1_a"]) @ lora.tensor(module.parts["w1_b"])
+        w2 = lora.tensor(module.parts["w2_a"]) @ lora.tensor(module.parts["w2_b"])
+        if w1.shape != w2.shape:
+            raise ModelFormatError(f"{lora.path.name}: LoHa module {module.name} has factors of different shapes")
+        return w1 * w2, (w1.shape[1],)
+    w1, w2 = _factor(lora, module, 1), _factor(lora, module, 2)  # LoKr: a Kronecker product
+    if w2.ndim == 4:
+        w2 = w2.reshape(w2.shape[0], -1)
+    product = np.kron(w1, w2)
+    return product, (product.shape[1],)
+
+
+def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
+    """``alpha / rank`` times the module's product, in the target's shape."""
     wanted = target.shape
+    product, tail = _product(lora, module)
     out_in = (wanted[0], int(np.prod(wanted[1:])))
-    tail = down.shape[1:]
-    fits = product.shape == out_in and [d for d in tail if d != 1] == [d for d in wanted[1:] if d != 1]
+    squeezed = [d for d in tail if d != 1]
+    fits = product.shape == out_in and (len(tail) == 1 or squeezed == [d for d in wanted[1:] if d != 1])
     if not fits:
+        shape = f"[{product.shape[0]}, {'x'.join(map(str, tail))}]"
         raise ModelFormatError(
-            f"{lora.path.name} does not fit this model: module {module.name} is "
-            f"[{up.shape[0]}, {'x'.join(map(str, tail))}], the {target.component} weight {target.name} "
-            f"is {list(wanted)} (a LoRA made for another model family?)"
+            f"{lora.path.name} does not fit this model: module {module.name} is {shape}, the "
+            f"{target.component} weight {target.name} is {list(wanted)} (a LoRA made for another model family?)"
         )
     scaled: np.ndarray = (product * np.float32(lora.scale(module))).reshape(wanted)
     return scaled

@@ -195,13 +195,17 @@ class AdapterMethods:
     adapters: Adapters
 
     def text_tokenizers(self) -> dict[str, ClipTokenizerBase]:
-        """Text-encoder component -> its tokenizer (``tokenizer``, ``tokenizer_2`` attributes)."""
-        found = {}
+        """Text-encoder component -> its tokenizer: a ``tokenizers`` mapping where the pipeline
+        has one, else the ``tokenizer`` / ``tokenizer_2`` attributes."""
+        found: dict[str, ClipTokenizerBase] = {}
+        mapping = getattr(self, "tokenizers", None)
+        if isinstance(mapping, Mapping):
+            found.update({n: t for n, t in mapping.items() if isinstance(t, ClipTokenizerBase)})
         for attribute, component in (("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")):
             tokenizer = getattr(self, attribute, None)
-            if isinstance(tokenizer, ClipTokenizerBase) and component in self.components:
+            if isinstance(tokenizer, ClipTokenizerBase) and component not in found:
                 found[component] = tokenizer
-        return found
+        return {n: t for n, t in found.items() if n in self.components}
 
     def _mapped(self, what: str) -> MappedCheckpoint:
         if self.checkpoint is None:
