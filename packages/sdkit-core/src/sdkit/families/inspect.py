@@ -112,7 +112,10 @@ def _lora(checkpoint: Checkpoint) -> FileDescription:
     except ModelFormatError as exc:  # LyCORIS and other files sdkit does not merge
         return FileDescription("lora", "LoRA-like file", [("note", str(exc)), ("dtype", _dtypes(checkpoint, keys))])
     fmt = {"kohya": "kohya (sd-scripts)", "peft": "PEFT / diffusers", "diffusers": "diffusers (pre-PEFT)"}[lora.format]
-    if lora.is_locon():
+    lycoris = [{"loha": "LoHa", "lokr": "LoKr"}[k] for k in lora.kinds() if k != "lora"]
+    if lycoris:
+        fmt += ", LyCORIS " + "/".join(lycoris)
+    elif lora.is_locon():
         fmt += ", LoCon (3x3 convs)"
     targets = Counter(_lora_target(m) for m in lora.modules)
     details = [
