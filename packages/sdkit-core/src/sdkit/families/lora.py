@@ -130,8 +130,8 @@ def _product(lora: LoraFile, module: LoraModule) -> tuple[np.ndarray, tuple[int,
     return product, (product.shape[1],)
 
 
-def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
-    """``alpha / rank`` times the module's product, in the target's shape."""
+def _delta(lora: LoraFile, module: LoraModule, target: Target, strength: float) -> np.ndarray:
+    """``strength * alpha / rank`` times the module's product, in the target's shape (a new array)."""
     wanted = target.shape
     product, tail = _product(lora, module)
     out_in = (wanted[0], int(np.prod(wanted[1:])))
@@ -143,8 +143,8 @@ def _delta(lora: LoraFile, module: LoraModule, target: Target) -> np.ndarray:
             f"{lora.path.name} does not fit this model: module {module.name} is {shape}, the "
             f"{target.component} weight {target.name} is {list(wanted)} (a LoRA made for another model family?)"
         )
-    scaled: np.ndarray = (product * np.float32(lora.scale(module))).reshape(wanted)
-    return scaled
+    product *= np.float32(strength * lora.scale(module))  # the product is ours: scaled in place
+    return product.reshape(wanted)
 
 
 def _matched(lora: LoraFile, family: Family) -> list[tuple[LoraModule, Target]]:
@@ -177,10 +177,15 @@ def merge_loras(
     for lora, strength in loras:
         for module, target in _matched(lora, family):
             key = (target.component, target.name)
-            change = _delta(lora, module, target) * np.float32(strength)
-            deltas[key] = deltas[key] + change if key in deltas else change
+            change = _delta(lora, module, target, strength)
+            if key in deltas:
+                deltas[key] += change
+            else:
+                deltas[key] = change
     merged: dict[str, dict[str, np.ndarray]] = {}
     for (component, name), delta in deltas.items():
-        weight = np.asarray(base[component][name], dtype=np.float32)
-        merged.setdefault(component, {})[name] = (weight + delta).astype(base[component].spec(name)[1])
+        # The delta array is this function's own: the base weight is added into it, so the base
+        # (an in-memory WeightSet hands out its own arrays) is never written.
+        np.add(delta, np.asarray(base[component][name], dtype=np.float32), out=delta)
+        merged.setdefault(component, {})[name] = delta.astype(base[component].spec(name)[1], copy=False)
     return merged
