@@ -102,9 +102,13 @@ class Adapters:
         """Read and check the LoRA files against ``mapped``'s family, then merge them (all or none)."""
         opened = []
         for path, strength in loras:
-            if not isinstance(strength, int | float) or not np.isfinite(strength):
+            try:
+                value = float(strength)
+            except (TypeError, ValueError):
+                value = float("nan")
+            if not np.isfinite(value):
                 raise InputError(f"LoRA strength must be a finite number, got {strength!r} for {path}")
-            opened.append((open_lora(path), float(strength)))
+            opened.append((open_lora(path), value))
         merged = merge_loras(mapped.family, mapped.weights, opened)
         self.loras, self._merged = opened, merged
 
