@@ -45,7 +45,7 @@ TEXT_ENCODERS: dict[str, list[tuple[str, str, str]]] = {
 PIPELINES = {
     "sd1_inpaint": "sdkit.pipelines.inpaint:StableDiffusionInpaintPipeline",
     "sdxl": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
-    "sdxl_refiner": "sdkit.pipelines.sdxl:StableDiffusionXLImg2ImgPipeline",
+    "sdxl_refiner": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
 }
 
 
@@ -100,6 +100,7 @@ def tiny_family(family: str) -> Family:
         prediction_type=scheduler.get("prediction_type", "epsilon"),
         pipeline=PIPELINES.get(family, "sdkit.pipelines.stable_diffusion:StableDiffusionPipeline"),
         vae_graphs=(folder / "graphs" / "vae_encoder.onnx", folder / "graphs" / "vae_decoder.onnx"),
+        xl=family.startswith("sdxl"),
     )
 
 

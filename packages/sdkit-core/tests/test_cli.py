@@ -182,3 +182,42 @@ def test_inspect_says_what_a_file_is(capsys: pytest.CaptureFixture[str], tiny_fa
     assert titles["other"][0] == "unknown" and titles["other"][1]["top-level keys"] == "foo.bar x1"
     code, _, err = _run(capsys, "inspect", str(tmp_path / "missing.safetensors"))
     assert code == 1 and err.startswith("sdkit: error: checkpoint not found")
+
+
+def test_plugin_subcommands_from_the_sdkit_cli_group(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another distribution adds ``sdkit hello`` through the ``sdkit.cli`` entry-point group; one
+    that fails to import is listed and says why in one line when run; built-in names win."""
+    import importlib.metadata
+
+    import sdkit.cli.main as cli_main
+
+    (tmp_path / "hello_command.py").write_text(
+        "HELP = 'say hello'\n"
+        "def add_arguments(parser):\n    parser.add_argument('--name', default='world')\n"
+        "def run(args):\n    print(f'hello {args.name}')\n    return 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entries = [
+        importlib.metadata.EntryPoint("hello", "hello_command", cli_main.PLUGIN_GROUP),
+        importlib.metadata.EntryPoint("broken", "no_such_module_for_sdkit", cli_main.PLUGIN_GROUP),
+        importlib.metadata.EntryPoint("run", "no_such_module_either", cli_main.PLUGIN_GROUP),
+    ]
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: entries if group == cli_main.PLUGIN_GROUP else []
+    )
+    assert _run(capsys, "hello", "--name", "sdkit")[:2] == (0, "hello sdkit\n")
+    code, _, err = _run(capsys, "broken", "--anything")
+    assert (
+        code == 1
+        and err.startswith("sdkit: error: the 'broken' command of a plugin failed to load")
+        and err.count("\n") == 1
+    )
+    assert "input" in build_parser_help(capsys)  # the built-in `run` is still core's
+
+
+def build_parser_help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    return capsys.readouterr().out

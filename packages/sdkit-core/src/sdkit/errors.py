@@ -125,3 +125,7 @@ class DeviceError(SdkitError):
 
 class CacheError(SdkitError):
     """The compiled-artifact cache could not be read or written."""
+
+
+class MissingDependencyError(SdkitError):
+    """An optional feature needs a package that is not installed; the message names the pip command."""

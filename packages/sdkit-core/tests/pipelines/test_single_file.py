@@ -149,7 +149,6 @@ def test_set_checkpoint_needs_a_checkpoint_pipeline(tiny_families: dict[str, Fam
 @pytest.mark.parametrize(
     ("family", "file", "message"),
     [
-        ("sdxl", "sdxl_fp16", r"is a tiny sdxl checkpoint .*the SDXL pipelines are issue 9's work"),
         ("sd1_inpaint", "sd1_inpaint_fp16", r"is a tiny sd1_inpaint checkpoint .*inpainting pipeline is issue 9's"),
     ],
 )

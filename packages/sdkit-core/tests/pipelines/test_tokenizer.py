@@ -59,3 +59,29 @@ def test_pad_token_from_the_folder(tiny_dir: Path, tmp_path: Path) -> None:
 def test_missing_files_are_a_format_error(tmp_path: Path) -> None:
     with pytest.raises(ModelFormatError, match=r"vocab\.json"):
         ClipTokenizer(tmp_path)
+
+
+@pytest.mark.parametrize(("key", "pad"), [("ids_pad_eos", "<|endoftext|>"), ("ids_pad_bang", "!")])
+def test_a_folder_with_clip_s_vocabulary_gives_transformers_ids(tmp_path: Path, key: str, pad: str) -> None:
+    """SD 1.x's and SD 2.x's ``tokenizer/`` folders (CLIP's vocabulary; SD 2.x pads with "!"):
+    the ids transformers' CLIPTokenizer gives (``fixtures/families/clip_vocab_golden.json``),
+    "!" written in a prompt included: transformers splits it off as an added token."""
+    import warnings
+
+    from sdkit.families.clip_tokenizer import vocab_and_merges
+
+    vocab, merges = vocab_and_merges()
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    lines = ["#version: 0.2", *(f"{a} {b}" for a, b in merges)]
+    (folder / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"pad_token": pad}), encoding="utf-8")
+    golden_file = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "clip_vocab_golden.json"
+    golden = json.loads(golden_file.read_text(encoding="utf-8"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PromptTruncatedWarning)  # two prompts are longer than 77 tokens
+        ids = ClipTokenizer(folder)(golden["prompts"])
+    expected = np.asarray(golden[key], dtype=np.int64)
+    for row, prompt in enumerate(golden["prompts"]):
+        np.testing.assert_array_equal(ids[row], expected[row], err_msg=repr(prompt))

@@ -181,8 +181,8 @@ def test_misuse_of_step_is_an_input_error() -> None:
         sched.add_noise(x, x, 12345)
 
 
-def test_schedules_constant_lists_the_four() -> None:
-    assert SCHEDULES == ("normal", "karras", "exponential", "sgm_uniform")
+def test_schedules_constant_lists_them_all() -> None:
+    assert SCHEDULES == ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
     assert set(BUILTINS) <= set(scheduler_names())
 
 

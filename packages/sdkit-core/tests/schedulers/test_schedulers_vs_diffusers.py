@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.schedulers import create_scheduler
+from sdkit.schedulers import create_scheduler, pipeline_config_fixups
 
 REPO = Path(__file__).resolve().parents[4]
 GOLDEN = REPO / "fixtures" / "schedulers" / "golden.npz"
@@ -91,11 +91,24 @@ def _config(name: str) -> dict[str, Any]:
     return dict(load()[0]["configs"][name])
 
 
+def _scheduler_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The case's config, with the fix-ups of the diffusers pipeline that built the scheduler."""
+    config = _config(spec["config"])
+    if "pipeline" in spec:
+        config = pipeline_config_fixups(config, spec["sampler"], spec["pipeline"])
+    return config
+
+
 @pytest.mark.parametrize("spec", cases(), ids=lambda c: c["key"])
 def test_matches_diffusers(spec: dict[str, Any]) -> None:
     rec = case(spec["key"])
+    options = {"eta": spec["eta"]} if "eta" in spec else {}
     sched = create_scheduler(
-        spec["sampler"], schedule=spec["schedule"], config=_config(spec["config"]), prediction_type=spec["prediction"]
+        spec["sampler"],
+        schedule=spec["schedule"],
+        config=_scheduler_config(spec),
+        prediction_type=spec["prediction"],
+        **options,
     )
     sched.set_timesteps(spec["steps"], strength=spec["strength"])
 
@@ -131,3 +144,31 @@ def test_tolerance_exceptions_are_real_cases() -> None:
     keys = {c["key"] for c in cases()}
     assert set(STEP_TOLERANCE_EXCEPTIONS) <= keys
     assert all(tol <= 1e-5 for tol, _ in STEP_TOLERANCE_EXCEPTIONS.values())
+
+
+PIPELINE_CASES = [c for c in cases() if "pipeline" in c]
+
+
+@pytest.mark.parametrize("spec", PIPELINE_CASES, ids=lambda c: c["key"])
+def test_pipeline_fixups_match_diffusers_constructor(spec: dict[str, Any]) -> None:
+    """pipeline_config_fixups gives the steps_offset and clip_sample the diffusers pipeline's
+    constructor left on its scheduler (recorded), for a config that sets neither."""
+    rec = case(spec["key"])
+    sched = create_scheduler(spec["sampler"], config=_scheduler_config(spec))
+    assert sched.config.steps_offset == int(rec["effective_steps_offset"])
+    if spec["sampler"] == "ddim":
+        assert sched.config.clip_sample == bool(rec["effective_clip_sample"])
+
+
+def test_ddim_on_euler_config_differs_without_fixups() -> None:
+    """The issue's divergence at the scheduler level: DDIMScheduler's class defaults
+    (clip_sample=True, steps_offset=0) on an Euler config give another trajectory than the one
+    StableDiffusionPipeline runs."""
+    key = "ddim-normal-epsilon-6-1.0-euler_only-StableDiffusionPipeline"
+    if key not in {c["key"] for c in cases()}:
+        pytest.skip("golden file predates the pipeline fix-up cases")
+    rec = case(key)
+    plain = create_scheduler("ddim", config=_config("euler_only"))
+    plain.set_timesteps(6)
+    assert plain.config.clip_sample is True and plain.config.steps_offset == 0
+    assert not np.array_equal(plain.timesteps, rec["timesteps"])  # steps_offset moves every timestep by 1

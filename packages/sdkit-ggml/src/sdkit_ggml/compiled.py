@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sdkit.backend import CompiledModel, TensorInfo
+from sdkit.backend import CompiledModel, TensorInfo, check_feeds
 from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
-from sdkit_ggml.compiler.build import BACKEND, build_plan, replay_constants
-from sdkit_ggml.compiler.context import Builder, NeedsValue, Tensor
+from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import NeedsValue, Tensor, WeightEntry
+from sdkit_ggml.compiler.passes import apply_passes
+from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.devices import compute_lock
-from sdkit_ggml.runtime.program import Program
+from sdkit_ggml.runtime.program import BuiltGraph, Program
 
 if TYPE_CHECKING:
     from sdkit.device import Device
@@ -24,9 +27,6 @@ if TYPE_CHECKING:
     from sdkit_ggml.runtime.lib import GgmlLib
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
-# Tensors per ONNX node a lowering may create (reshapes, views, broadcasts...), with headroom.
-TENSORS_PER_NODE = 48
-MIN_CAPACITY = 4096
 
 
 class GgmlCompiledModel(CompiledModel):
@@ -42,6 +42,7 @@ class GgmlCompiledModel(CompiledModel):
         registry: ConverterRegistry,
     ) -> None:
         self.graph = graph
+        self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
         self.inputs: list[TensorInfo] = graph.inputs
         self.outputs: list[TensorInfo] = graph.outputs
         self.device = device
@@ -51,7 +52,7 @@ class GgmlCompiledModel(CompiledModel):
         self._backend = backend
         self._registry = registry
         self._constants = self._initializers(weights)
-        self._programs: dict[Signature, Program] = {}
+        self._programs: dict[Signature, tuple[Plan, Program]] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
         self._run_lock = compute_lock(backend)
@@ -76,6 +77,13 @@ class GgmlCompiledModel(CompiledModel):
     def signatures(self) -> list[Signature]:
         return list(self._programs)
 
+    def program_for(self, feeds: Mapping[str, np.ndarray]) -> Program:
+        """The allocated ggml program that runs ``feeds`` (built now if their shapes are new):
+        what ``sdkit_ggml.runtime.profile.profile_program`` times node by node."""
+        checked = check_feeds(self.inputs, feeds)
+        specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
+        return self._program(specs, checked)
+
     def _program(
         self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
     ) -> Program:
@@ -95,24 +103,23 @@ class GgmlCompiledModel(CompiledModel):
             (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
         )
         with self._lock:
-            program = self._programs.get(signature)
-            if program is not None:
-                return program
-            capacity = max(MIN_CAPACITY, TENSORS_PER_NODE * len(self.graph.proto.graph.node))
-            builder = Builder(self._lib, capacity, self.options.precision, self._shared_weights)
+            built = self._programs.get(signature)
+            if built is not None:
+                return built[1]
+            context = GgmlContext(self._lib, capacity_for(self._proto))
+            builder = Builder(context, self.options.precision, self._shared_weights)
             try:
-                plan = build_plan(
-                    self.graph.proto, self._constants, specs, self._registry, builder, value_inputs=values
-                )
-                program = Program(self._lib, self._backend, plan, self.threads)
+                plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
+                runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds)
+                program = Program(self._lib, self._backend, runnable, self.threads)
             except BaseException:
-                builder.free()
+                context.free()
                 raise
             # Programs live as long as this model, so later signatures may use these weights;
             # only those computed from weights alone (other folded values depend on input shapes).
             shareable = builder.weight_derived
             self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
-            self._programs[signature] = program
+            self._programs[signature] = (plan, program)
             return program
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -132,43 +139,45 @@ class GgmlCompiledModel(CompiledModel):
                     f"refit: weight {name!r} is {array.dtype}{list(array.shape)}, "
                     f"the model has {previous.dtype}{list(previous.shape)}"
                 )
-        updates = []
-        for program in self._programs.values():
-            values = replay_constants(program.plan, self.graph.proto, constants)
-            for name, before in program.plan.builder.structural.items():
-                now = values.get(name)
-                if now is None or now.shape != before.shape or not np.array_equal(now, before):
-                    raise UnsupportedModelError(
-                        BACKEND, [f"refit: {name!r} changed, and the graph's structure depends on it; compile again"]
-                    )
-            entries = []
-            for entry in program.plan.builder.weights:
-                if entry.source is None:
-                    continue
-                raw = values[entry.source]
-                array = entry.transform(raw) if entry.transform is not None else raw
-                if array.shape != entry.array.shape:
-                    raise InputError(f"refit: {entry.source!r} changes shape")
-                entries.append(type(entry)(entry.tensor, entry.source, array, entry.transform))
-            updates.append((program, entries))
+        updates = [(plan, program, self._refit_entries(plan, constants)) for plan, program in self._programs.values()]
         with self._run_lock:  # never upload under a running compute
-            for program, entries in updates:
+            for plan, program, entries in updates:
                 program.upload(entries)
-                refittable = [e for e in program.plan.builder.weights if e.source is not None]
+                refittable = [e for e in plan.builder.weights if e.source is not None]
                 for entry, new in zip(refittable, entries, strict=True):
                     entry.array = new.array
             self._constants = constants
 
+    def _refit_entries(self, plan: Plan, constants: dict[str, np.ndarray]) -> list[WeightEntry]:
+        """The new value of every refittable weight of one signature's graph."""
+        values = replay_constants(plan, self._proto, constants)
+        for name, before in plan.builder.structural.items():
+            now = values.get(name)
+            if now is None or now.shape != before.shape or not np.array_equal(now, before):
+                raise UnsupportedModelError(
+                    BACKEND, [f"refit: {name!r} changed, and the graph's structure depends on it; compile again"]
+                )
+        entries = []
+        for entry in plan.builder.weights:
+            if entry.source is None:
+                continue
+            raw = values[entry.source]
+            array = entry.transform(raw) if entry.transform is not None else raw
+            if array.shape != entry.array.shape:
+                raise InputError(f"refit: {entry.source!r} changes shape")
+            entries.append(WeightEntry(entry.tensor, entry.source, array, entry.transform))
+        return entries
+
     def memory(self) -> dict[str, int]:
         weights = compute = 0
-        for program in self._programs.values():
+        for _, program in self._programs.values():
             w, c = program.memory()
             weights, compute = weights + w, compute + c
         return {"weights": weights, "compute": compute}
 
     def close(self) -> None:
         with self._lock, self._run_lock:  # never free buffers under a running compute
-            for program in self._programs.values():
+            for _, program in self._programs.values():
                 program.close()
             self._programs.clear()
             self._shared_weights.clear()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -19,16 +19,9 @@ def sdkit_ggml_register_converters(registry: ConverterRegistry) -> None:
     """Add ONNX op converters with ``registry.add(Converter(...))`` or the
     ``@registry.register("Op", since_version=N)`` decorator.
 
-    Called once, when the ggml backend first compiles or checks a model, after the built-in
-    converters are registered: a plugin may override a built-in (same op and version).
+    Called once per plugin set, when the ggml backend is first probed, checks or compiles,
+    after the built-in converters are registered, one plugin at a time
+    (``sdkit_ggml.converter_plugins``). A plugin may override a built-in (same domain, op and
+    since_version; listed in ``registry.overrides()``); two plugins registering the same key
+    is an error. A plugin whose hook raises is dropped whole and listed by ``sdkit doctor``.
     """
-
-
-def call_register_converters(registry: ConverterRegistry) -> None:
-    """Call every plugin's ``sdkit_ggml_register_converters``."""
-    from sdkit.plugins import get_plugins
-
-    pm: Any = get_plugins().pm
-    hook = getattr(pm.hook, "sdkit_ggml_register_converters", None)
-    if hook is not None:
-        hook(registry=registry)

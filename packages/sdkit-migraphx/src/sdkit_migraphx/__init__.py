@@ -1,7 +1,11 @@
-"""sdkit-migraphx: AMD GPUs through MIGraphX. The probe is real; the compiler is not built yet."""
+"""sdkit-migraphx: AMD GPUs through ROCm's MIGraphX.
+
+Importing this package does not import ``migraphx``; the backend loads it on first use.
+"""
 
 from __future__ import annotations
 
 from sdkit_migraphx._version import __version__
+from sdkit_migraphx.backend import MigraphxBackend
 
-__all__ = ["__version__"]
+__all__ = ["MigraphxBackend", "__version__"]

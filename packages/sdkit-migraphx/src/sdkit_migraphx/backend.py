@@ -1,98 +1,79 @@
-"""The ``migraphx`` backend: detects ROCm's MIGraphX runtime and AMD GPUs.
+"""The ``migraphx`` backend: AMD GPUs through ROCm's MIGraphX.
 
-MIGraphX is not on PyPI: it ships with ROCm (``/opt/rocm/lib`` holds its Python module). The
-compiler comes in its own issue; until then ``probe`` reports the backend unavailable, also
-where the runtime is present, so automatic choice never picks a backend that cannot compile.
+``probe`` is ok only with an importable ``migraphx`` module, at least one AMD GPU in the KFD
+topology and MIGraphX's ``gpu`` target. Elsewhere it says which piece is missing, so
+automatic choice never picks it.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
-from sdkit.device import Device
-from sdkit.errors import BackendUnavailableError
+from sdkit.errors import BackendUnavailableError, DeviceError
+from sdkit_migraphx.runtime import BACKEND_NAME, INSTALL_HINT, amd_gpus, first_line, import_migraphx, migraphx_version
+from sdkit_migraphx.settings import EXTRA_OPTIONS
 
 if TYPE_CHECKING:
+    from sdkit.device import Device
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
 
-INSTALL_HINT = "install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install sdkit[amd]"
-KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
-
-
-def rocm_roots() -> list[Path]:
-    roots = [Path(os.environ.get("ROCM_PATH", "/opt/rocm")), Path("/opt/rocm")]
-    roots += sorted(Path("/opt").glob("rocm-*"), reverse=True)
-    return [r for r in dict.fromkeys(roots) if r.is_dir()]
-
-
-def find_migraphx() -> tuple[str | None, str]:
-    """(version, where) of an importable ``migraphx`` module, or (None, why not)."""
-    for root in rocm_roots():
-        lib = str(root / "lib")
-        if lib not in sys.path and Path(lib).is_dir():
-            sys.path.append(lib)  # ROCm installs the Python module there, not in site-packages
-    try:
-        module = importlib.import_module("migraphx")
-    except ImportError as exc:
-        where = ", ".join(str(r) for r in rocm_roots()) or "no ROCm installation found (/opt/rocm)"
-        return None, f"the migraphx Python module is not importable ({exc}); looked in {where}"
-    return str(getattr(module, "__version__", "unknown")), str(getattr(module, "__file__", ""))
-
-
-def amd_gpus(nodes_dir: str = KFD_NODES) -> list[Device]:
-    """AMD GPUs from the KFD topology (CPU nodes have simd_count 0)."""
-    devices: list[Device] = []
-    nodes = [p for p in Path(nodes_dir).glob("*") if p.name.isdigit()]
-    for node in sorted(nodes, key=lambda p: int(p.name)):
-        try:
-            props = dict(
-                line.split(maxsplit=1) for line in Path(node, "properties").read_text().splitlines() if " " in line
-            )
-            name = Path(node, "name").read_text().strip() if Path(node, "name").exists() else ""
-        except OSError:
-            continue
-        if int(props.get("simd_count", "0") or 0) > 0:
-            devices.append(Device("rocm", len(devices), name or f"gfx{props.get('gfx_target_version', '?')}"))
-    return devices
-
 
 class MigraphxBackend(Backend):
-    name: ClassVar[str] = "migraphx"
+    name: ClassVar[str] = BACKEND_NAME
     priority: ClassVar[int] = 85
-    description: ClassVar[str] = "AMD MIGraphX (ROCm)"
+    refittable: ClassVar[bool] = False  # compiled programs embed the weights: refit recompiles
+    extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = EXTRA_OPTIONS
+    description: ClassVar[str] = "AMD MIGraphX (ROCm GPUs)"
 
     def probe(self) -> Availability:
         if not sys.platform.startswith("linux"):
             return Availability(False, f"MIGraphX runs on Linux with ROCm, not {sys.platform}", INSTALL_HINT)
+        try:
+            mx = import_migraphx()
+        except BackendUnavailableError as exc:
+            return Availability(False, exc.reason, exc.install_hint)
+        version = migraphx_version(mx)
         gpus = amd_gpus()
-        version, where = find_migraphx()
-        if version is None:
-            return Availability(False, where, INSTALL_HINT)
         if not gpus:
             return Availability(
-                False, "MIGraphX is installed but no AMD GPU is visible (/dev/kfd, KFD topology)", version=version
-            )
-        return Availability(
-            False,
-            f"MIGraphX {version} and {len(gpus)} AMD GPU(s) found, "
-            "but sdkit-migraphx's compiler is not implemented yet",
-            version=version,
-        )
+                False, f"MIGraphX {version} is installed but no AMD GPU is visible (/dev/kfd, KFD topology)",
+                version=version,
+            )  # fmt: skip
+        try:
+            mx.get_target("gpu")
+        except Exception as exc:
+            return Availability(False, f"MIGraphX {version} has no gpu target: {first_line(exc)}", version=version)
+        listed = ", ".join(f"{d} {d.description}" for d in gpus)
+        return Availability(True, f"MIGraphX {version} ({listed})", version=version)
 
     def devices(self) -> list[Device]:
-        return amd_gpus()
+        return amd_gpus() if self.probe().ok else []
 
     def check(self, graph: Graph) -> SupportReport:
-        report = SupportReport(self.name)
-        report.notes.append("the MIGraphX compiler is not implemented yet; nothing was checked")
-        return report
+        from sdkit_migraphx.support import check_graph
+
+        return check_graph(graph)
 
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:
+        from sdkit_migraphx.compiled import MigraphxCompiled
+        from sdkit_migraphx.settings import settings_for
+
         availability = self.probe()
-        raise BackendUnavailableError(self.name, availability.reason, availability.install_hint)
+        if not availability.ok:
+            raise BackendUnavailableError(self.name, availability.reason, availability.install_hint)
+        settings = settings_for(options)
+        gpus = amd_gpus()
+        found = next((g for g in gpus if device.matches(g)), None)
+        if found is None:
+            listed = ", ".join(str(g) for g in gpus)
+            raise DeviceError(f"the migraphx backend has no device {device}; its devices: {listed}")
+        if found.index not in (0, None):
+            # MIGraphX compiles for the current HIP device; sdkit does not switch it
+            raise DeviceError(
+                f"sdkit-migraphx runs on rocm:0; choose another GPU with HIP_VISIBLE_DEVICES={found.index}"
+            )
+        return MigraphxCompiled(import_migraphx(), graph, weights, found, settings, options.cache)

@@ -17,10 +17,10 @@ from typing import Any
 from sdkit.families.clip_tokenizer import EOS, ShippedVocab
 from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
 
-# Pipeline classes the SD 1.x pipeline does not cover yet (issue 9 builds them); a file of these
-# families maps to its weights and is refused by load_pipeline with a message naming the issue.
+# Pipeline classes for the families beyond SD 1.x/2.x. Inpainting's does not exist yet (issue 9):
+# a file of those families maps to its weights and is refused by load_pipeline, naming the issue.
 SDXL_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLPipeline"
-SDXL_REFINER_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLImg2ImgPipeline"
+SDXL_REFINER_PIPELINE = SDXL_PIPELINE  # one class: the refiner's config switches to aesthetic time ids
 INPAINT_PIPELINE = "sdkit.pipelines.inpaint:StableDiffusionInpaintPipeline"
 SDXL_INPAINT_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLInpaintPipeline"
 
@@ -168,6 +168,7 @@ SDXL = sd_family(
     tokenizers={"text_encoder": CLIP_VOCAB, "text_encoder_2": OPENCLIP_VOCAB},
     text_outputs=SDXL_OUTPUTS,
     pipeline=SDXL_PIPELINE,
+    xl=True,
 )
 SDXL_INPAINT = sd_family(
     "sdxl_inpaint",
@@ -180,6 +181,7 @@ SDXL_INPAINT = sd_family(
     tokenizers={"text_encoder": CLIP_VOCAB, "text_encoder_2": OPENCLIP_VOCAB},
     text_outputs=SDXL_OUTPUTS,
     pipeline=SDXL_INPAINT_PIPELINE,
+    xl=True,
 )
 SDXL_REFINER = sd_family(
     "sdxl_refiner",
@@ -192,6 +194,7 @@ SDXL_REFINER = sd_family(
     tokenizers={"text_encoder_2": OPENCLIP_VOCAB},
     text_outputs=REFINER_OUTPUTS,
     pipeline=SDXL_REFINER_PIPELINE,
+    xl=True,
 )
 
 FAMILIES = (SD1, SD1_INPAINT, SD2, SD2V, SDXL, SDXL_INPAINT, SDXL_REFINER)

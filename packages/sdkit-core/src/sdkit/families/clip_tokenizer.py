@@ -142,13 +142,14 @@ class ClipTokenizerBase:
         self.pad_id = self._id(self.pad_token)
 
     def _add_specials(self) -> None:
-        # Written into a prompt, the special tokens map to their ids, as in transformers.
+        # transformers' CLIPTokenizer registers every special token, the pad token "!" of SD 2.x
+        # and SDXL's bigG included, as an added token that splits the text: "wow!!" is then
+        # "wow", "!", "!" (ids 0, 0), not the merged "!!" token (committed golden:
+        # fixtures/families/clip_vocab_golden.json). Written into a prompt, "<|endoftext|>" is its id.
         from tokenizers import AddedToken
 
-        specials = {self.bos_token, self.eos_token, self.pad_token}
-        self._tokenizer.add_special_tokens(
-            [AddedToken(t, special=True, normalized=False) for t in sorted(specials) if t.startswith("<|")]
-        )
+        specials = sorted({self.bos_token, self.eos_token, self.pad_token})
+        self._tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
 
     def _id(self, token: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -220,15 +221,6 @@ class ShippedClipTokenizer(ClipTokenizerBase):
         self.model_max_length = model_max_length
         self._tokenizer = clip_bpe()
         self._finish()
-
-    def _add_specials(self) -> None:
-        # transformers' CLIPTokenizer registers every special token, the pad token "!" of SD 2.x
-        # included, as an added token that splits the text: "wow!!" is then "wow", "!", "!"
-        # (ids 0, 0), not the merged "!!" token. The folder tokenizer adds only the "<|...|>" ones.
-        from tokenizers import AddedToken
-
-        specials = sorted({self.bos_token, self.eos_token, self.pad_token})
-        self._tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
 
 
 @dataclass(frozen=True)

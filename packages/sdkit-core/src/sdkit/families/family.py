@@ -122,6 +122,11 @@ class Family:
     latent_channels: int = 4
     vae_scaling_factor: float = 0.18215
     vae_scale_factor: int = 8
+    # SDXL's switches (PipelineConfig's fields of the same names): an empty negative prompt as
+    # zeros (base), aesthetic-score time ids (refiner), the VAE kept in fp32 (it overflows in fp16).
+    force_zeros_for_empty_prompt: bool = False
+    requires_aesthetics_score: bool = False
+    fp32_components: tuple[str, ...] = ()
     priority: int = 0  # among families a file matches equally, the higher is the default
 
     def layouts(self) -> list[str]:

@@ -94,6 +94,16 @@ def vae_components(
     return {"vae_encoder": FamilyComponent(graphs[0], layouts), "vae_decoder": FamilyComponent(graphs[1], layouts)}
 
 
+def _aesthetic(unet_config: Mapping[str, Any], text_encoders: tuple[TextEncoderArch, ...]) -> bool:
+    """Whether an SDXL UNet takes 5 time ids (original size, crop, aesthetic score: a refiner)
+    rather than 6: its text-time width is the pooled text width plus 256 per id (diffusers'
+    ``addition_time_embed_dim``)."""
+    pooled = sum(e.projection_dim or 0 for e in text_encoders)
+    per_id = int(unet_config.get("addition_time_embed_dim", 256))
+    width = int(unet_config.get("projection_class_embeddings_input_dim", pooled + 6 * per_id))
+    return (width - pooled) // per_id == 5
+
+
 def sd_family(
     name: str,
     label: str,
@@ -109,10 +119,13 @@ def sd_family(
     pipeline: str = SD_PIPELINE,
     vae_graphs: tuple[str | Path, str | Path] = ("vae_encoder", "vae_decoder"),
     unet_prefix: str = "model.diffusion_model.",
+    xl: bool = False,
     vae_prefix: str = "first_stage_model.",
     priority: int = 0,
 ) -> Family:
-    """A Stable Diffusion family from diffusers configs (see the module docstring)."""
+    """A Stable Diffusion family from diffusers configs (see the module docstring). ``xl``: an
+    SDXL family (empty negative prompt as zeros for a base, aesthetic-score time ids for a
+    refiner, told apart by its UNet's time-embedding width; the VAE kept in fp32)."""
     components: dict[str, FamilyComponent] = {"unet": unet_component(unet_graph, unet_config, unet_prefix)}
     for encoder in text_encoders:
         components[encoder.component] = FamilyComponent(encoder.graph, encoder.mappers(), encoder.probes())
@@ -131,5 +144,8 @@ def sd_family(
         latent_channels=int(vae_config.get("latent_channels", 4)),
         vae_scaling_factor=float(vae_config.get("scaling_factor", 0.18215)),
         vae_scale_factor=2 ** (blocks - 1),
+        force_zeros_for_empty_prompt=xl and not _aesthetic(unet_config, text_encoders),
+        requires_aesthetics_score=xl and _aesthetic(unet_config, text_encoders),
+        fp32_components=("vae_decoder", "vae_encoder") if xl else (),
         priority=priority,
     )

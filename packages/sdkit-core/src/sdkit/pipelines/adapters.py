@@ -33,8 +33,7 @@ from sdkit.families.lora import merge_loras
 from sdkit.families.lora_file import LoraFile, open_lora
 from sdkit.families.vae_file import vae_weights
 from sdkit.model import Graph, Model, WeightSet
-from sdkit.pipelines.families import checkpoint_sources
-from sdkit.pipelines.sources import ModelSource
+from sdkit.pipelines.sources import GraphWithWeights, ModelSource
 
 if TYPE_CHECKING:
     from sdkit.pipelines.components import Component, WeightSwap
@@ -79,6 +78,16 @@ class GrownTableSource:
         weights = model.weights.entries()
         weights[TOKEN_TABLE] = embedding_rows(np.asarray(table), {}, self.rows)
         return Model(resized_graph(model.graph, {TOKEN_TABLE: shape}), WeightSet(weights), model.path)
+
+
+def base_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
+    """Each component's source with the checkpoint's own weights (as the single-file loader
+    makes them: the family's weightless graph and the lazily mapped weights)."""
+    label = mapped.checkpoint.path.name
+    return {
+        name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
+        for name, component in mapped.family.components.items()
+    }
 
 
 def _tokenizer_of(tokenizers: Mapping[str, ClipTokenizerBase], component: str) -> ClipTokenizerBase:
@@ -149,7 +158,7 @@ class Adapters:
         """Hand every component its weights; returns ``"refit"`` or ``"recompile"`` for each
         component whose weights changed (one with the base weights before and after is left alone)."""
         weights = self.component_weights(mapped, tokenizers, self.vae)
-        sources = checkpoint_sources(mapped)
+        sources = base_sources(mapped)
         swaps: dict[str, WeightSwap] = {}
         for name, component in components.items():
             changed = weights.get(name)

@@ -8,8 +8,10 @@ initial latents, ``DenoiseLoop``, decode, ``deliver``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,11 +21,12 @@ from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
 from sdkit.pipelines.adapters import AdapterMethods, Adapters
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.families import checkpoint_config, checkpoint_sources, open_checkpoint
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import seed_list
+from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
+from sdkit.schedulers import pipeline_config_fixups
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -35,7 +38,9 @@ if TYPE_CHECKING:
 @dataclass
 class GenerationPlan:
     """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
-    shape, the per-image seeds and the scheduler with its timesteps set."""
+    shape, the per-image seeds and the scheduler with its timesteps set. ``parameters``: PNG
+    labels the stages add as they run (A1111's names, e.g. ``Pad conds``), written after the
+    common ones."""
 
     request: GenerationRequest
     width: int
@@ -44,6 +49,22 @@ class GenerationPlan:
     seeds: list[int]
     scheduler: Scheduler
     image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpenedCheckpoint:
+    """A checkpoint opened for a pipeline (``sdkit.pipelines.families.open_for_pipeline``): its
+    family and lazily mapped weights, the ``PipelineConfig`` it gives and each component's source."""
+
+    mapped: MappedCheckpoint
+    config: PipelineConfig
+    sources: dict[str, ModelSource]
+
+
+# path, prediction -> the opened checkpoint. The single-file loader hands its opener to the
+# pipelines it builds (``Pipeline.bind_checkpoint``): the families sit above the pipeline classes.
+CheckpointOpener = Callable[[str | os.PathLike[str], str | None], OpenedCheckpoint]
 
 
 def same_graphs(a: Family, b: Family) -> bool:
@@ -58,16 +79,22 @@ class Pipeline(AdapterMethods):
     component_names: ClassVar[tuple[str, ...]] = ()  # every component it may have
     prepared_components: ClassVar[tuple[str, ...]] = ()  # compiled at load under memory="keep"
     image_encoder: ClassVar[str] = "vae_encoder"  # the component img2img needs
+    # The diffusers pipeline whose scheduler-config fix-ups apply (sdkit.schedulers.PIPELINE_FIXUPS).
+    diffusers_pipeline: ClassVar[str] = ""
 
-    def __init__(
-        self, config: PipelineConfig, components: dict[str, Component], checkpoint: MappedCheckpoint | None = None
-    ) -> None:
+    def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         self.config = config
         self.components = components
         # A single-file pipeline's checkpoint: its family, layout and lazily mapped weights per
         # component (family.key_map(component, layout) gives LoRA and VAE files their names).
-        self.checkpoint = checkpoint
+        self.checkpoint: MappedCheckpoint | None = None
+        self._open_checkpoint: CheckpointOpener | None = None
         self.adapters = Adapters()  # LoRAs, embeddings, VAE file (set_loras, load_embedding, set_vae)
+
+    def bind_checkpoint(self, mapped: MappedCheckpoint, opener: CheckpointOpener) -> None:
+        """Record the checkpoint this pipeline runs and how to open another (``set_checkpoint``)."""
+        self.checkpoint = mapped
+        self._open_checkpoint = opener
 
     def set_config(self, config: PipelineConfig) -> None:
         """Replace the model configuration (a subclass refreshes what it derives from it)."""
@@ -79,12 +106,12 @@ class Pipeline(AdapterMethods):
         (``"refit"``), else released and compiled with the new weights on its next use
         (``"recompile"``). The LoRAs, embeddings and VAE file chosen stay, merged on the new weights.
         ``prediction`` as in ``load_pipeline``. Only for pipelines loaded from a checkpoint."""
-        if self.checkpoint is None:
+        if self.checkpoint is None or self._open_checkpoint is None:
             raise ModelFormatError(
                 f"{self.name} was not loaded from a checkpoint file; load {Path(path).name} with sdkit.load_pipeline"
             )
-        mapped = open_checkpoint(path, prediction)
-        current = self.checkpoint.family
+        opened = self._open_checkpoint(path, prediction)
+        mapped, current = opened.mapped, self.checkpoint.family
         if not same_graphs(current, mapped.family):
             raise ModelFormatError(
                 f"{Path(path).name} is a {mapped.family.label} checkpoint, this pipeline runs {current.label}: "
@@ -92,10 +119,10 @@ class Pipeline(AdapterMethods):
             )
         swaps = {
             name: self.components[name].set_source(source)
-            for name, source in checkpoint_sources(mapped).items()
+            for name, source in opened.sources.items()
             if name in self.components
         }
-        self.set_config(checkpoint_config(mapped))
+        self.set_config(opened.config)
         self.checkpoint = mapped
         if self.adapters.active:
             self.adapters.refresh(mapped)
@@ -151,9 +178,14 @@ class Pipeline(AdapterMethods):
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """``request`` as this pipeline's request class (a base request is re-created as it)."""
+        known = self.request_class.field_names()
+        foreign = [f for f in dataclasses.fields(request) if f.init and f.name not in known]
+        for f in foreign:  # e.g. prompt_2 handed to an SD 1.x pipeline: refused, not ignored
+            if getattr(request, f.name) != f.default:
+                raise OptionError(f"{f.name} is not an option of {self.name} ({type(self).__name__})")
         if isinstance(request, self.request_class):
             return request
-        return self.request_class.create(**{n: getattr(request, n) for n in request.field_names()})
+        return self.request_class.create(**{n: getattr(request, n) for n in request.field_names() if n in known})
 
     def plan(self, request: GenerationRequest) -> GenerationPlan:
         """The checks that need the model, made once: size, img2img support, latents shape, and
@@ -185,9 +217,12 @@ class Pipeline(AdapterMethods):
         cls = get_plugins().schedulers.get(request.sampler)
         if cls is None:  # the plugin set changed since the request was made
             raise OptionError(f"sampler {request.sampler!r} is no longer registered")
+        config = self.config.scheduler_config
+        if self.diffusers_pipeline:  # what diffusers' pipeline constructor does to the config
+            config = pipeline_config_fixups(config, cls, self.diffusers_pipeline)
         scheduler: Scheduler = cls(
             schedule=request.schedule,
-            config=self.config.scheduler_config,
+            config=config,
             prediction_type=self.config.prediction_type,
         )
         return scheduler
@@ -230,4 +265,5 @@ class Pipeline(AdapterMethods):
             plan.height,
             self.name,
             float(request.strength) if plan.image is not None else None,
+            tuple(plan.parameters.items()),
         )

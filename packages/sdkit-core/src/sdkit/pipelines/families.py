@@ -5,8 +5,10 @@ them: ``checkpoint_config``), its component sources (``checkpoint_sources``: the
 weightless graphs with the lazily mapped weights) and its pipeline class (``pipeline_class``,
 resolved from the family's ``"module:attr"`` reference).
 
-``sdkit.pipelines.single_file.CheckpointLoader`` builds pipelines with these, and
-``Pipeline.set_checkpoint`` swaps a loaded pipeline's weights for another file's.
+``sdkit.pipelines.single_file.CheckpointLoader`` builds pipelines with these and binds
+``open_for_pipeline`` to them, with which ``Pipeline.set_checkpoint`` swaps a loaded pipeline's
+weights for another file's. This module sits above the pipeline classes (it names them) and below
+the loaders, in the layer ``.importlinter`` reserves for it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ from typing import Any
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Family, MappedCheckpoint, load_checkpoint
 from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.pipelines.adapters import base_sources
+from sdkit.pipelines.base import OpenedCheckpoint
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.layout import read_optional_json_object
-from sdkit.pipelines.sources import GraphWithWeights, ModelSource
+from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
 # Pipeline modules other work is building, named in the refusal of a family whose pipeline is
 # not there yet.
 PENDING = {
-    "sdkit.pipelines.sdxl": "the SDXL pipelines are issue 9's work",
     "sdkit.pipelines.inpaint": "the inpainting pipeline is issue 9's work",
 }
 
@@ -70,16 +73,21 @@ def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> Pipe
         scheduler_config=scheduler,
         tokenizers=tokenizers,
         text_outputs=dict(family.text_outputs),
+        force_zeros_for_empty_prompt=family.force_zeros_for_empty_prompt,
+        requires_aesthetics_score=family.requires_aesthetics_score,
+        fp32_components=family.fp32_components,
     )
 
 
 def checkpoint_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
     """Each component's source: the family's weightless graph and the checkpoint's weights."""
-    label = mapped.checkpoint.path.name
-    return {
-        name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
-        for name, component in mapped.family.components.items()
-    }
+    return base_sources(mapped)
+
+
+def open_for_pipeline(path: str | os.PathLike[str], prediction: str | None = None) -> OpenedCheckpoint:
+    """``path`` opened for a pipeline: mapped, with its config and component sources."""
+    mapped = open_checkpoint(path, prediction)
+    return OpenedCheckpoint(mapped, checkpoint_config(mapped), checkpoint_sources(mapped))
 
 
 def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:

@@ -11,13 +11,14 @@ takes ``.safetensors`` files and diffusers folders holding ``unet/*.safetensors`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from sdkit.errors import UnsupportedFamilyError
+from sdkit.errors import SdkitError, UnsupportedFamilyError
+from sdkit.families import Checkpoint, Family, detect
 from sdkit.families.checkpoint import is_diffusers_folder
 from sdkit.pipelines.base import Pipeline
 from sdkit.pipelines.components import LoadSettings
-from sdkit.pipelines.families import checkpoint_config, checkpoint_sources, open_checkpoint, pipeline_class
+from sdkit.pipelines.families import open_for_pipeline, pipeline_class, registered_families
 from sdkit.pipelines.loading import PipelineLoader
 
 
@@ -37,13 +38,29 @@ class CheckpointLoader(PipelineLoader):
             return f"{path.name} is not a .safetensors checkpoint"
         return ""
 
+    def pipeline_class(self, path: Path) -> type[Pipeline] | None:
+        """The detected family's pipeline class, from the file's header alone (None when the
+        file is not one: ``load_pipeline`` then says why)."""
+        try:
+            family = detect(Checkpoint.open(path), registered_families()).family
+            return _pipeline_class(family, Path(path).name)
+        except SdkitError:
+            return None
+
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        mapped = open_checkpoint(path, settings.prediction)
-        cls = pipeline_class(mapped.family, Path(path).name)
-        if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
-            raise UnsupportedFamilyError(
-                f"family {mapped.family.name!r}: {mapped.family.pipeline} is not a Pipeline class"
-            )
-        config = checkpoint_config(mapped)
-        components = settings.components(cls.component_names, checkpoint_sources(mapped), config.text_outputs)
-        return cls(config, components, mapped)
+        opened = open_for_pipeline(path, settings.prediction)
+        cls = _pipeline_class(opened.mapped.family, Path(path).name)
+        config = opened.config
+        components = settings.components(
+            cls.component_names, opened.sources, config.text_outputs, config.fp32_components
+        )
+        pipeline = cls(config, components)
+        pipeline.bind_checkpoint(opened.mapped, open_for_pipeline)
+        return pipeline
+
+
+def _pipeline_class(family: Family, what: str) -> type[Pipeline]:
+    cls: Any = pipeline_class(family, what)
+    if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
+        raise UnsupportedFamilyError(f"family {family.name!r}: {family.pipeline} is not a Pipeline class")
+    return cls

@@ -25,7 +25,14 @@ from sdkit.families.clip_tokenizer import (
 )
 from sdkit.pipelines.layout import read_optional_json_object
 
-__all__ = ["ClipTokenizer", "PromptTruncatedWarning", "ShippedVocab", "TokenizerSource", "make_tokenizer"]
+__all__ = [
+    "ClipTokenizer",
+    "ClipTokenizerBase",
+    "PromptTruncatedWarning",
+    "ShippedVocab",
+    "TokenizerSource",
+    "make_tokenizer",
+]
 
 
 def _token_text(value: Any) -> str | None:

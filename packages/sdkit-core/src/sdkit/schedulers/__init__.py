@@ -26,7 +26,7 @@ dpmpp_2m_sde   DPM++ 2M SDE, k_dpmpp_2m_sde,              DPMSolverMultistepSche
                sde-dpmsolver++                            algorithm_type="sde-dpmsolver++", solver_order=2)
 dpmpp_sde      DPM++ SDE, k_dpmpp_sde, dpm_solver_sde     DPMSolverSDEScheduler (Brownian-tree noise built from
                                                           the noise callable: see sdkit.schedulers.dpm_sde)
-ddim           DDIM                                       DDIMScheduler, eta=0 (schedules: normal, sgm_uniform)
+ddim           DDIM                                       DDIMScheduler, any eta (schedules: normal, sgm_uniform)
 lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
 =============  =========================================  ========================================================
 
@@ -54,7 +54,24 @@ exponential  ``use_exponential_sigmas=True``                  A1111 "Exponential
 sgm_uniform  ``timestep_spacing="trailing"`` (diffusers'      ComfyUI "sgm_uniform", A1111 "SGM Uniform"
 [sgm,        documented equivalent; ComfyUI's t_i = 999 -     (also what SDXL-Lightning/Turbo expect)
 trailing]    999 i/n, trailing's round(1000 - 1000 i/n) - 1)
+simple       none (picks training sigmas; see                 ComfyUI "simple", A1111 "Simple"
+             ``sdkit.schedulers.table_schedules``)
+ddim_uniform none (every N//steps-th training sigma from      ComfyUI "ddim_uniform"
+             t=1, reversed)
+beta         none (diffusers' ``use_beta_sigmas`` spaces      ComfyUI "beta", A1111 "Beta"
+             sigmas, not timesteps: a different formula)
 ===========  ===============================================  ============================================
+
+The last three are sigma schedules: every sampler but ddim and lcm takes them. Sampler
+options (keyword arguments of ``create_scheduler``): ``eta`` for ddim (default 0; noise
+as diffusers' ``DDIMScheduler.step(eta=...)``), ``s_noise`` for euler_a, dpmpp_2m_sde and
+dpmpp_sde (A1111's "sigma noise", default 1: multiplies the noise each step adds, as
+k-diffusion's samplers do).
+
+What diffusers' pipelines change in a scheduler config before using it (StableDiffusionPipeline
+forces ``clip_sample=False`` and ``steps_offset=1``, SDXL changes nothing, ...) is
+``pipeline_config_fixups(config, sampler, pipeline)``: a pipeline calls it on the model's
+``scheduler_config.json`` before ``create_scheduler``.
 
 ``config`` is the model's diffusers ``scheduler_config.json`` dict (``None``: Stable
 Diffusion 1.x's). Keys it lacks take the diffusers class's defaults, as
@@ -86,8 +103,10 @@ from sdkit.schedulers.names import (
     scheduler_class,
     scheduler_names,
 )
+from sdkit.schedulers.pipeline_config import PIPELINE_FIXUPS, pipeline_config_fixups
 
 __all__ = [
+    "PIPELINE_FIXUPS",
     "SCHEDULES",
     "SCHEDULE_LABELS",
     "NoiseFn",
@@ -95,6 +114,7 @@ __all__ = [
     "SchedulerConfig",
     "create_scheduler",
     "noise_from_seed",
+    "pipeline_config_fixups",
     "resolve",
     "resolve_schedule",
     "sampler_label",

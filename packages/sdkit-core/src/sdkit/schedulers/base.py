@@ -18,6 +18,7 @@ error instead of silently wrong images.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -32,7 +33,7 @@ from sdkit.schedulers import noise_schedule
 NoiseFn = Callable[[tuple[int, ...]], NDArray[np.float32]]
 """Draws standard-normal float32 noise of a shape; samplers that inject noise call it."""
 
-SCHEDULES = ("normal", "karras", "exponential", "sgm_uniform")
+SCHEDULES = ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
 # Stable Diffusion 1.x's scheduler_config.json (what ``config=None`` means).
@@ -141,6 +142,25 @@ def _checked_value(key: str, value: Any) -> Any:
     raise OptionError(f"scheduler config {key}={value!r} has the wrong type")
 
 
+# Allowed range of each sampler option.
+_OPTION_RANGES: dict[str, tuple[float, float]] = {"eta": (0.0, 1.0), "s_noise": (0.0, 10.0)}
+
+
+def _checked_options(sampler: str, defaults: Mapping[str, float], given: Mapping[str, Any]) -> dict[str, float]:
+    """``defaults`` updated with ``given``; OptionError for an option the sampler lacks or a bad value."""
+    values = dict(defaults)
+    for key, value in given.items():
+        if key not in defaults:
+            takes = ", ".join(defaults) or "none"
+            raise OptionError(f"sampler {sampler!r} has no option {key!r} (its options: {takes})")
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        low, high = _OPTION_RANGES.get(key, (-math.inf, math.inf))
+        if not number or not low <= float(value) <= high:
+            raise OptionError(f"sampler option {key} must be a number in [{low}, {high}], got {value!r}")
+        values[key] = float(value)
+    return values
+
+
 def noise_from_seed(seed: int) -> NoiseFn:
     """A reproducible :data:`NoiseFn` (numpy PCG64): what a pipeline passes to ``step``."""
     rng = np.random.default_rng(seed)
@@ -176,7 +196,12 @@ class Scheduler(ABC):
         unset, ``sampler_label()`` falls back to the first alias, then to ``name``.
       schedules: the sigma schedules it supports (subset of ``SCHEDULES``).
       order: model evaluations per step (2 for Heun and DPM++ SDE), as diffusers' ``order``.
-      needs_noise: whether ``step`` draws noise (ancestral and SDE samplers).
+      needs_noise: whether ``step`` draws noise (ancestral and SDE samplers); an instance
+        says it for its options with ``draws_noise`` (DDIM draws only when eta > 0).
+      option_defaults: the sampler options it takes (keyword arguments of the constructor and of
+        ``create_scheduler``) with their defaults: ``eta`` (DDIM), ``s_noise`` (A1111's "sigma
+        noise" multiplier of the noise ancestral and SDE samplers add). An instance's
+        ``options`` holds the values in force.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
     """
@@ -187,6 +212,7 @@ class Scheduler(ABC):
     schedules: ClassVar[tuple[str, ...]] = SCHEDULES
     order: ClassVar[int] = 1
     needs_noise: ClassVar[bool] = False
+    option_defaults: ClassVar[dict[str, float]] = {}
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
 
@@ -195,7 +221,9 @@ class Scheduler(ABC):
         schedule: str = "normal",
         config: Mapping[str, Any] | None = None,
         prediction_type: str | None = None,
+        **options: float,
     ) -> None:
+        self.options: dict[str, float] = _checked_options(self.name, self.option_defaults, options)
         if schedule not in self.schedules:
             raise OptionError(
                 f"sampler {self.name!r} does not support schedule {schedule!r}; use one of {', '.join(self.schedules)}"
@@ -248,6 +276,11 @@ class Scheduler(ABC):
         """Scale of the initial txt2img noise."""
         return 1.0
 
+    @property
+    def draws_noise(self) -> bool:
+        """Whether ``step`` calls its ``noise`` callable (with these options)."""
+        return self.needs_noise
+
     def set_timesteps(self, num_inference_steps: int, strength: float = 1.0) -> None:
         """Prepare ``num_inference_steps`` steps. ``strength < 1`` (img2img) keeps only the
         last ``int(steps * strength)`` steps, as diffusers' img2img ``get_timesteps`` does."""
@@ -263,6 +296,18 @@ class Scheduler(ABC):
         self._index = self._begin = self._begin_for_strength(steps, float(strength))
         if self._begin >= len(self._timesteps):
             raise InputError(f"strength {strength} with {steps} steps leaves no step to run")
+
+    def set_begin_index(self, index: int) -> None:
+        """Start at ``index`` of the whole schedule (``set_timesteps`` with strength 1 first), as
+        diffusers' ``set_begin_index``: an SDXL refiner's ``denoising_start`` takes over the
+        schedule where the base stopped. ``timesteps`` then holds what is left from there."""
+        if self.num_inference_steps is None:
+            raise InputError("call set_timesteps() before set_begin_index()")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InputError(f"begin index must be an integer, got {index!r}")
+        if not 0 <= int(index) < len(self._timesteps):
+            raise InputError(f"begin index {index} is outside the schedule's {len(self._timesteps)} timesteps")
+        self._index = self._begin = int(index)
 
     def scale_model_input(self, sample: NDArray[np.float32], timestep: float | NDArray[Any]) -> NDArray[np.float32]:
         """The model's input for this step (k-diffusion samplers divide by sqrt(sigma^2 + 1))."""
@@ -282,7 +327,7 @@ class Scheduler(ABC):
         x = as_f32(sample, "sample")
         if out.shape != x.shape:
             raise InputError(f"model_output shape {out.shape} differs from sample shape {x.shape}")
-        if self.needs_noise and noise is None:
+        if self.draws_noise and noise is None:
             raise InputError(
                 f"sampler {self.name!r} adds noise in step(): pass noise=callable(shape) "
                 "(e.g. sdkit.schedulers.noise_from_seed(seed))"

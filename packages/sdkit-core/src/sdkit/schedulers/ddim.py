@@ -53,11 +53,17 @@ class DiscreteScheduler(Scheduler):
 
 
 class DDIM(DiscreteScheduler):
-    """Deterministic DDIM (eta = 0, as A1111's and ComfyUI's default)."""
+    """DDIM. ``eta`` (option, default 0: deterministic, as A1111's and ComfyUI's default) scales
+    the fresh noise each step adds, as diffusers' ``DDIMScheduler.step(eta=...)``: with
+    ``var = (1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)`` and ``std = eta * sqrt(var)``,
+    ``prev = sqrt(a_prev) * x0 + sqrt(1 - a_prev - std^2) * eps + std * z`` where ``z`` is one
+    standard-normal draw of the ``noise`` callable per step (drawn only when eta > 0). eta 1 is
+    DDPM-like ancestral sampling."""
 
     name = "ddim"
     label = "DDIM"
     aliases: ClassVar[tuple[str, ...]] = ("DDIM",)
+    option_defaults: ClassVar[dict[str, float]] = {"eta": 0.0}
     diffusers_class = "DDIMScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
         "beta_start": 0.0001,
@@ -96,7 +102,18 @@ class DDIM(DiscreteScheduler):
             eps = model_output
         else:
             eps = np.sqrt(alpha_t) * model_output + np.sqrt(ONE - alpha_t) * sample
-        return f32(np.sqrt(alpha_prev) * x0 + np.sqrt(ONE - alpha_prev) * eps)
+        eta = np.float32(self.options["eta"])
+        if eta == 0:
+            return f32(np.sqrt(alpha_prev) * x0 + np.sqrt(ONE - alpha_prev) * eps)
+        # diffusers' DDIMScheduler._get_variance and step, in its float32 operation order
+        variance = ((ONE - alpha_prev) / (ONE - alpha_t)) * (ONE - alpha_t / alpha_prev)
+        std = eta * np.sqrt(variance)
+        prev = np.sqrt(alpha_prev) * x0 + np.sqrt(ONE - alpha_prev - std * std) * eps
+        return f32(prev + std * self._draw(noise, model_output.shape))
+
+    @property
+    def draws_noise(self) -> bool:
+        return self.options["eta"] > 0
 
 
 class LCM(DiscreteScheduler):

@@ -47,6 +47,7 @@ class DPMPPSDE(SigmaScheduler):
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ SDE", "k_dpmpp_sde", "dpm_solver_sde")
     order = 2
     needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = {"s_noise": 1.0}  # A1111's "sigma noise": scales both noises
     spacing_dtype = np.float64
     diffusers_class = "DPMSolverSDEScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
@@ -100,7 +101,9 @@ class DPMPPSDE(SigmaScheduler):
         prev = _sigma(t_down) / _sigma(t) * sample - noise_schedule.expm1_32(t - t_down) * denoised
         prev = (
             prev
-            + self._brownian_noise(noise, sample.shape, first_half, sigma_from, sigma_to) * np.float32(1.0) * sigma_up
+            + self._brownian_noise(noise, sample.shape, first_half, sigma_from, sigma_to)
+            * np.float32(self.options["s_noise"])
+            * sigma_up
         )
         if first_half:
             self._start, self._mid_sigma = sample.copy(), _sigma(t_next)  # the caller may reuse its array

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import OptionError
-from sdkit.schedulers import noise_schedule
+from sdkit.schedulers import noise_schedule, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -48,9 +48,13 @@ class DPMSolverMultistep(Scheduler):
     }
 
     def __init__(
-        self, schedule: str = "normal", config: Mapping[str, Any] | None = None, prediction_type: str | None = None
+        self,
+        schedule: str = "normal",
+        config: Mapping[str, Any] | None = None,
+        prediction_type: str | None = None,
+        **options: float,
     ) -> None:
-        super().__init__(schedule, config, prediction_type)
+        super().__init__(schedule, config, prediction_type, **options)
         # The sampler name picks the algorithm; settings that would change it are refused.
         for key, wanted in (("solver_type", "midpoint"), ("lower_order_final", True), ("euler_at_final", False)):
             value = self.config.extra.get(key, wanted)
@@ -72,7 +76,10 @@ class DPMSolverMultistep(Scheduler):
             timesteps = np.arange(total, 0, -total / steps).round().astype(np.int64) - 1
         train_sigmas = noise_schedule.training_sigmas(self.alphas_cumprod)
         log_train_sigmas = np.log(train_sigmas)
-        if self.schedule in ("karras", "exponential"):
+        if self.schedule in table_schedules.TABLE_SCHEDULES:  # ComfyUI's simple, ddim_uniform, beta
+            picked, sigmas = table_schedules.table_schedule(self.schedule, steps, train_sigmas)
+            timesteps = picked.astype(np.int64)
+        elif self.schedule in ("karras", "exponential"):
             sigma_min, sigma_max = float(train_sigmas[0]), float(train_sigmas[-1])
             if self.schedule == "karras":
                 sigmas = noise_schedule.karras_sigmas(sigma_min, sigma_max, steps)
@@ -106,7 +113,9 @@ class DPMSolverMultistep(Scheduler):
         i = self._index
         x0 = self._x0(model_output, sample)
         self._outputs = [*self._outputs[-1:], x0]
-        drawn = self._draw(noise, model_output.shape) if self.stochastic else None
+        drawn = None
+        if self.stochastic:  # A1111's s_noise scales the noise (k-diffusion: noise * ... * s_noise)
+            drawn = self._draw(noise, model_output.shape) * np.float32(self.options["s_noise"])
         # The last step (to sigma 0) and the first one (no history) are first order.
         if self._lower_order_nums < 1 or i == len(self._timesteps) - 1:
             result = self._first_order(x0, sample, drawn)
@@ -164,3 +173,4 @@ class DPMPP2MSDE(DPMSolverMultistep):
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M SDE", "k_dpmpp_2m_sde", "sde-dpmsolver++")
     stochastic = True
     needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = {"s_noise": 1.0}

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.schedulers import noise_schedule
+from sdkit.schedulers import noise_schedule, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -33,6 +33,8 @@ class SigmaScheduler(Scheduler):
             cfg.timestep_spacing, steps, cfg.num_train_timesteps, cfg.steps_offset, self.spacing_dtype
         )
         train_sigmas = noise_schedule.training_sigmas(self.alphas_cumprod)
+        if self.schedule in table_schedules.TABLE_SCHEDULES:  # ComfyUI's simple, ddim_uniform, beta
+            return table_schedules.table_schedule(self.schedule, steps, train_sigmas)
         sigmas = noise_schedule.interpolate_sigmas(timesteps, train_sigmas)
         if self.schedule in ("karras", "exponential"):
             sigma_min, sigma_max = float(sigmas[-1]), float(sigmas[0])
@@ -98,7 +100,8 @@ class Euler(SigmaScheduler):
 
 class EulerAncestral(Euler):
     """Euler ancestral. diffusers' EulerAncestralDiscreteScheduler has no Karras or exponential
-    option; here those schedules are EulerDiscreteScheduler's (checked that way)."""
+    option; here those schedules are EulerDiscreteScheduler's (checked that way). Option
+    ``s_noise`` (A1111's "sigma noise", default 1) multiplies the noise each step adds."""
 
     name = "euler_a"
     label = "Euler a"
@@ -110,6 +113,7 @@ class EulerAncestral(Euler):
         "euler_ancestral_discrete",
     )
     needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = {"s_noise": 1.0}
     diffusers_class = "EulerAncestralDiscreteScheduler"
 
     def _step(self, model_output: F32, sample: F32, noise: NoiseFn | None) -> F32:
@@ -122,7 +126,8 @@ class EulerAncestral(Euler):
         derivative = (sample - denoised) / sigma
         dt = sigma_down - sigma
         prev = sample + derivative * dt
-        return f32(prev + self._draw(noise, sample.shape) * sigma_up)
+        # A1111's s_noise scales the fresh noise (k-diffusion: noise * s_noise * sigma_up).
+        return f32(prev + self._draw(noise, sample.shape) * np.float32(self.options["s_noise"]) * sigma_up)
 
 
 class Heun(SigmaScheduler):

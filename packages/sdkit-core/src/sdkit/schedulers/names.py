@@ -25,6 +25,9 @@ SCHEDULE_ALIASES: dict[str, str] = {
     "sgm_uniform": "sgm_uniform",
     "sgm": "sgm_uniform",
     "trailing": "sgm_uniform",
+    "simple": "simple",
+    "ddim_uniform": "ddim_uniform",
+    "beta": "beta",
 }
 # What A1111 writes in an image's "Schedule type:" field for each schedule.
 SCHEDULE_LABELS: dict[str, str] = {
@@ -32,6 +35,9 @@ SCHEDULE_LABELS: dict[str, str] = {
     "karras": "Karras",
     "exponential": "Exponential",
     "sgm_uniform": "SGM Uniform",
+    "simple": "Simple",
+    "beta": "Beta",
+    "ddim_uniform": "DDIM",  # A1111's "DDIM" schedule type
 }
 
 
@@ -147,16 +153,19 @@ def create_scheduler(
     config: Mapping[str, Any] | None = None,
     prediction_type: str | None = None,
     registry: SchedulerRegistry | None = None,
+    **options: float,
 ) -> Scheduler:
     """A ready scheduler: ``create_scheduler("DPM++ 2M Karras", schedule=None, config=cfg)``.
 
     ``schedule`` None takes the name's suffix ("... Karras"), else "normal". ``config`` is
     the model's diffusers ``scheduler_config.json`` dict (None: Stable Diffusion 1.x's);
-    ``prediction_type`` overrides the config's.
+    ``prediction_type`` overrides the config's. ``options`` are the sampler's own settings
+    (``eta=`` for DDIM, ``s_noise=`` for euler_a, dpmpp_2m_sde and dpmpp_sde); one the sampler
+    does not take is an OptionError.
     """
     reg = _registry(registry)
     canonical, resolved_schedule = resolve(name, schedule, registry=reg)
     cls = reg.get(canonical)
     assert cls is not None
-    instance: Scheduler = cls(schedule=resolved_schedule, config=config, prediction_type=prediction_type)
+    instance: Scheduler = cls(schedule=resolved_schedule, config=config, prediction_type=prediction_type, **options)
     return instance

@@ -16,8 +16,7 @@ from onnx import helper, numpy_helper
 
 from sdkit_ggml.compiler.context import Unsupported
 
-# Ops whose result must not be computed once and reused (randomness).
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+# Which nodes fold is decided in ``support.py`` (``Route.FOLD``), for compile and check() alike.
 
 
 def constant_node_value(node: onnx.NodeProto) -> np.ndarray:

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from sdkit_ggml.compiler.context import BOOL, FLOAT_DTYPES, Builder, Tensor, Unsupported, ne_of
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import BOOL, FLOAT_DTYPES, Tensor, Unsupported, ne_of
+from sdkit_ggml.runtime import lib as L
 
 __all__ = ["ne_of"]  # re-exported for converters
-from sdkit_ggml.runtime import lib as L
 
 COMMUTATIVE = {"ggml_add", "ggml_mul"}
 
@@ -137,8 +138,7 @@ def scale(b: Builder, x: Tensor, s: float, bias: float = 0.0) -> Tensor:
 def cast(b: Builder, x: Tensor, ggml_type: int, dtype: np.dtype[Any]) -> Tensor:
     if x.ggml_type == ggml_type:
         return Tensor(x.ptr, x.shape, np.dtype(dtype), x.ggml_type)
-    result = b.op("ggml_cast", x.ptr, ggml_type, shape=x.shape, dtype=dtype)
-    return result
+    return b.op("ggml_cast", x.ptr, ggml_type, shape=x.shape, dtype=dtype)
 
 
 def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int], steps: Sequence[int]) -> Tensor:
@@ -178,7 +178,6 @@ def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int
         offset,
         shape=out_shape,
         dtype=t.dtype,
-        ggml_type=t.ggml_type,
     )
     return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
 

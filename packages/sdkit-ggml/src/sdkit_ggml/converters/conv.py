@@ -8,20 +8,21 @@ inserted between input pixels, then a stride-1 conv with the flipped kernel.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+import onnx
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
-from sdkit_ggml.compiler.registry import ConverterRegistry
-from sdkit_ggml.converters.shape import pad_constant
+from sdkit_ggml.compiler.builder import Builder, WeightTransform
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
+from sdkit_ggml.converters.pad import pad_constant
+from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
 MAX_GROUPS = 64  # grouped convs are lowered one group at a time
 
 
-def check_conv(node: Any) -> str | None:
+def check_conv(node: onnx.NodeProto) -> str | None:
     attrs = {a.name: a for a in node.attribute}
     kernel = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else None
     if kernel is not None and len(kernel) not in (1, 2):
@@ -64,20 +65,8 @@ def conv2d(
         raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
     k = c * kh * kw
-    cols = b.op(
-        "ggml_im2col",
-        kernel.ptr,
-        x.ptr,
-        stride[1],
-        stride[0],
-        pad[1],
-        pad[0],
-        dilation[1],
-        dilation[0],
-        True,
-        col_type,
-        shape=(n, oh, ow, k),
-    )
+    strides_pads_dilations = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
+    cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
     cols2 = ops.reshape(b, cols, (n * oh * ow, k))
     kernel2 = ops.reshape(b, kernel, (oc, k))
     # mul_mat(cols, kernel) yields channels-first [OC, N*OH*OW] directly; the other operand
@@ -99,6 +88,7 @@ def convolution(
     before: list[int],
     after: list[int],
 ) -> Tensor:
+    """A 1-D or 2-D grouped convolution with asymmetric padding (padded explicitly)."""
     one_d = x.rank == 3
     if one_d:
         x = ops.reshape(b, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -110,24 +100,13 @@ def convolution(
     group_in = x.shape[1] // groups
     outputs = []
     for g, group_kernel in enumerate(kernel_of_group):
-        kernel = group_kernel
-        part = (
-            x
-            if groups == 1
-            else ops.slice_view(b, x, [0, g * group_in, 0, 0], [x.shape[0], group_in, *x.shape[2:]], [1, 1, 1, 1])
-        )
+        kernel, part = group_kernel, x
+        if groups > 1:
+            part = ops.slice_view(b, x, [0, g * group_in, 0, 0], [x.shape[0], group_in, *x.shape[2:]], [1, 1, 1, 1])
         if one_d:
             kernel = ops.reshape(b, kernel, (kernel.shape[0], kernel.shape[1], 1, kernel.shape[2]))
-        outputs.append(
-            conv2d(
-                b,
-                part,
-                kernel,
-                stride=(strides[0], strides[1]),
-                pad=(before[0], before[1]),
-                dilation=(dilations[0], dilations[1]),
-            )
-        )
+        stride, pad, dilation = (strides[0], strides[1]), (before[0], before[1]), (dilations[0], dilations[1])
+        outputs.append(conv2d(b, part, kernel, stride=stride, pad=pad, dilation=dilation))
     y = outputs[0] if groups == 1 else ops.concat(b, outputs, 1)
     if bias is not None:
         y = ops.binary(b, "ggml_add", y, ops.reshape(b, bias, (1, bias.size, 1, 1)))
@@ -136,22 +115,28 @@ def convolution(
     return y
 
 
-def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -> list[Tensor]:
+def _runtime_group_kernels(b: Builder, node: Node, kernel: Tensor, groups: int, reorders: bool) -> list[Tensor]:
+    if reorders:
+        # the kernel must be flipped at compile time: a graph input there becomes part of
+        # the signature (NeedsValue); a computed kernel is unsupported
+        b.const(node, 1, "kernel")
+    ops.require_float(kernel, what=node.op)
+    if groups == 1:
+        return [kernel]
+    per = kernel.shape[0] // groups
+    starts = [[g * per, 0, 0, 0][: kernel.rank] for g in range(groups)]
+    return [ops.slice_view(b, kernel, s, [per, *kernel.shape[1:]], [1] * kernel.rank) for s in starts]
+
+
+def group_kernels(
+    b: Builder, node: Node, groups: int, transform: WeightTransform, reorders: bool = False
+) -> list[Tensor]:
+    """The kernel (input 1) of each group; a constant kernel is ``transform``ed at compile time
+    (and again on refit). ``reorders``: the transform is needed even for a runtime kernel."""
     half = b.precision == "fp16"
     kernel = node.value(1)
     if isinstance(kernel, Tensor):  # a runtime kernel (used as is: no transform possible)
-        if transform is not None and getattr(transform, "reorders", False):
-            # the kernel must be flipped at compile time: a graph input there becomes part of
-            # the signature (NeedsValue); a computed kernel is unsupported
-            b.const(node, 1, "kernel")
-        ops.require_float(kernel, what=node.op)
-        per = kernel.shape[0] // groups
-        if groups == 1:
-            return [kernel]
-        return [
-            ops.slice_view(b, kernel, [g * per, 0, 0, 0][: kernel.rank], [per, *kernel.shape[1:]], [1] * kernel.rank)
-            for g in range(groups)
-        ]
+        return _runtime_group_kernels(b, node, kernel, groups, reorders)
     if groups == 1:
         return [b.tensor(node, 1, transform=transform, key=f"{node.op}/1", half=half)]
     if groups > MAX_GROUPS:
@@ -160,102 +145,37 @@ def _group_kernels(b: Builder, node: Node, groups: int, transform: Any = None) -
     for g in range(groups):
 
         def pick(w: np.ndarray, g: int = g) -> np.ndarray:
-            full = transform(w) if transform is not None else w
+            full = transform(w)
             per = full.shape[0] // groups
             return np.ascontiguousarray(full[g * per : (g + 1) * per])
 
-        kernels.append(b.tensor(node, 1, transform=pick, key=f"{node.op}/{groups}/g{g}", half=half))
+        def group_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+            full = transform.out_shape(shape)
+            return (full[0] // groups, *full[1:])
+
+        group = WeightTransform(pick, group_shape)
+        kernels.append(b.tensor(node, 1, transform=group, key=f"{node.op}/{groups}/g{g}", half=half))
     return kernels
 
 
-def _as_float32(w: np.ndarray) -> np.ndarray:
-    return np.asarray(w, dtype=np.float32)
+AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda shape: shape)
 
 
-def register(registry: ConverterRegistry) -> None:
-    @registry.register("Conv", since_version=1, check=check_conv)
-    def convert_conv(b: Builder, node: Node) -> list[Value]:
-        x = b.tensor(node, 0)
-        ops.require_float(x, what="Conv")
-        if x.rank not in (3, 4):
-            raise Unsupported(f"Conv on a rank-{x.rank} input: only 1-D and 2-D convs are lowered")
-        weight = node.value(1)
-        spatial = x.rank - 2
-        kernel = [int(k) for k in (node.attr("kernel_shape") or weight.shape[2:])]
-        strides = [int(s) for s in (node.attr("strides") or [1] * spatial)]
-        dilations = [int(d) for d in (node.attr("dilations") or [1] * spatial)]
-        groups = int(node.attr("group", 1))
-        before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
-        if x.shape[1] % groups or weight.shape[0] % groups:
-            raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
-        kernels = _group_kernels(b, node, groups, transform=_as_float32)
-        bias = b.tensor(node, 2) if node.has(2) else None
-        return [convolution(b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after)]
-
-    @registry.register("ConvTranspose", since_version=1, check=check_conv)
-    def convert_conv_transpose(b: Builder, node: Node) -> list[Value]:
-        x = b.tensor(node, 0)
-        ops.require_float(x, what="ConvTranspose")
-        one_d = x.rank == 3  # lowered as 2-D over a height of 1
-
-        def pair(name: str, default: int) -> list[int]:
-            values = [int(v) for v in (node.attr(name) or [default] * (x.rank - 2))]
-            return [default, *values] if one_d else values
-
-        if x.rank not in (3, 4):
-            raise Unsupported("ConvTranspose: only 1-D and 2-D are lowered")
-        # the kernel is flipped at compile time: a graph input there specialises the signature
-        weight = b.const(node, 1, "kernel") if isinstance(node.value(1), Tensor) else node.value(1)
-        groups = int(node.attr("group", 1))
-        kernel = [int(k) for k in (node.attr("kernel_shape") or weight.shape[2:])]
-        kernel = [1, *kernel] if one_d else kernel
-        strides, dilations, out_pad = pair("strides", 1), pair("dilations", 1), pair("output_padding", 0)
-        raw_pads = [int(p) for p in (node.attr("pads") or [0] * (2 * (x.rank - 2)))]
-        pads = [0, raw_pads[0], 0, raw_pads[1]] if one_d else raw_pads
-        if one_d:
-            x = ops.reshape(b, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
-        n, c, h, w = x.shape
-        auto_pad = node.attr("auto_pad", "NOTSET")
-        if node.attr("output_shape") is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            # pads follow from the requested output size (ONNX ConvTranspose formula)
-            requested = [int(v) for v in (node.attr("output_shape") or [])]
-            wanted = requested[-2:] if requested else [h * strides[0], w * strides[1]]
-            if one_d and requested:
-                wanted = [1, requested[-1]]
-            for i, size in enumerate((h, w)):
-                total = strides[i] * (size - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - wanted[i]
-                small, big = total // 2, total - total // 2
-                pads[i], pads[i + 2] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-        # Insert stride-1 zeros between pixels: [N,C,H,W] -> [N,C,(H-1)*s+1,(W-1)*s+1].
-        up = ops.reshape(b, x, (n * c, h, w))
-        sh, sw = strides
-        if sw > 1:
-            up = ops.reshape(b, up, (n * c, h, w, 1))
-            up = pad_constant(b, up, [0, 0, 0, 0], [0, 0, 0, sw - 1])
-            up = ops.reshape(b, up, (n * c, h, w * sw))
-            up = ops.slice_view(b, up, [0, 0, 0], [n * c, h, (w - 1) * sw + 1], [1, 1, 1])
-        width = up.shape[-1]
-        if sh > 1:
-            up = ops.reshape(b, up, (n * c, h, 1, width))
-            up = pad_constant(b, up, [0, 0, 0, 0], [0, 0, sh - 1, 0])
-            up = ops.reshape(b, up, (n * c, h * sh, width))
-            up = ops.slice_view(b, up, [0, 0, 0], [n * c, (h - 1) * sh + 1, width], [1, 1, 1])
-        up = ops.reshape(b, up, (n, c, up.shape[1], width))
-        before = [dilations[i] * (kernel[i] - 1) - pads[i] for i in range(2)]
-        after = [dilations[i] * (kernel[i] - 1) - pads[i + 2] + out_pad[i] for i in range(2)]
-
-        def flipped(wt: np.ndarray) -> np.ndarray:
-            full = np.asarray(wt, dtype=np.float32)
-            if full.ndim == 3:
-                full = full[:, :, None, :]
-            cin, cout_g = full.shape[0], full.shape[1]
-            grouped = full.reshape(groups, cin // groups, cout_g, *full.shape[2:])
-            grouped = grouped.transpose(0, 2, 1, 3, 4)[:, :, :, ::-1, ::-1]
-            return np.ascontiguousarray(grouped.reshape(groups * cout_g, cin // groups, *full.shape[2:]))
-
-        flipped.reorders = True  # type: ignore[attr-defined]
-
-        kernels = _group_kernels(b, node, groups, transform=flipped)
-        bias = b.tensor(node, 2) if node.has(2) else None
-        y = convolution(b, up, kernels, bias, strides=[1, 1], dilations=dilations, before=before, after=after)
-        return [ops.reshape(b, y, (y.shape[0], y.shape[1], y.shape[3])) if one_d else y]
+@converter("Conv", since_version=1, check=check_conv)
+def convert_conv(b: Builder, node: Node) -> list[Value]:
+    x = b.tensor(node, 0)
+    ops.require_float(x, what="Conv")
+    if x.rank not in (3, 4):
+        raise Unsupported(f"Conv on a rank-{x.rank} input: only 1-D and 2-D convs are lowered")
+    weight = node.value(1)
+    spatial = x.rank - 2
+    kernel = [int(k) for k in (node.attr("kernel_shape") or weight.shape[2:])]
+    strides = [int(s) for s in (node.attr("strides") or [1] * spatial)]
+    dilations = [int(d) for d in (node.attr("dilations") or [1] * spatial)]
+    groups = int(node.attr("group", 1))
+    before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
+    if x.shape[1] % groups or weight.shape[0] % groups:
+        raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
+    kernels = group_kernels(b, node, groups, AS_FLOAT32)
+    bias = b.tensor(node, 2) if node.has(2) else None
+    return [convolution(b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after)]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.runtime import lib as L
 
 EXACT_LIMIT = 1 << 24  # integers F32 represents exactly
@@ -51,11 +52,18 @@ def _as_float(b: Builder, value: Value) -> Tensor:
     return b.constant(np.asarray(value, dtype=np.float32), dtype=np.dtype(np.float32))
 
 
+def _operand(b: Builder, node: Node, index: int) -> Value:
+    """A constant operand's values bound the result, so they are structural: refit may not
+    change them (and check(), which has no weight values, leaves the node to compile)."""
+    value = node.value(index)
+    return value if isinstance(value, Tensor) else b.const(node, index, "integer operand")
+
+
 def integer_binary(b: Builder, node: Node) -> Tensor:
     """Add/Sub/Mul of integers with a provably exact and non-overflowing result."""
     if node.op not in _INTERVALS:
         raise Unsupported(f"integer {node.op}: ggml's kernels are float-only")
-    x, y = node.value(0), node.value(1)
+    x, y = _operand(b, node, 0), _operand(b, node, 1)
     bx, by = value_bounds(x), value_bounds(y)
     if bx is None or by is None:
         raise Unsupported(f"integer {node.op} on values of unknown range (ggml computes integers in F32)")

@@ -2,7 +2,7 @@
 
 ggml has no comparison kernels; ggml_step (1 where x > 0) gives exact 0/1 results from
 differences of finite values. Where is c*x + (1-c)*y: exact for finite x and y; a constant
-all-infinite branch (attention masks' -inf) becomes +-log(c) instead, which is exact too.
+all-infinite branch (attention masks' -inf) becomes -+log(1-c) instead, which is exact too.
 An infinite value inside a runtime tensor in the branch not taken would still give NaN.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import BOOL, Builder, Node, Tensor, Unsupported, Value
-from sdkit_ggml.compiler.registry import ConverterRegistry
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import BOOL, Node, Tensor, Unsupported, Value
+from sdkit_ggml.converters.table import converter
 
 
 def _step(b: Builder, x: Tensor) -> Tensor:
@@ -37,57 +38,59 @@ def _float_inputs(b: Builder, node: Node) -> tuple[Tensor, Tensor]:
 
 def _masked(b: Builder, node: Node, index: int, mask: Tensor) -> Tensor:
     """value * mask (mask 0/1), without inf * 0 = NaN for a constant infinite branch: there
-    the term is +-log(mask), which is 0 where selected and +-inf where not."""
+    the term is -+log(1 - mask), which is +-inf where selected and 0 where not."""
     value = node.value(index)
     if not isinstance(value, Tensor):
         array = np.asarray(value)
         if array.size and np.isinf(array).all() and (array == array.reshape(-1)[0]).all():
-            log_mask = ops.unary(b, "ggml_log", mask)
-            return log_mask if array.reshape(-1)[0] < 0 else ops.unary(b, "ggml_neg", log_mask)
+            log_unselected = ops.unary(b, "ggml_log", _not(b, mask))  # -inf where selected
+            return log_unselected if array.reshape(-1)[0] < 0 else ops.unary(b, "ggml_neg", log_unselected)
     return ops.binary(b, "ggml_mul", b.tensor(node, index), mask)
 
 
-def register(registry: ConverterRegistry) -> None:
-    @registry.register(["Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"], since_version=7)
-    def convert_compare(b: Builder, node: Node) -> list[Value]:
-        x, y = _float_inputs(b, node)
-        if node.op == "Less":
-            result = _step(b, ops.binary(b, "ggml_sub", y, x))
-        elif node.op == "Greater":
-            result = _step(b, ops.binary(b, "ggml_sub", x, y))
-        elif node.op == "LessOrEqual":
-            result = _not(b, _step(b, ops.binary(b, "ggml_sub", x, y)))
-        elif node.op == "GreaterOrEqual":
-            result = _not(b, _step(b, ops.binary(b, "ggml_sub", y, x)))
-        else:
-            result = _not(b, _step(b, ops.unary(b, "ggml_abs", ops.binary(b, "ggml_sub", x, y))))
-        return [_as_bool(result)]
+@converter(["Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"], since_version=7)
+def convert_compare(b: Builder, node: Node) -> list[Value]:
+    x, y = _float_inputs(b, node)
+    if node.op == "Less":
+        result = _step(b, ops.binary(b, "ggml_sub", y, x))
+    elif node.op == "Greater":
+        result = _step(b, ops.binary(b, "ggml_sub", x, y))
+    elif node.op == "LessOrEqual":
+        result = _not(b, _step(b, ops.binary(b, "ggml_sub", x, y)))
+    elif node.op == "GreaterOrEqual":
+        result = _not(b, _step(b, ops.binary(b, "ggml_sub", y, x)))
+    else:
+        result = _not(b, _step(b, ops.unary(b, "ggml_abs", ops.binary(b, "ggml_sub", x, y))))
+    return [_as_bool(result)]
 
-    @registry.register("Not", since_version=1)
-    def convert_not(b: Builder, node: Node) -> list[Value]:
-        return [_as_bool(_not(b, b.tensor(node, 0)))]
 
-    @registry.register(["And", "Or", "Xor"], since_version=7)
-    def convert_logic(b: Builder, node: Node) -> list[Value]:
-        x, y = _float_inputs(b, node)
-        if node.op == "And":
-            result = ops.binary(b, "ggml_mul", x, y)
-        elif node.op == "Or":
-            result = _step(b, ops.binary(b, "ggml_add", x, y))
-        else:
-            result = _step(b, ops.unary(b, "ggml_abs", ops.binary(b, "ggml_sub", x, y)))
-        return [_as_bool(result)]
+@converter("Not", since_version=1)
+def convert_not(b: Builder, node: Node) -> list[Value]:
+    return [_as_bool(_not(b, b.tensor(node, 0)))]
 
-    @registry.register("Where", since_version=9)
-    def convert_where(b: Builder, node: Node) -> list[Value]:
-        cond = node.value(0)
-        if not isinstance(cond, Tensor):
-            cond_t = b.constant(np.asarray(cond, dtype=np.float32), dtype=np.dtype(np.float32))
-        else:
-            cond_t = ops.retype(cond, np.dtype(np.float32))
-        for index in (1, 2):
-            if node.value(index).dtype.kind in "iu":
-                raise Unsupported("Where on integer tensors: ggml selects float tensors only")
-        picked = _masked(b, node, 1, cond_t)
-        other = _masked(b, node, 2, _not(b, cond_t))
-        return [ops.retype(ops.binary(b, "ggml_add", picked, other), node.value(1).dtype)]
+
+@converter(["And", "Or", "Xor"], since_version=7)
+def convert_logic(b: Builder, node: Node) -> list[Value]:
+    x, y = _float_inputs(b, node)
+    if node.op == "And":
+        result = ops.binary(b, "ggml_mul", x, y)
+    elif node.op == "Or":
+        result = _step(b, ops.binary(b, "ggml_add", x, y))
+    else:
+        result = _step(b, ops.unary(b, "ggml_abs", ops.binary(b, "ggml_sub", x, y)))
+    return [_as_bool(result)]
+
+
+@converter("Where", since_version=9)
+def convert_where(b: Builder, node: Node) -> list[Value]:
+    cond = node.value(0)
+    if not isinstance(cond, Tensor):
+        cond_t = b.constant(np.asarray(cond, dtype=np.float32), dtype=np.dtype(np.float32))
+    else:
+        cond_t = ops.retype(cond, np.dtype(np.float32))
+    for index in (1, 2):
+        if node.value(index).dtype.kind in "iu":
+            raise Unsupported("Where on integer tensors: ggml selects float tensors only")
+    picked = _masked(b, node, 1, cond_t)
+    other = _masked(b, node, 2, _not(b, cond_t))
+    return [ops.retype(ops.binary(b, "ggml_add", picked, other), node.value(1).dtype)]

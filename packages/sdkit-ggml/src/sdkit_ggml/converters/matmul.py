@@ -10,15 +10,24 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
-from sdkit_ggml.compiler.registry import ConverterRegistry
-from sdkit_ggml.compiler.static_checks import check_einsum
+from sdkit_ggml.compiler.builder import Builder, WeightTransform
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
+from sdkit_ggml.converters.table import converter
 
 
 def _swap_last(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(np.asarray(array, dtype=np.float32), -1, -2))
+
+
+# constant B operands preprocessed at compile time (and on refit)
+TRANSPOSED = WeightTransform(_swap_last, lambda shape: (*shape[:-2], shape[-1], shape[-2]))
+AS_ROW = WeightTransform(
+    lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), lambda shape: (1, int(np.prod(shape)))
+)
+AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda shape: shape)
 
 
 def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
@@ -60,64 +69,72 @@ def transposed_operand(b: Builder, node: Node, index: int, already_transposed: b
         perm = [*range(value.rank - 2), value.rank - 1, value.rank - 2]
         return ops.transpose(b, value, perm)
     if np.asarray(value).ndim == 1:
-        return b.tensor(
-            node, index, transform=lambda w: np.asarray(w, dtype=np.float32).reshape(1, -1), key="mm1", half=half
-        )
+        return b.tensor(node, index, transform=AS_ROW, key="mm1", half=half)
     if already_transposed:
-        return b.tensor(node, index, transform=lambda w: np.asarray(w, dtype=np.float32), key="mmT", half=half)
-    return b.tensor(node, index, transform=_swap_last, key="mm", half=half)
+        return b.tensor(node, index, transform=AS_FLOAT32, key="mmT", half=half)
+    return b.tensor(node, index, transform=TRANSPOSED, key="mm", half=half)
 
 
-def register(registry: ConverterRegistry) -> None:
-    @registry.register("MatMul", since_version=1)
-    def convert_matmul(b: Builder, node: Node) -> list[Value]:
-        a = b.tensor(node, 0)
-        a_vector = a.rank == 1
-        if a_vector:
-            a = ops.reshape(b, a, (1, a.shape[0]))
-        right = node.value(1)
-        b_vector = right.rank == 1 if isinstance(right, Tensor) else np.ndim(right) == 1
-        bt = transposed_operand(b, node, 1)
-        y = matmul(b, a, bt)
-        shape = list(y.shape)
-        if b_vector:
-            shape.pop(-1)
-        if a_vector:
-            shape.pop(-2 if not b_vector else -1)
-        return [ops.reshape(b, y, shape)]
+@converter("MatMul", since_version=1)
+def convert_matmul(b: Builder, node: Node) -> list[Value]:
+    a = b.tensor(node, 0)
+    a_vector = a.rank == 1
+    if a_vector:
+        a = ops.reshape(b, a, (1, a.shape[0]))
+    right = node.value(1)
+    b_vector = right.rank == 1 if isinstance(right, Tensor) else np.ndim(right) == 1
+    bt = transposed_operand(b, node, 1)
+    y = matmul(b, a, bt)
+    shape = list(y.shape)
+    if b_vector:
+        shape.pop(-1)
+    if a_vector:
+        shape.pop(-2 if not b_vector else -1)
+    return [ops.reshape(b, y, shape)]
 
-    @registry.register("Gemm", since_version=7)
-    def convert_gemm(b: Builder, node: Node) -> list[Value]:
-        a = b.tensor(node, 0)
-        if node.attr("transA", 0):
-            a = ops.transpose(b, a, [1, 0])
-        bt = transposed_operand(b, node, 1, already_transposed=bool(node.attr("transB", 0)))
-        y = matmul(b, a, bt)
-        alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
-        if alpha != 1.0:
-            y = ops.scale(b, y, alpha)
-        if node.has(2) and beta != 0.0:
-            c = b.tensor(node, 2)
-            if beta != 1.0:
-                c = ops.scale(b, c, beta)
-            y = ops.binary(b, "ggml_add", y, c)
-        return [y]
 
-    @registry.register("Einsum", since_version=12, check=check_einsum)
-    def convert_einsum(b: Builder, node: Node) -> list[Value]:
-        return [
-            einsum(b, str(node.attr("equation")).replace(" ", ""), [b.tensor(node, i) for i in range(len(node.inputs))])
-        ]
+@converter("Gemm", since_version=7)
+def convert_gemm(b: Builder, node: Node) -> list[Value]:
+    a = b.tensor(node, 0)
+    if node.attr("transA", 0):
+        a = ops.transpose(b, a, [1, 0])
+    bt = transposed_operand(b, node, 1, already_transposed=bool(node.attr("transB", 0)))
+    y = matmul(b, a, bt)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = ops.scale(b, y, alpha)
+    if node.has(2) and beta != 0.0:
+        c = b.tensor(node, 2)
+        if beta != 1.0:
+            c = ops.scale(b, c, beta)
+        y = ops.binary(b, "ggml_add", y, c)
+    return [y]
+
+
+def check_einsum(node: onnx.NodeProto) -> str | None:
+    equation = str(attributes(node).get("equation", "")).replace(" ", "")
+    if "->" not in equation or "." in equation:
+        return f"Einsum {equation!r}: only explicit outputs without ellipsis are lowered"
+    terms = equation.split("->")[0].split(",")
+    if len(terms) > 2 or any(len(set(t)) != len(t) for t in terms):
+        return f"Einsum {equation!r}: more than two operands or repeated indices"
+    return None
+
+
+@converter("Einsum", since_version=12, check=check_einsum)
+def convert_einsum(b: Builder, node: Node) -> list[Value]:
+    return [
+        einsum(b, str(node.attr("equation")).replace(" ", ""), [b.tensor(node, i) for i in range(len(node.inputs))])
+    ]
 
 
 def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
-    """Einsum equations that are a transpose or a (batched) matrix product."""
-    if "->" not in equation or "." in equation:
-        raise Unsupported(f"Einsum {equation!r}: only explicit outputs without ellipsis are lowered")
+    """Einsum equations that are a transpose or a (batched) matrix product (the equation's
+    form is checked by ``check_einsum``)."""
     inputs, out = equation.split("->")
     terms = inputs.split(",")
-    if any(len(set(t)) != len(t) for t in terms) or len(terms) != len(operands):
-        raise Unsupported(f"Einsum {equation!r}: repeated indices (traces, diagonals) are not lowered")
+    if len(terms) != len(operands):
+        raise Unsupported(f"Einsum {equation!r}: {len(terms)} terms for {len(operands)} inputs")
     for term, t in zip(terms, operands, strict=True):
         if len(term) != t.rank:
             raise Unsupported(f"Einsum {equation!r}: term {term!r} does not match a rank-{t.rank} input")
@@ -125,8 +142,6 @@ def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
         if sorted(out) != sorted(terms[0]):
             raise Unsupported(f"Einsum {equation!r}: single-operand reductions are not lowered")
         return ops.transpose(b, operands[0], [terms[0].index(c) for c in out])
-    if len(terms) != 2:
-        raise Unsupported(f"Einsum {equation!r}: only one or two operands are lowered")
     (ta, tb), (x, y) = terms, operands
     batch = [c for c in ta if c in tb and c in out]
     contract = [c for c in ta if c in tb and c not in out]

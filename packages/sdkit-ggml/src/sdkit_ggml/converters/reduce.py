@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from sdkit_ggml.compiler import ops
-from sdkit_ggml.compiler.context import Builder, Node, Tensor, Unsupported, Value
-from sdkit_ggml.compiler.registry import ConverterRegistry
-from sdkit_ggml.compiler.static_checks import check_arg
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
 from sdkit_ggml.converters.shape import axes_of
+from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
 REDUCE_OPS = (
@@ -52,83 +53,90 @@ def softmax_rows(b: Builder, x: Tensor, axes: list[int]) -> Tensor:
     return ops.transpose(b, moved, [order.index(i) for i in range(x.rank)])
 
 
-def register(registry: ConverterRegistry) -> None:
-    @registry.register(["Softmax", "LogSoftmax"], since_version=1)
-    def convert_softmax(b: Builder, node: Node) -> list[Value]:
-        x = b.tensor(node, 0)
-        if x.rank == 0:
-            raise Unsupported("Softmax of a scalar")
-        if node.opset >= 13:
-            axes = [int(node.attr("axis", -1)) % x.rank]
-        else:
-            axis = int(node.attr("axis", 1)) % x.rank
-            axes = list(range(axis, x.rank))  # coerced to 2-D: all trailing axes
-        y = softmax_rows(b, x, axes)
-        if node.op == "LogSoftmax":
-            y = ops.unary(b, "ggml_log", y)
-        return [y]
+@converter(["Softmax", "LogSoftmax"], since_version=1)
+def convert_softmax(b: Builder, node: Node) -> list[Value]:
+    x = b.tensor(node, 0)
+    if x.rank == 0:
+        raise Unsupported("Softmax of a scalar")
+    if node.opset >= 13:
+        axes = [int(node.attr("axis", -1)) % x.rank]
+    else:
+        axis = int(node.attr("axis", 1)) % x.rank
+        axes = list(range(axis, x.rank))  # coerced to 2-D: all trailing axes
+    y = softmax_rows(b, x, axes)
+    if node.op == "LogSoftmax":
+        y = ops.unary(b, "ggml_log", y)
+    return [y]
 
-    @registry.register(REDUCE_OPS, since_version=1)
-    def convert_reduce(b: Builder, node: Node) -> list[Value]:
-        x = b.tensor(node, 0)
-        ops.require_float(x, what=node.op)
-        input_since = 13 if node.op == "ReduceSum" else 18
-        axes = axes_of(node, b, 1, input_since)
-        if not axes:
-            if node.attr("noop_with_empty_axes", 0):
-                return [x]
-            axes = list(range(x.rank))
-        axes = sorted({a % x.rank for a in axes})
-        keepdims = bool(node.attr("keepdims", 1))
-        out_shape = (
-            [1 if i in axes else d for i, d in enumerate(x.shape)]
-            if keepdims
-            else [d for i, d in enumerate(x.shape) if i not in axes]
-        )
-        if x.size == 0:
-            raise Unsupported("reduction of an empty tensor")
-        rows, _, n = _rows_last(b, x, axes)
-        op = node.op
-        if op in ("ReduceSumSquare", "ReduceL2"):
-            rows = ops.unary(b, "ggml_sqr", rows)
-        elif op == "ReduceL1":
-            rows = ops.unary(b, "ggml_abs", rows)
-        if op == "ReduceMax":
-            y = row_max(b, rows)
-        elif op == "ReduceMin":
-            y = ops.unary(b, "ggml_neg", row_max(b, ops.unary(b, "ggml_neg", rows)))
-        elif op == "ReduceLogSumExp":
-            peak = row_max(b, rows)
-            shifted = ops.unary(b, "ggml_exp", ops.binary(b, "ggml_sub", rows, peak))
-            total = b.op("ggml_sum_rows", shifted.ptr, shape=(rows.shape[0], 1), dtype=x.dtype)
-            y = ops.binary(b, "ggml_add", ops.unary(b, "ggml_log", total), peak)
-        else:
-            y = b.op("ggml_sum_rows", rows.ptr, shape=(rows.shape[0], 1), dtype=x.dtype)
-            if op == "ReduceMean":
-                y = ops.binary(b, "ggml_div", y, b.constant(np.array([n], dtype=np.float32)))
-            elif op == "ReduceL2":
-                y = ops.unary(b, "ggml_sqrt", y)
-            elif op == "ReduceLogSum":
-                y = ops.unary(b, "ggml_log", y)
-        return [ops.reshape(b, y, out_shape)]
 
-    @registry.register(["ArgMax", "ArgMin"], since_version=1, check=check_arg)
-    def convert_argmax(b: Builder, node: Node) -> list[Value]:
-        x = b.tensor(node, 0)
-        if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24
-            x = ops.cast(b, x, L.GGML_TYPE_F32, np.dtype(np.float32))
-        ops.require_float(x, what=node.op)
-        if node.attr("select_last_index", 0):
-            raise Unsupported(f"{node.op} with select_last_index")
-        axis = int(node.attr("axis", 0)) % x.rank
-        rows, _, _ = _rows_last(b, x, [axis])
-        if node.op == "ArgMin":
-            rows = ops.unary(b, "ggml_neg", rows)
-        result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
-        result = ops.with_bounds(result, (0, rows.shape[1] - 1))
-        shape = list(x.shape)
-        if node.attr("keepdims", 1):
-            shape[axis] = 1
-        else:
-            shape.pop(axis)
-        return [ops.reshape(b, result, shape)]
+@converter(REDUCE_OPS, since_version=1)
+def convert_reduce(b: Builder, node: Node) -> list[Value]:
+    x = b.tensor(node, 0)
+    ops.require_float(x, what=node.op)
+    input_since = 13 if node.op == "ReduceSum" else 18
+    axes = axes_of(node, b, 1, input_since)
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return [x]
+        axes = list(range(x.rank))
+    axes = sorted({a % x.rank for a in axes})
+    keepdims = bool(node.attr("keepdims", 1))
+    out_shape = (
+        [1 if i in axes else d for i, d in enumerate(x.shape)]
+        if keepdims
+        else [d for i, d in enumerate(x.shape) if i not in axes]
+    )
+    if x.size == 0:
+        raise Unsupported("reduction of an empty tensor")
+    rows, _, n = _rows_last(b, x, axes)
+    return [ops.reshape(b, reduce_rows(b, node.op, rows, n), out_shape)]
+
+
+def reduce_rows(b: Builder, op: str, rows: Tensor, n: int) -> Tensor:
+    """Reduce* ``op`` along each row of a 2-D tensor of ``n`` columns: a [rows, 1] tensor."""
+    if op in ("ReduceSumSquare", "ReduceL2"):
+        rows = ops.unary(b, "ggml_sqr", rows)
+    elif op == "ReduceL1":
+        rows = ops.unary(b, "ggml_abs", rows)
+    if op == "ReduceMax":
+        return row_max(b, rows)
+    if op == "ReduceMin":
+        return ops.unary(b, "ggml_neg", row_max(b, ops.unary(b, "ggml_neg", rows)))
+    if op == "ReduceLogSumExp":
+        peak = row_max(b, rows)
+        shifted = ops.unary(b, "ggml_exp", ops.binary(b, "ggml_sub", rows, peak))
+        total = b.op("ggml_sum_rows", shifted.ptr, shape=(rows.shape[0], 1), dtype=rows.dtype)
+        return ops.binary(b, "ggml_add", ops.unary(b, "ggml_log", total), peak)
+    y = b.op("ggml_sum_rows", rows.ptr, shape=(rows.shape[0], 1), dtype=rows.dtype)
+    if op == "ReduceMean":
+        y = ops.binary(b, "ggml_div", y, b.constant(np.array([n], dtype=np.float32)))
+    elif op == "ReduceL2":
+        y = ops.unary(b, "ggml_sqrt", y)
+    elif op == "ReduceLogSum":
+        y = ops.unary(b, "ggml_log", y)
+    return y
+
+
+def check_arg(node: onnx.NodeProto) -> str | None:
+    # ggml_argmax returns the first maximum
+    return f"{node.op_type} with select_last_index" if attributes(node).get("select_last_index", 0) else None
+
+
+@converter(["ArgMax", "ArgMin"], since_version=1, check=check_arg)
+def convert_argmax(b: Builder, node: Node) -> list[Value]:
+    x = b.tensor(node, 0)
+    if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24
+        x = ops.cast(b, x, L.GGML_TYPE_F32, np.dtype(np.float32))
+    ops.require_float(x, what=node.op)
+    axis = int(node.attr("axis", 0)) % x.rank
+    rows, _, _ = _rows_last(b, x, [axis])
+    if node.op == "ArgMin":
+        rows = ops.unary(b, "ggml_neg", rows)
+    result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
+    result = ops.with_bounds(result, (0, rows.shape[1] - 1))
+    shape = list(x.shape)
+    if node.attr("keepdims", 1):
+        shape[axis] = 1
+    else:
+        shape.pop(axis)
+    return [ops.reshape(b, result, shape)]

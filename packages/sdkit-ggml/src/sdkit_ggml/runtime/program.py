@@ -1,18 +1,22 @@
 """A built graph made runnable: weights in a backend buffer, intermediates from gallocr,
-the ggml graph created once and computed again on every run."""
+the ggml graph created once and computed again on every run.
+
+The runtime knows nothing of ONNX nodes or converters: the compiler hands it a ``BuiltGraph``
+(its contexts, the input, output and weight tensors, and the index inputs to range-check)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from sdkit.errors import InputError, SdkitError
-from sdkit_ggml.compiler.build import Plan
-from sdkit_ggml.compiler.context import BOOL, Tensor, WeightEntry, storage_numpy
+from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
+from sdkit_ggml.runtime.tensors import BOOL, Tensor, WeightEntry, storage_numpy
 
 _I32_MIN, _I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -36,30 +40,43 @@ def from_storage(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return np.asarray(raw.astype(dtype, copy=False))
 
 
-class Program:
-    """One shape signature, allocated on one ggml backend."""
+@dataclass
+class BuiltGraph:
+    """What the compiler built for one input signature, ready to allocate."""
 
-    def __init__(self, lib: GgmlLib, backend: int, plan: Plan, threads: int | None) -> None:
+    context: GgmlContext
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor | np.ndarray]  # a numpy constant for outputs folded at compile time
+    weights: list[WeightEntry]
+    # Runtime index inputs to range-check before compute (ggml asserts on a bad index):
+    # input name -> size of the indexed dim.
+    index_bounds: dict[str, int] = field(default_factory=dict)
+
+
+class Program:
+    """One shape signature, allocated on one ggml backend. Owns the graph's contexts."""
+
+    def __init__(self, lib: GgmlLib, backend: int, graph: BuiltGraph, threads: int | None) -> None:
         self.lib = lib
         self.backend = backend
-        self.plan = plan
+        self.built = graph
         self.threads = threads
         self.weight_buffer: int | None = None
         self.gallocr: int | None = None
-        b = plan.builder
-        self.graph = lib.ggml_new_graph_custom(b.ctx, b.capacity, False)
-        tensors = [v for v in plan.outputs.values() if isinstance(v, Tensor)]
-        for tensor in tensors:
-            lib.ggml_set_output(tensor.ptr)
-            lib.ggml_build_forward_expand(self.graph, tensor.ptr)
+        context = graph.context
+        self.graph = lib.ggml_new_graph_custom(context.ctx, context.capacity, False)
+        for tensor in graph.outputs.values():
+            if isinstance(tensor, Tensor):
+                lib.ggml_set_output(tensor.ptr)
+                lib.ggml_build_forward_expand(self.graph, tensor.ptr)
         # Inputs nothing reads still need memory for tensor_set.
-        for tensor in plan.inputs.values():
+        for tensor in graph.inputs.values():
             lib.ggml_build_forward_expand(self.graph, tensor.ptr)
-        if b.weights:
-            self.weight_buffer = lib.ggml_backend_alloc_ctx_tensors(b.wctx, backend)
+        if graph.weights:
+            self.weight_buffer = lib.ggml_backend_alloc_ctx_tensors(context.wctx, backend)
             if not self.weight_buffer:
                 raise SdkitError("ggml could not allocate the weight buffer (out of device memory?)")
-            self.upload(b.weights)
+            self.upload(graph.weights)
         self.gallocr = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(backend))
         if not lib.ggml_gallocr_alloc_graph(self.gallocr, self.graph):
             self.close()
@@ -81,13 +98,13 @@ class Program:
             self.lib.ggml_backend_tensor_set(entry.tensor.ptr, data.ctypes.data, 0, data.nbytes)
 
     def run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
-        for name, bound in self.plan.builder.index_bounds.items():
+        for name, bound in self.built.index_bounds.items():
             values = np.asarray(feeds[name])
             if values.size and (values.min() < 0 or values.max() >= bound):
                 raise InputError(
                     f"input {name!r}: indices must lie in [0, {bound}), got [{values.min()}, {values.max()}]"
                 )
-        for name, tensor in self.plan.inputs.items():
+        for name, tensor in self.built.inputs.items():
             data = to_storage(feeds[name], tensor, f"input {name!r}")
             self.lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)
         if self.lib.has_cpu and self.lib.ggml_backend_is_cpu(self.backend):
@@ -96,7 +113,7 @@ class Program:
         if status != GGML_STATUS_SUCCESS:
             raise SdkitError(f"ggml graph compute failed (status {status})")
         results: dict[str, np.ndarray] = {}
-        for name, value in self.plan.outputs.items():
+        for name, value in self.built.outputs.items():
             if isinstance(value, Tensor):
                 raw = np.empty(value.shape, dtype=storage_numpy(value.ggml_type))
                 self.lib.ggml_backend_tensor_get(value.ptr, raw.ctypes.data, 0, raw.nbytes)
@@ -112,7 +129,7 @@ class Program:
         if self.weight_buffer:
             self.lib.ggml_backend_buffer_free(self.weight_buffer)
             self.weight_buffer = None
-        self.plan.builder.free()
+        self.built.context.free()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone

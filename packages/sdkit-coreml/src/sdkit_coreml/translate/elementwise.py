@@ -1,0 +1,140 @@
+"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons, Where, Cast.
+
+MIL's binary ops broadcast like numpy (as ONNX does). Integer Div becomes ``floor_div``:
+ONNX truncates toward zero, which equals flooring for the non-negative sizes that shape
+arithmetic divides (the only place integer Div appears in SD graphs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from sdkit_coreml.translate.context import CAST_TARGETS, Context, attrs, fail, mil
+from sdkit_coreml.translate.registry import converter
+
+UNARY = {
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Abs": "abs",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Reciprocal": "inverse",
+    "Not": "logical_not",
+    "Softplus": "softplus",
+}
+BINARY = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Pow": "pow",
+    "Equal": "equal",
+    "Less": "less",
+    "LessOrEqual": "less_equal",
+    "Greater": "greater",
+    "GreaterOrEqual": "greater_equal",
+    "And": "logical_and",
+    "Or": "logical_or",
+    "Xor": "logical_xor",
+}
+VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add"}
+
+
+def _is_int(var: object) -> bool:
+    from coremltools.converters.mil.mil import types
+
+    dtype = getattr(var, "dtype", None)
+    return dtype is not None and types.is_int(dtype)
+
+
+@converter(*UNARY)
+def unary(ctx: Context, node: onnx.NodeProto) -> None:
+    op = getattr(mil(), UNARY[node.op_type])
+    ctx.set(node.output[0], op(x=ctx.get(node.input[0]), name=node.output[0]))
+
+
+@converter("Neg")
+def neg(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.get(node.input[0])
+    minus_one = ctx.const(np.array(-1, np.int32 if _is_int(x) else np.float32))
+    ctx.set(node.output[0], mil().mul(x=x, y=minus_one, name=node.output[0]))
+
+
+@converter("Identity", "Dropout")
+def identity(ctx: Context, node: onnx.NodeProto) -> None:
+    ctx.set(node.output[0], ctx.get(node.input[0]))
+
+
+@converter(*BINARY)
+def binary(ctx: Context, node: onnx.NodeProto) -> None:
+    op = getattr(mil(), BINARY[node.op_type])
+    x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
+    ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]))
+
+
+@converter("Div")
+def div(ctx: Context, node: onnx.NodeProto) -> None:
+    x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
+    op = mil().floor_div if _is_int(x) else mil().real_div
+    ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]))
+
+
+@converter(*VARIADIC)
+def variadic(ctx: Context, node: onnx.NodeProto) -> None:
+    op = getattr(mil(), VARIADIC[node.op_type])
+    result = ctx.get(node.input[0])
+    for name in node.input[1:]:
+        result = op(x=result, y=ctx.get(name))
+    ctx.set(node.output[0], mil().identity(x=result, name=node.output[0]))
+
+
+@converter("Where")
+def where(ctx: Context, node: onnx.NodeProto) -> None:
+    from coremltools.converters.mil.mil import types
+
+    cond, a, b = (ctx.get(n) for n in node.input)
+    if len(cond.shape) > max(len(a.shape), len(b.shape)) and a.dtype != types.bool:
+        # MIL's select takes its output shape from a and b only: broadcast a to cond's shape
+        dtype = "int32" if types.is_int(a.dtype) else types.builtin_to_string(a.dtype)
+        zeros = mil().mul(x=mil().cast(x=cond, dtype=dtype), y=ctx.const(np.zeros((), np.int32 if dtype == "int32"
+                          else np.float16 if dtype == "fp16" else np.float32)))  # fmt: skip
+        a = mil().add(x=a, y=zeros)
+    ctx.set(node.output[0], mil().select(cond=cond, a=a, b=b, name=node.output[0]))
+
+
+@converter("Clip", since=11)
+def clip(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.get(node.input[0])
+    low, high = ctx.optional(node, 1), ctx.optional(node, 2)
+    result = x if low is None else mil().maximum(x=x, y=low)
+    result = result if high is None else mil().minimum(x=result, y=high)
+    ctx.set(node.output[0], mil().identity(x=result, name=node.output[0]))
+
+
+def _check_cast(node: onnx.NodeProto, opset: int) -> str | None:
+    target = int(attrs(node).get("to", 0))
+    if target not in CAST_TARGETS:
+        return f"Core ML has no {onnx.TensorProto.DataType.Name(target).lower()} tensors"
+    return None
+
+
+@converter("Cast", check=_check_cast)
+def cast(ctx: Context, node: onnx.NodeProto) -> None:
+    x = ctx.get(node.input[0])
+    target = CAST_TARGETS.get(int(attrs(node)["to"]))
+    if target is None:
+        raise fail(node, ctx.opset, _check_cast(node, ctx.opset) or "unsupported cast")
+    ctx.set(node.output[0], mil().cast(x=x, dtype=target, name=node.output[0]))
+
+
+@converter("Gelu", since=20)
+def gelu(ctx: Context, node: onnx.NodeProto) -> None:
+    mode = "TANH_APPROXIMATION" if attrs(node).get("approximate", "none") == "tanh" else "EXACT"
+    ctx.set(node.output[0], mil().gelu(x=ctx.get(node.input[0]), mode=mode, name=node.output[0]))

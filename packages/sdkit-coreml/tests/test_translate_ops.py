@@ -1,0 +1,218 @@
+"""Translation semantics, op by op, against onnxruntime: graphs of constants are translated
+and coremltools' own value inference (its numpy implementation of each MIL op) computes the
+result, so no Core ML runtime is needed. Covers the shape arithmetic the SD exports lean on
+(Slice with INT64 sentinels, Reshape 0, negative Gather, broadcasting Where/Expand), the
+normalizations (GroupNorm as exported and as the ONNX op, LayerNorm) and attention. Conv and
+Resize have no value inference in coremltools: only the macOS tests check their numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from coreml_helpers import fold_with_mil, graph_model, needs_coremltools, run_ort
+from onnx import TensorProto, helper
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+X6 = RNG.standard_normal((2, 6, 4, 5)).astype(np.float32)
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], int]] = {
+    "slice_to_end_negative_step": (
+        [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+        {"x": X, "s": i64(1, -1), "e": i64(INT64_MAX, -INT64_MAX), "a": i64(1, 3), "st": i64(1, -2)},
+        F,
+    ),
+    "reshape_zero_copies": (
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        {"x": X, "shape": i64(0, 0, -1)},
+        F,
+    ),
+    "gather_negative_index": (
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=2)],
+        {"x": X, "i": i64(-1, 0)},
+        F,
+    ),
+    "shape_gather_concat": (
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+            helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["x", "shape"], ["y"]),
+        ],
+        {"x": X, "zero": np.array(0, np.int64), "axes": i64(0), "minus1": i64(-1)},
+        F,
+    ),
+    "where_broadcasts_the_condition": (
+        [helper.make_node("Where", ["c", "a", "b"], ["y"])],
+        {"c": RNG.random((1, 1, 3, 3)) > 0.5, "a": np.float32(-1e4), "b": np.float32(0)},
+        F,
+    ),
+    "expand_both_ways": (
+        [helper.make_node("Expand", ["v", "shape"], ["y"])],
+        {"v": RNG.standard_normal((3, 1)).astype(np.float32), "shape": i64(2, 1, 4)},
+        F,
+    ),
+    "constant_of_shape_and_range": (
+        [
+            helper.make_node("ConstantOfShape", ["n"], ["z"], value=helper.make_tensor("v", I64, [1], [3])),
+            helper.make_node("Range", ["zero", "five", "one"], ["r"]),
+            helper.make_node("Add", ["z", "r"], ["y"]),
+        ],
+        {"n": i64(5), "zero": np.array(0, np.int64), "five": np.array(5, np.int64), "one": np.array(1, np.int64)},
+        I64,
+    ),
+    "pad_constant": (
+        [helper.make_node("Pad", ["x", "pads", "value"], ["y"])],
+        {"x": X, "pads": i64(0, 0, 1, 2, 0, 0, 3, 0), "value": np.array(0.5, np.float32)},
+        F,
+    ),
+    "transpose_flatten_squeeze": (
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+            helper.make_node("Flatten", ["t"], ["f"], axis=2),
+            helper.make_node("Unsqueeze", ["f", "axes"], ["u"]),
+            helper.make_node("Squeeze", ["u", "axes"], ["y"]),
+        ],
+        {"x": X, "axes": i64(1)},
+        F,
+    ),
+    "integer_div_and_cast": (
+        [
+            helper.make_node("Div", ["a", "b"], ["d"]),
+            helper.make_node("Cast", ["d"], ["y"], to=TensorProto.FLOAT),
+        ],
+        {"a": i64(320, 7, 64), "b": i64(8, 2, 64)},
+        F,
+    ),
+    "gemm_linear": (
+        [helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1)],
+        {"a": X[0, 0], "w": RNG.standard_normal((6, 5)).astype(np.float32), "c": np.ones(6, np.float32)},
+        F,
+    ),
+    "attention_scores": (
+        [
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", ["q", "kt"], ["s"]),
+            helper.make_node("Mul", ["s", "scale"], ["m"]),
+            helper.make_node("Softmax", ["m"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v"], ["y"]),
+        ],
+        {
+            "q": RNG.standard_normal((2, 6, 8)).astype(np.float32),
+            "k": RNG.standard_normal((2, 5, 8)).astype(np.float32),
+            "v": RNG.standard_normal((2, 5, 8)).astype(np.float32),
+            "scale": np.float32(8**-0.5),
+        },
+        F,
+    ),
+    "group_norm": (
+        [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-5)],
+        {"x": X6, "s": RNG.standard_normal(6).astype(np.float32), "b": RNG.standard_normal(6).astype(np.float32)},
+        F,
+    ),
+    "exported_group_norm": (  # how torch exports GroupNorm(3, 6): reshape -> instance norm -> reshape -> affine
+        [
+            helper.make_node("Reshape", ["x", "grouped"], ["g"]),
+            helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], epsilon=1e-5),
+            helper.make_node("Reshape", ["n", "back"], ["r"]),
+            helper.make_node("Mul", ["r", "gamma"], ["m"]),
+            helper.make_node("Add", ["m", "beta"], ["y"]),
+        ],
+        {
+            "x": X6,
+            "grouped": i64(0, 3, -1),
+            "ones": np.ones(3, np.float32),
+            "zeros": np.zeros(3, np.float32),
+            "back": i64(2, 6, 4, 5),
+            "gamma": RNG.standard_normal((6, 1, 1)).astype(np.float32),
+            "beta": RNG.standard_normal((6, 1, 1)).astype(np.float32),
+        },
+        F,
+    ),
+    "layer_norm": (
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)],
+        {"x": X, "s": RNG.standard_normal(5).astype(np.float32), "b": RNG.standard_normal(5).astype(np.float32)},
+        F,
+    ),
+    "erf_sigmoid_tanh": (
+        [
+            helper.make_node("Erf", ["x"], ["e"]),
+            helper.make_node("Sigmoid", ["e"], ["s"]),
+            helper.make_node("Tanh", ["s"], ["y"]),
+        ],
+        {"x": X},
+        F,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_translation_matches_onnxruntime(case: str) -> None:
+    needs_coremltools()
+    nodes, values, out_type = CASES[case]
+    opset = 21 if case == "group_norm" else 17
+    model = graph_model(nodes, [], [("y", out_type, None)], {k: np.asarray(v) for k, v in values.items()}, opset)
+    (want,) = run_ort(model.graph.to_onnx(model.weights), {})
+    got = fold_with_mil(model)["y"]
+    assert got is not None, "MIL could not compute the result"
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def _attention(mask: bool, second_use: bool = False) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """The chain diffusers' exports contain: MatMul(q, kT) * scale (+ mask) -> Softmax -> Cast ->
+    MatMul(v); ``second_use`` also returns the probabilities (which forbids fusing)."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["m"]),
+        helper.make_node("Add", ["m", "mask"], ["a"]) if mask else helper.make_node("Identity", ["m"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("Cast", ["p"], ["pc"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["pc", "v"], ["y"]),
+    ]
+    if second_use:
+        nodes.append(helper.make_node("Identity", ["p"], ["probs"]))
+    values = {
+        "q": RNG.standard_normal((2, 6, 8)).astype(np.float32),
+        "k": RNG.standard_normal((2, 5, 8)).astype(np.float32),
+        "v": RNG.standard_normal((2, 5, 4)).astype(np.float32),
+        "scale": np.float32(0.3),  # not 1/sqrt(8): the graph's own scale must survive
+        "mask": np.where(RNG.random((1, 6, 5)) > 0.3, 0, -1e4).astype(np.float32),
+    }
+    return nodes, values
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_becomes_sdpa_on_macos15(mask: bool) -> None:
+    needs_coremltools()
+    nodes, values = _attention(mask)
+    model = graph_model(nodes, [], [("y", F, None)], values)
+    (want,) = run_ort(model.graph.to_onnx(model.weights), {})
+    ops: list[str] = []
+    got = fold_with_mil(model, "macOS15", ops)["y"]
+    assert "scaled_dot_product_attention" in ops
+    assert got is not None
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    plain: list[str] = []
+    fold_with_mil(model, "macOS14", plain)
+    assert "scaled_dot_product_attention" not in plain
+
+
+def test_attention_with_a_second_use_stays_op_by_op() -> None:
+    needs_coremltools()
+    nodes, values = _attention(True, second_use=True)
+    model = graph_model(nodes, [], [("y", F, None), ("probs", F, None)], values)
+    ops: list[str] = []
+    fold_with_mil(model, "macOS15", ops)
+    assert "scaled_dot_product_attention" not in ops

@@ -1,0 +1,224 @@
+"""``Builder``: creates the ggml tensors of one input signature, checking every precondition
+ggml would assert on. It works over a tensor factory: ``GgmlContext`` (runtime) for a real
+build, or ``ShapeOnlyContext`` for ``check()``, which runs the same converters on shapes alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from sdkit_ggml.compiler.context import NeedsValue, Node, Tensor, Unsupported, ValueUnknown, WeightEntry, ne_of
+from sdkit_ggml.runtime import lib as L
+from sdkit_ggml.runtime.tensors import storage_type
+
+Ne = tuple[int, int, int, int]
+
+
+class TensorFactory(Protocol):
+    """Where tensors are created: ggml contexts, or shapes only (``check()``)."""
+
+    capacity: int
+
+    def call(self, fn: str, *args: Any) -> tuple[int, Ne | None, int]: ...  # ptr, ne, ggml type
+
+    def new_tensor(self, ggml_type: int, ne: Ne, *, weight: bool) -> int: ...
+
+    def free(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WeightTransform:
+    """Compile-time preprocessing of a weight (a transpose, a kernel flip...), re-applied on
+    refit, with the shape it produces: check(), which has no weight values, takes the shape
+    instead of running it on a placeholder."""
+
+    apply: Callable[[np.ndarray], np.ndarray]
+    out_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        return self.apply(array)
+
+
+def ggml_storage(dtype: np.dtype[Any]) -> int:
+    ggml_type = storage_type(np.dtype(dtype))
+    if ggml_type is None:
+        raise Unsupported(f"ggml has no {dtype} tensors")
+    return ggml_type
+
+
+class Builder:
+    """Creates the ggml graph of one shape signature. Every ggml call goes through ``op`` so
+    that the tensor count stays under the context's capacity and each result's ne is checked."""
+
+    def __init__(
+        self,
+        factory: TensorFactory,
+        precision: str = "fp32",
+        shared_weights: Mapping[tuple[str, str], Tensor] | None = None,
+        *,
+        keep_weights: bool = True,
+    ) -> None:
+        self.factory = factory
+        # False for check(): weight arrays (placeholders there) are not kept once shaped
+        self.keep_weights = keep_weights
+        self.capacity = factory.capacity
+        self.precision = precision
+        # Weights already on the device from another signature's graph: reused, not re-uploaded.
+        self.shared_weights = shared_weights or {}
+        self.count = 0
+        self.weight_count = 0
+        self.weights: list[WeightEntry] = []
+        self.weight_cache: dict[tuple[str, str], Tensor] = {}
+        # Graph values that depend on the weights only (initializers and what folds from them).
+        self.weight_derived: set[str] = set()
+        # Graph values refit may change (initializers and anything folded from them): never
+        # specialised on their contents.
+        self.weight_dependent: set[str] = set()
+        # check() only: constants whose values are placeholders (weights check() never sees).
+        self.unknown_values: set[str] = set()
+        self.structural: dict[str, np.ndarray] = {}  # constants the graph's structure depends on
+        self.input_names: dict[int, str] = {}  # graph input tensor ptr -> input name
+        # Runtime index inputs to range-check before compute: input name -> size of the dim.
+        self.index_bounds: dict[str, int] = {}
+
+    # -- low level -------------------------------------------------------------------------
+    def _reserve(self, n: int = 1) -> None:
+        if self.count + n > self.capacity:
+            raise Unsupported(f"graph needs more than {self.capacity} ggml tensors")
+        self.count += n
+
+    def op(
+        self,
+        fn: str,
+        *args: Any,
+        shape: Sequence[int],
+        dtype: np.dtype[Any] | None = None,
+    ) -> Tensor:
+        """Call ggml function ``fn(ctx, *args)`` expected to produce ONNX ``shape``."""
+        if any(d < 0 for d in shape):
+            raise Unsupported(f"negative dimension in {list(shape)}")
+        if 0 in shape:
+            raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
+        self._reserve()
+        ptr, got, ggml_type = self.factory.call(fn, *args)
+        if not ptr:
+            raise Unsupported(f"{fn} returned no tensor")
+        want = ne_of(shape)
+        if got is not None and got != want:
+            # A lowering bug, not a user error: fail loudly rather than compute garbage.
+            raise RuntimeError(f"{fn}: ggml produced ne={got}, expected {want} for ONNX shape {tuple(shape)}")
+        return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype or np.float32), ggml_type)
+
+    def new_input(self, shape: Sequence[int], dtype: np.dtype[Any]) -> Tensor:
+        if 0 in shape:
+            raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
+        ggml_type = ggml_storage(dtype)
+        self._reserve()
+        ptr = self.factory.new_tensor(ggml_type, ne_of(shape), weight=False)
+        self.input_names[ptr] = ""
+        return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype), ggml_type)
+
+    # -- constants -------------------------------------------------------------------------
+    def _new_weight(
+        self,
+        array: np.ndarray,
+        ggml_type: int,
+        dtype: np.dtype[Any],
+        source: str | None,
+        transform: Callable[[np.ndarray], np.ndarray] | None,
+    ) -> Tensor:
+        if self.weight_count + 1 > self.capacity:
+            raise Unsupported(f"graph needs more than {self.capacity} weight tensors")
+        if array.size == 0:
+            raise Unsupported("empty constant: ggml cannot allocate zero-sized tensors")
+        self.weight_count += 1
+        ptr = self.factory.new_tensor(ggml_type, ne_of(array.shape), weight=True)
+        tensor = Tensor(ptr, tuple(int(d) for d in array.shape), np.dtype(dtype), ggml_type)
+        if self.keep_weights:
+            self.weights.append(WeightEntry(tensor, source, array, transform))
+        return tensor
+
+    def constant(
+        self,
+        array: np.ndarray | float,
+        dtype: np.dtype[Any] | None = None,
+        *,
+        source: str | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        key: str = "",
+        half: bool = False,
+    ) -> Tensor:
+        """Upload a compile-time constant. ``source`` (a graph value name) makes it refittable;
+        ``transform`` is re-applied to the new value on refit; ``half`` stores it as F16
+        (precision="fp16" weights of matmul and conv)."""
+        raw = np.asarray(array)
+        cache_key = (source or "", key + ("/f16" if half else ""))
+        if source is not None:
+            if cache_key in self.weight_cache:
+                return self.weight_cache[cache_key]
+            if cache_key in self.shared_weights:
+                return self.shared_weights[cache_key]
+        value = self._transformed(raw, source, transform)
+        onnx_dtype = np.dtype(dtype or (raw.dtype if raw.dtype != np.float64 else np.float32))
+        ggml_type = L.GGML_TYPE_F16 if half else ggml_storage(onnx_dtype)
+        tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
+        if source is not None:
+            self.weight_cache[cache_key] = tensor
+        return tensor
+
+    def _transformed(
+        self, raw: np.ndarray, source: str | None, transform: Callable[[np.ndarray], np.ndarray] | None
+    ) -> np.ndarray:
+        if transform is None:
+            return raw
+        if source in self.unknown_values and isinstance(transform, WeightTransform):
+            # a placeholder (check()): only the shape matters, and no memory is touched
+            return np.broadcast_to(np.zeros((), dtype=np.float32), transform.out_shape(tuple(raw.shape)))
+        return transform(raw)
+
+    def tensor(
+        self,
+        node: Node,
+        index: int,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        key: str = "",
+        half: bool = False,
+    ) -> Tensor:
+        """Input ``index`` of ``node`` as a ggml tensor, uploading it if it is a constant."""
+        value = node.value(index)
+        if isinstance(value, Tensor):
+            if transform is not None:
+                raise Unsupported(f"input {index} must be a constant (weights known at compile time)")
+            return value
+        return self.constant(value, source=node.input_name(index), transform=transform, key=key, half=half)
+
+    def fixed_value(self, node: Node, index: int) -> np.ndarray | None:
+        """Input ``index`` as a constant refit cannot change (attributes, shapes), else None."""
+        value = node.value(index)
+        if isinstance(value, Tensor) or node.input_name(index) in self.weight_dependent:
+            return None
+        return np.asarray(value)
+
+    def const(self, node: Node, index: int, what: str = "") -> np.ndarray:
+        """Input ``index`` of ``node`` as a compile-time constant the graph structure depends on
+        (a shape, axes, pads...). A runtime tensor there cannot be compiled: Unsupported."""
+        value = node.value(index)
+        if isinstance(value, Tensor):
+            source = self.input_names.get(value.ptr)
+            if source:
+                raise NeedsValue(source)
+            raise Unsupported(
+                f"input {index}{' (' + what + ')' if what else ''} must be a constant known at compile time"
+            )
+        name = node.input_name(index)
+        if name in self.unknown_values:
+            raise ValueUnknown(name)
+        self.structural.setdefault(name, np.array(value, copy=True))
+        return value
+
+    def free(self) -> None:
+        self.factory.free()

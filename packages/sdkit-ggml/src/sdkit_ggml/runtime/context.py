@@ -1,0 +1,90 @@
+"""The ggml side of building one graph: two ``no_alloc`` contexts (compute tensors and the
+graph itself in ``ctx``, weights in ``wctx``, each allocated later in its own buffer) and the
+calls that create tensors in them.
+
+``result_type`` states which ggml type each op produces; the compiler's shape-only builder
+(``check()``) relies on it, so every real call verifies it against what ggml returned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sdkit_ggml.runtime import lib as L
+
+if TYPE_CHECKING:
+    from sdkit_ggml.runtime.lib import GgmlLib
+
+Ne = tuple[int, int, int, int]
+
+# ops whose result has the type of their first tensor argument (layout and copies)
+_SAME_TYPE = frozenset(
+    {
+        "ggml_reshape_4d",
+        "ggml_view_4d",
+        "ggml_permute",
+        "ggml_cont",
+        "ggml_transpose",
+        "ggml_concat",
+        "ggml_repeat_4d",
+        "ggml_pad_ext",
+    }
+)
+
+
+def result_type(fn: str, first_type: int, args: tuple[Any, ...]) -> int:
+    """The ggml type ``fn(ctx, *args)`` returns, given the type of its first tensor argument."""
+    if fn == "ggml_cast":
+        return int(args[1])
+    if fn == "ggml_im2col":
+        return int(args[-1])
+    if fn == "ggml_argmax":
+        return L.GGML_TYPE_I32
+    if fn == "ggml_get_rows":
+        return L.GGML_TYPE_I32 if first_type == L.GGML_TYPE_I32 else L.GGML_TYPE_F32
+    if fn in _SAME_TYPE:
+        return first_type
+    return L.GGML_TYPE_F32
+
+
+class GgmlContext:
+    """The ggml contexts of one graph. ``free()`` releases them (the Program owns them once
+    the graph is allocated)."""
+
+    def __init__(self, lib: GgmlLib, capacity: int) -> None:
+        self.lib = lib
+        self.capacity = capacity
+        overhead = lib.ggml_tensor_overhead()
+        graph_size = lib.ggml_graph_overhead_custom(capacity, False)
+        self.ctx = lib.ggml_init(L.InitParams(overhead * capacity + graph_size, None, True))
+        self.wctx = lib.ggml_init(L.InitParams(overhead * capacity, None, True))
+        if not self.ctx or not self.wctx:
+            self.free()
+            raise MemoryError("ggml_init failed")
+
+    def call(self, fn: str, *args: Any) -> tuple[int, Ne, int]:
+        """``fn(ctx, *args)``: the new tensor's pointer, ne and type (0 when ggml refused)."""
+        ptr = getattr(self.lib, fn)(self.ctx, *args)
+        if not ptr:
+            return 0, (0, 0, 0, 0), L.GGML_TYPE_F32
+        head = L.tensor_head(ptr)
+        expected = result_type(fn, L.tensor_head(args[0]).type, args)
+        if head.type != expected:
+            # the shape-only builder of check() would disagree with this build: a bug, not bad input
+            raise RuntimeError(f"{fn}: ggml returned type {head.type}, expected {expected}")
+        ne = tuple(int(n) for n in head.ne)
+        return int(ptr), (ne[0], ne[1], ne[2], ne[3]), int(head.type)
+
+    def new_tensor(self, ggml_type: int, ne: Ne, *, weight: bool) -> int:
+        """A tensor of the weight context (``weight``) or an input of the compute context."""
+        ptr = self.lib.ggml_new_tensor_4d(self.wctx if weight else self.ctx, ggml_type, *ne)
+        if not weight:
+            self.lib.ggml_set_input(ptr)
+        return int(ptr)
+
+    def free(self) -> None:
+        for attr in ("ctx", "wctx"):
+            ptr = getattr(self, attr, None)
+            if ptr:
+                self.lib.ggml_free(ptr)
+                setattr(self, attr, None)

@@ -1,0 +1,82 @@
+"""Tensors as the compiler hands them to the runtime: a ggml tensor pointer with its ONNX shape
+and dtype, how each ONNX dtype is stored in ggml, and ONNX shapes as ggml ``ne``.
+
+Layout convention: a Tensor is always contiguous, with ggml ``ne`` the reversed ONNX shape
+(``ne[0]`` innermost). ONNX ranks above 4 keep their leading dims merged into ``ne[3]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sdkit_ggml.runtime import lib as L
+
+# ONNX dtypes a runtime tensor may have, and how ggml stores them.
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+INT_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16))
+BOOL = np.dtype(np.bool_)
+SUPPORTED_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, BOOL)
+
+
+def storage_type(dtype: np.dtype[Any]) -> int | None:
+    """The ggml type holding an ONNX dtype (floats and bools as 0/1 in F32, integers in I32);
+    None for dtypes ggml has no tensors for."""
+    if dtype in FLOAT_DTYPES or dtype == BOOL:
+        return L.GGML_TYPE_F32
+    if dtype in INT_DTYPES:
+        return L.GGML_TYPE_I32
+    return None
+
+
+def storage_numpy(ggml_type: int) -> np.dtype[Any]:
+    if ggml_type == L.GGML_TYPE_F32:
+        return np.dtype(np.float32)
+    if ggml_type == L.GGML_TYPE_F16:
+        return np.dtype(np.float16)
+    return np.dtype(np.int32)
+
+
+def ne_of(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """ggml ne (innermost first) for an ONNX shape; leading dims beyond 4 merge into ne[3]."""
+    dims = [int(d) for d in shape]
+    if len(dims) > 4:
+        dims = [math.prod(dims[: len(dims) - 3]), *dims[-3:]]
+    ne = [*reversed(dims), *([1] * (4 - len(dims)))]
+    return ne[0], ne[1], ne[2], ne[3]
+
+
+@dataclass(frozen=True, eq=False)
+class Tensor:
+    """A runtime value: a ggml tensor pointer, its ONNX shape and ONNX dtype."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    ggml_type: int = L.GGML_TYPE_F32
+    # Known value range of an integer tensor (argmax results, index arithmetic): lets
+    # computed gather indices be proven in range at compile time.
+    bounds: tuple[int, int] | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class WeightEntry:
+    """A constant uploaded to a weight buffer; ``source`` names the graph value it comes from
+    (recomputed on refit) and ``transform`` the compile-time preprocessing applied to it."""
+
+    tensor: Tensor
+    source: str | None
+    array: np.ndarray
+    transform: Callable[[np.ndarray], np.ndarray] | None = None

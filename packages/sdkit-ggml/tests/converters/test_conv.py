@@ -1,0 +1,67 @@
+"""converters/conv.py and conv_transpose.py: 1-D and 2-D (grouped, strided, dilated, padded)
+convolutions as exact F32 im2col + mul_mat."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+Check = Callable[..., Any]
+# float32 sums over C*KH*KW products in another order than onnx.reference
+ATOL = 1e-5
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {},
+        {"pads": [1, 1, 1, 1]},
+        {"pads": [0, 1, 2, 1], "strides": [2, 1]},
+        {"dilations": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"group": 2},
+    ],
+)
+def test_conv2d(attributes: dict[str, Any], like_reference: Check, f32: Check) -> None:
+    groups = attributes.get("group", 1)
+    operands = [("x", f32(1, 4, 7, 6)), ("w", f32(6, 4 // groups, 3, 3), "const"), ("b", f32(6), "const")]
+    like_reference("Conv", operands, attributes, atol=ATOL)
+
+
+def test_conv1d_batched_with_a_runtime_kernel(like_reference: Check, f32: Check) -> None:
+    like_reference("Conv", [("x", f32(2, 3, 9)), ("w", f32(4, 3, 3))], {"pads": [1, 2]}, atol=ATOL)
+
+
+def test_conv_refusals(refuses: Check, f32: Check) -> None:
+    refuses("Conv", [("x", f32(1, 2, 4, 4, 4)), ("w", f32(2, 2, 1, 1, 1), "const")], match="only 1-D and 2-D")
+    refuses("Conv", [("x", f32(1, 3, 4, 4)), ("w", f32(8, 3, 7, 7), "const")], match="does not fit")
+    refuses("Conv", [("x", f32(1, 3, 4, 4)), ("w", f32(4, 1, 1, 1), "const")], {"group": 2}, match="groups")
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {},
+        {"strides": [2, 2]},
+        {"strides": [2, 3], "pads": [1, 0, 1, 1], "output_padding": [1, 0]},
+        {"strides": [2, 2], "output_shape": [8, 10]},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"group": 2},
+        {"dilations": [2, 1]},
+    ],
+)
+def test_conv_transpose2d(attributes: dict[str, Any], like_reference: Check, f32: Check) -> None:
+    groups = attributes.get("group", 1)
+    operands = [("x", f32(1, 4, 4, 5)), ("w", f32(4, 6 // groups, 3, 3), "const"), ("b", f32(6), "const")]
+    # onnx.reference's ConvTranspose fails on output_shape and groups: onnxruntime is the oracle
+    like_reference("ConvTranspose", operands, attributes, atol=ATOL, oracle="onnxruntime")
+
+
+def test_conv_transpose1d(like_reference: Check, f32: Check) -> None:
+    like_reference("ConvTranspose", [("x", f32(1, 2, 5)), ("w", f32(2, 3, 4), "const")], {"strides": [3]}, atol=ATOL)
+
+
+def test_conv_transpose_refusals(refuses: Check, f32: Check) -> None:
+    refuses("ConvTranspose", [("x", f32(1, 2, 3, 3, 3)), ("w", f32(2, 2, 1, 1, 1), "const")], match="only 1-D and 2-D")
