@@ -176,7 +176,7 @@ def test_inspect_says_what_a_file_is(capsys: pytest.CaptureFixture[str], tiny_fa
     assert titles["lora"][1]["rank"] == "4"
     assert titles["style"] == (
         "embedding",
-        {"emb_params": "3 vector(s) of width 768 (SD 1.x (CLIP-L))", "token": "style"},
+        {"emb_params": "3 vector(s) of width 768 (SD 1.x (CLIP-L)); L2 norms 27.7, 27.7, 27.7", "token": "style"},
     )
     assert titles["vae"][0] == "vae" and titles["vae"][1]["latent channels"] == "4"
     assert titles["other"][0] == "unknown" and titles["other"][1]["top-level keys"] == "foo.bar x1"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from sdkit.cli import adapters
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
@@ -64,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default=None, help="device for every component, or per component like --backend")
     parser.add_argument("--memory", choices=("keep", "offload"), default="keep", help="memory policy (default: keep)")
+    adapters.add_arguments(parser)
     add_option_arguments(parser)
     add_sdxl_arguments(parser)
 
@@ -149,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     bar = StepBar()
     request = build_request(args, bar)
     paths = output_paths(args.output, request.seed, request.num_images)
+    loras = adapters.check(args)
     start = time.perf_counter()
     settings = {
         "backend": per_component_argument(args.backend, "--backend") or "auto",
@@ -167,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         if loaded is not None:
             loaded.prepare()
     try:
+        adapters.apply(pipe, args, loras)
         images = pipe.run(request)
     finally:
         bar.close()

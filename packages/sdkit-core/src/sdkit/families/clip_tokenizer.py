@@ -24,6 +24,7 @@ with a ``warnings.warn`` (category ``PromptTruncatedWarning``) naming what was c
 from __future__ import annotations
 
 import gzip
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
 VOCAB_SIZE = 49408
 MERGES = VOCAB_SIZE - 2 * 256 - 2  # 48,894: CLIP reads lines 1 .. 49152-256-2 of the file
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
+# A1111's extra-network tags (<lora:name:0.8>, <lyco:...>, <hypernet:...>): they choose networks
+# and are no text for the encoder; A1111 removes them from the prompt it encodes, as here.
+EXTRA_NETWORK_TAG = re.compile(r"<(?:lora|lyco|hypernet):[^<>]*>", re.IGNORECASE)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -131,6 +135,7 @@ class ClipTokenizerBase:
     _tokenizer: Any
 
     def _finish(self) -> None:
+        self._expand: dict[int, list[int]] = {}  # an embedding's first token -> all its tokens
         self._add_specials()
         self.bos_id = self._id(self.bos_token)
         self.eos_id = self._id(self.eos_token)
@@ -152,10 +157,36 @@ class ClipTokenizerBase:
             raise ModelFormatError(f"the tokenizer's vocabulary lacks the special token {token!r}")
         return int(token_id)
 
+    def __len__(self) -> int:
+        """The vocabulary size with added tokens (transformers' ``len(tokenizer)``)."""
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def add_embedding(self, name: str, vectors: int) -> list[int]:
+        """Register a textual-inversion embedding as diffusers' ``load_textual_inversion`` does:
+        the tokens ``name``, ``name_1``, ... ``name_{vectors-1}`` with the next free ids; ``name``
+        in a prompt then stands for all of them. Returns their ids (the same ones again when
+        ``name`` is already registered with that many vectors)."""
+        from tokenizers import AddedToken
+
+        tokens = [name.lower()] + [f"{name.lower()}_{i}" for i in range(1, vectors)]
+        known = [self._tokenizer.token_to_id(t) for t in tokens]
+        if known[0] is not None and self._expand.get(int(known[0])) == known:
+            return [int(i) for i in known]
+        if any(i is not None for i in known):
+            raise ModelFormatError(f"the embedding name {name!r} is already a token of the vocabulary; rename its file")
+        self._tokenizer.add_tokens([AddedToken(t, normalized=True) for t in tokens])
+        ids = [self._id(t) for t in tokens]
+        self._expand[ids[0]] = ids
+        return ids
+
     def tokens(self, prompt: str) -> list[int]:
-        """The prompt's token ids, without start/end tokens or truncation."""
-        encoding = self._tokenizer.encode(prompt.strip(), add_special_tokens=False)
-        return list(encoding.ids)
+        """The prompt's token ids, without start/end tokens or truncation (A1111's
+        ``<lora:...>`` tags removed, each embedding's trigger expanded to its tokens)."""
+        text = EXTRA_NETWORK_TAG.sub("", prompt)
+        encoding = self._tokenizer.encode(text.strip(), add_special_tokens=False)
+        if not self._expand:
+            return list(encoding.ids)
+        return [t for i in encoding.ids for t in self._expand.get(i, [i])]
 
     def __call__(self, prompts: str | Sequence[str]) -> np.ndarray:
         """``[len(prompts), model_max_length]`` int64 ids: start, prompt, end, padding."""

@@ -103,34 +103,52 @@ def _checkpoint(checkpoint: Checkpoint, family: Family, layout: str) -> FileDesc
 
 
 def _lora(checkpoint: Checkpoint) -> FileDescription:
+    from sdkit.errors import ModelFormatError
+    from sdkit.families.lora_file import read_lora
+
     keys = checkpoint.keys()
-    if any(k.startswith(("lora_unet_", "lora_te")) for k in keys):
-        fmt = "kohya (sd-scripts)"
-    elif any(".lora_A." in k for k in keys):
-        fmt = "PEFT / diffusers"
-    else:
-        fmt = "diffusers (pre-PEFT)" if any(".lora.down." in k for k in keys) else "LyCORIS (LoHa/LoKr)"
-    downs = [k for k in keys if ".lora_down." in k or ".lora_A." in k or ".lora.down." in k]
-    ranks = sorted({checkpoint.entry(k).shape[0] for k in downs if checkpoint.entry(k).shape})
-    modules = {re.split(r"\.(lora_down|lora_up|lora_A|lora_B|lora\.down|lora\.up|alpha)\b", k)[0] for k in keys}
-    targets = Counter(_lora_target(m) for m in modules)
-    meta = checkpoint.metadata
+    try:
+        lora = read_lora(checkpoint)
+    except ModelFormatError as exc:  # LyCORIS and other files sdkit does not merge
+        return FileDescription("lora", "LoRA-like file", [("note", str(exc)), ("dtype", _dtypes(checkpoint, keys))])
+    fmt = {"kohya": "kohya (sd-scripts)", "peft": "PEFT / diffusers", "diffusers": "diffusers (pre-PEFT)"}[lora.format]
+    lycoris = [{"loha": "LoHa", "lokr": "LoKr"}[k] for k in lora.kinds() if k != "lora"]
+    if lycoris:
+        fmt += ", LyCORIS " + "/".join(lycoris)
+    elif lora.is_locon():
+        fmt += ", LoCon (3x3 convs)"
+    targets = Counter(_lora_target(m) for m in lora.modules)
     details = [
         ("format", fmt),
-        ("rank", ", ".join(map(str, ranks)) or "?"),
+        ("rank", ", ".join(map(str, lora.ranks()))),
         ("targets", ", ".join(f"{t} x{n}" for t, n in targets.most_common())),
         ("dtype", _dtypes(checkpoint, keys)),
     ]
-    if "ss_base_model_version" in meta:
-        details.append(("base model", meta["ss_base_model_version"]))
-    return FileDescription("lora", "LoRA", details)
+    alphas = lora.alphas()
+    if alphas:
+        details.append(("alpha", ", ".join(f"{a:g}" for a in alphas)))
+    elif lora.peft_config:
+        scales = {k: v for k, v in lora.peft_config.items() if k.endswith((".r", ".lora_alpha"))}
+        details.append(("scale", ", ".join(f"{k} {v}" for k, v in sorted(scales.items()))))
+    if lora.unknown:
+        details.append(("not LoRA keys", f"{len(lora.unknown)} ({', '.join(lora.unknown[:3])})"))
+    meta = checkpoint.metadata
+    for key, label in (
+        ("ss_base_model_version", "base model"),
+        ("ss_network_module", "network"),
+        ("ss_network_args", "network args"),
+    ):
+        if key in meta:
+            details.append((label, meta[key]))
+    return FileDescription("lora", f"LoRA ({len(lora.modules)} modules)", details)
 
 
 def _lora_target(module: str) -> str:
     for prefix, name in (("lora_unet_", "unet"), ("lora_te2_", "text_encoder_2"), ("lora_te", "text_encoder")):
         if module.startswith(prefix):
             return name
-    return module.split(".", 1)[0]
+    first = module.split(".", 1)[0]
+    return first if first in ("unet", "text_encoder", "text_encoder_2") else "unet"
 
 
 def _embedding(checkpoint: Checkpoint) -> FileDescription:
@@ -138,9 +156,24 @@ def _embedding(checkpoint: Checkpoint) -> FileDescription:
     for key in checkpoint:
         shape = checkpoint.entry(key).shape
         vectors, width = (shape[0], shape[-1]) if len(shape) == 2 else (1, shape[-1] if shape else 0)
-        details.append((key, f"{vectors} vector(s) of width {width} ({_WIDTHS.get(width, 'unknown encoder')})"))
+        norms = _norms(checkpoint, key)
+        details.append(
+            (key, f"{vectors} vector(s) of width {width} ({_WIDTHS.get(width, 'unknown encoder')}); L2 norms {norms}")
+        )
     details.append(("token", checkpoint.name))
     return FileDescription("embedding", "textual-inversion embedding", details)
+
+
+def _norms(checkpoint: Checkpoint, key: str) -> str:
+    """Each vector's L2 norm (the first 8): what an embedding's strength looks like."""
+    import numpy as np
+
+    entry = checkpoint.entry(key)
+    if entry.dtype not in ("F16", "F32", "BF16", "F64") or not entry.shape:
+        return "?"
+    vectors = checkpoint.files[0].read(entry, np.float32).reshape(-1, entry.shape[-1])
+    shown = ", ".join(f"{float(n):.3g}" for n in np.linalg.norm(vectors, axis=1)[:8])
+    return shown + (", ..." if len(vectors) > 8 else "")
 
 
 def _vae(checkpoint: Checkpoint) -> FileDescription:

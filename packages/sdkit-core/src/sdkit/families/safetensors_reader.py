@@ -77,7 +77,9 @@ class TensorEntry:
 
 def _sniff_pickle(head: bytes, name: str) -> None:
     # torch.save writes a zip archive (PK..) since 1.6, a bare pickle (protocol 2+: 0x80) before.
-    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+    # A safetensors file may start with 0x80 too (a header length of 128 + 256k bytes): its
+    # JSON header then opens at byte 8.
+    if head.startswith(b"PK\x03\x04") or (head[:1] == b"\x80" and head[8:9] != b"{"):
         raise ModelFormatError(
             pickle_refusal(name, "this is a PyTorch pickle, not safetensors, and pickles are refused")
         )
@@ -132,8 +134,10 @@ class SafetensorsFile:
         try:
             size = self.path.stat().st_size
             with self.path.open("rb") as f:
-                head = f.read(8)
+                head = f.read(9)
                 _sniff_pickle(head, name)
+                head = head[:8]
+                f.seek(8)
                 if len(head) < 8:
                     raise ModelFormatError(f"{name} is not a safetensors file ({size} bytes)")
                 (length,) = struct.unpack("<Q", head)

@@ -19,6 +19,7 @@ import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
+from sdkit.pipelines.adapters import AdapterMethods, Adapters
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
@@ -71,7 +72,7 @@ def same_graphs(a: Family, b: Family) -> bool:
     return {n: str(c.graph) for n, c in a.components.items()} == {n: str(c.graph) for n, c in b.components.items()}
 
 
-class Pipeline:
+class Pipeline(AdapterMethods):
     """Base of every pipeline. Create one with ``sdkit.load_pipeline``."""
 
     request_class: ClassVar[type[GenerationRequest]] = GenerationRequest
@@ -88,6 +89,7 @@ class Pipeline:
         # component (family.key_map(component, layout) gives LoRA and VAE files their names).
         self.checkpoint: MappedCheckpoint | None = None
         self._open_checkpoint: CheckpointOpener | None = None
+        self.adapters = Adapters()  # LoRAs, embeddings, VAE file (set_loras, load_embedding, set_vae)
 
     def bind_checkpoint(self, mapped: MappedCheckpoint, opener: CheckpointOpener) -> None:
         """Record the checkpoint this pipeline runs and how to open another (``set_checkpoint``)."""
@@ -102,7 +104,7 @@ class Pipeline:
         """Use the weights of another checkpoint of this pipeline's family (a file or a diffusers
         folder), keeping the compiled components: each is refit in place where its backend can
         (``"refit"``), else released and compiled with the new weights on its next use
-        (``"recompile"``). Weights set with ``Component.set_weights`` (LoRAs...) are dropped.
+        (``"recompile"``). The LoRAs, embeddings and VAE file chosen stay, merged on the new weights.
         ``prediction`` as in ``load_pipeline``. Only for pipelines loaded from a checkpoint."""
         if self.checkpoint is None or self._open_checkpoint is None:
             raise ModelFormatError(
@@ -122,6 +124,9 @@ class Pipeline:
         }
         self.set_config(opened.config)
         self.checkpoint = mapped
+        if self.adapters.active:
+            self.adapters.refresh(mapped)
+            swaps.update(self.apply_adapters())
         return swaps
 
     @property

@@ -20,10 +20,11 @@ from typing import Any
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Family, MappedCheckpoint, load_checkpoint
 from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.pipelines.adapters import base_sources
 from sdkit.pipelines.base import OpenedCheckpoint
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.layout import read_optional_json_object
-from sdkit.pipelines.sources import GraphWithWeights, ModelSource
+from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
@@ -80,11 +81,7 @@ def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> Pipe
 
 def checkpoint_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
     """Each component's source: the family's weightless graph and the checkpoint's weights."""
-    label = mapped.checkpoint.path.name
-    return {
-        name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
-        for name, component in mapped.family.components.items()
-    }
+    return base_sources(mapped)
 
 
 def open_for_pipeline(path: str | os.PathLike[str], prediction: str | None = None) -> OpenedCheckpoint:

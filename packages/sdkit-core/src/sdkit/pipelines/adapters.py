@@ -1,0 +1,255 @@
+"""LoRAs, textual-inversion embeddings and a standalone VAE on a pipeline loaded from a checkpoint.
+
+``Adapters`` holds what the user chose (``Pipeline.set_loras``, ``load_embedding``, ``set_vae``)
+and turns it into each component's weights over the checkpoint's base weights, which are never
+changed: LoRA deltas merged into fresh arrays (``sdkit.families.lora``), embedding rows written
+into a fresh token table (grown, with the graph's table declared larger, when the new ids pass
+its end), the VAE file's tensors instead of the checkpoint's. ``Component.set_weights`` then
+refits a compiled engine in place where its backend can (ggml, TensorRT, reference), else the
+component compiles again on its next use. With nothing chosen, each component returns to its
+source's own weights: the base, bit for bit.
+
+``prompt_loras`` reads A1111's ``<lora:name:strength>`` tags from a prompt, for the CLI's
+``--lora-dir``; the tokenizer leaves the tags out of the text it encodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+
+from sdkit.errors import InputError, ModelFormatError
+from sdkit.families import MappedCheckpoint
+from sdkit.families.clip_tokenizer import ClipTokenizerBase
+from sdkit.families.embeddings import TOKEN_TABLE, Embedding, embedding_rows, open_embedding
+from sdkit.families.lora import merge_loras
+from sdkit.families.lora_file import LoraFile, open_lora
+from sdkit.families.vae_file import vae_weights
+from sdkit.model import Graph, Model, WeightSet
+from sdkit.pipelines.sources import GraphWithWeights, ModelSource
+
+if TYPE_CHECKING:
+    from sdkit.pipelines.components import Component, WeightSwap
+
+LORA_TAG = re.compile(r"<(?:lora|lyco):([^:<>]+)(?::([^:<>]*))?(?::[^<>]*)?>", re.IGNORECASE)
+LoraSpec = tuple[str | os.PathLike[str], float]
+
+
+def resized_graph(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
+    """``graph`` with the initializers ``shapes`` names declared with those shapes (their graph
+    inputs too: the shipped graphs keep initializers as inputs)."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(graph.proto)
+    for tensor in proto.graph.initializer:
+        if tensor.name in shapes:
+            del tensor.dims[:]
+            tensor.dims.extend(shapes[tensor.name])
+    for value in proto.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, shapes[value.name], strict=True):
+                dim.Clear()
+                dim.dim_value = int(size)
+    return Graph(proto)
+
+
+@dataclass(frozen=True, eq=False)
+class GrownTableSource:
+    """A text encoder's source with a token table of ``rows`` rows (new rows zero until an
+    embedding's vectors are set): for embedding ids past the end of the checkpoint's table."""
+
+    source: ModelSource
+    rows: int
+
+    def describe(self) -> str:
+        return f"{self.source.describe()} (+{self.rows} token rows)"
+
+    def load(self) -> Model:
+        model = self.source.load()
+        table = model.weights[TOKEN_TABLE]
+        shape = (self.rows, int(table.shape[1]))
+        weights = model.weights.entries()
+        weights[TOKEN_TABLE] = embedding_rows(np.asarray(table), {}, self.rows)
+        return Model(resized_graph(model.graph, {TOKEN_TABLE: shape}), WeightSet(weights), model.path)
+
+
+def base_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
+    """Each component's source with the checkpoint's own weights (as the single-file loader
+    makes them: the family's weightless graph and the lazily mapped weights)."""
+    label = mapped.checkpoint.path.name
+    return {
+        name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
+        for name, component in mapped.family.components.items()
+    }
+
+
+def _tokenizer_of(tokenizers: Mapping[str, ClipTokenizerBase], component: str) -> ClipTokenizerBase:
+    if component not in tokenizers:
+        raise ModelFormatError(f"this pipeline has no tokenizer for {component}; embeddings need one")
+    return tokenizers[component]
+
+
+@dataclass
+class Adapters:
+    """A pipeline's LoRAs (with strengths), embeddings and VAE; ``apply`` sets the weights."""
+
+    loras: list[tuple[LoraFile, float]] = field(default_factory=list)
+    embeddings: list[Embedding] = field(default_factory=list)
+    vae: dict[str, WeightSet] = field(default_factory=dict)  # component -> the VAE file's weights
+    _merged: dict[str, dict[str, np.ndarray]] | None = None
+    _grown: dict[str, int] = field(default_factory=dict)  # component -> rows of its grown table
+    _changed: set[str] = field(default_factory=set)  # components whose weights differ from the base
+
+    def set_loras(self, loras: Sequence[LoraSpec], mapped: MappedCheckpoint) -> None:
+        """Read and check the LoRA files against ``mapped``'s family, then merge them (all or none)."""
+        opened = []
+        for path, strength in loras:
+            try:
+                value = float(strength)
+            except (TypeError, ValueError):
+                value = float("nan")
+            if not np.isfinite(value):
+                raise InputError(f"LoRA strength must be a finite number, got {strength!r} for {path}")
+            opened.append((open_lora(path), value))
+        merged = merge_loras(mapped.family, mapped.weights, opened)
+        self.loras, self._merged = opened, merged
+
+    @property
+    def active(self) -> bool:
+        return bool(self.loras or self.embeddings or self.vae)
+
+    def refresh(self, mapped: MappedCheckpoint) -> None:
+        """Merge the LoRAs again on another base (after ``set_checkpoint``, which gave every
+        component its new source)."""
+        self._grown, self._changed = {}, set()
+        self._merged = merge_loras(mapped.family, mapped.weights, self.loras) if self.loras else None
+
+    def component_weights(
+        self, mapped: MappedCheckpoint, tokenizers: Mapping[str, ClipTokenizerBase], vae: Mapping[str, WeightSet]
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Component -> the weights that differ from the checkpoint's."""
+        weights: dict[str, dict[str, np.ndarray]] = {c: dict(w) for c, w in (self._merged or {}).items()}
+        for component, lazy in vae.items():
+            weights[component] = {name: lazy[name] for name in lazy}
+        rows: dict[str, dict[int, np.ndarray]] = {}
+        for embedding in self.embeddings:
+            for component, vectors in embedding.vectors.items():
+                ids = _tokenizer_of(tokenizers, component).add_embedding(embedding.name, embedding.count)
+                rows.setdefault(component, {}).update(zip(ids, vectors, strict=True))
+        for component, new_rows in rows.items():
+            table = weights.get(component, {}).get(TOKEN_TABLE)
+            base = np.asarray(mapped.weights[component][TOKEN_TABLE] if table is None else table)
+            weights.setdefault(component, {})[TOKEN_TABLE] = embedding_rows(base, new_rows)
+        return weights
+
+    def apply(
+        self,
+        mapped: MappedCheckpoint,
+        components: Mapping[str, Component],
+        tokenizers: Mapping[str, ClipTokenizerBase],
+    ) -> dict[str, WeightSwap]:
+        """Hand every component its weights; returns ``"refit"`` or ``"recompile"`` for each
+        component whose weights changed (one with the base weights before and after is left alone)."""
+        weights = self.component_weights(mapped, tokenizers, self.vae)
+        sources = base_sources(mapped)
+        swaps: dict[str, WeightSwap] = {}
+        for name, component in components.items():
+            changed = weights.get(name)
+            table = changed.get(TOKEN_TABLE) if changed else None
+            base_rows = mapped.weights[name].spec(TOKEN_TABLE)[0][0] if TOKEN_TABLE in mapped.weights[name] else 0
+            rows = int(table.shape[0]) if table is not None and table.shape[0] > base_rows else 0
+            if rows != self._grown.get(name, 0) and name in sources:
+                source = sources[name] if not rows else GrownTableSource(sources[name], rows)
+                component.set_source(source)
+                self._grown[name] = rows
+            elif not changed and name not in self._changed:
+                continue
+            swaps[name] = component.set_weights(changed or None)
+            self._changed.discard(name)
+            if changed:
+                self._changed.add(name)
+        return swaps
+
+
+def prompt_loras(prompt: str, lora_dir: str | os.PathLike[str]) -> list[tuple[Path, float]]:
+    """The LoRAs a prompt's A1111 tags name (``<lora:name>``, ``<lora:name:0.8>``), as files
+    ``<lora_dir>/<name>.safetensors`` (sub-folders searched as A1111 does) with strengths."""
+    found: list[tuple[Path, float]] = []
+    folder = Path(lora_dir).expanduser()
+    for match in LORA_TAG.finditer(prompt):
+        name, text = match.group(1).strip(), (match.group(2) or "1").strip()
+        try:
+            strength = float(text)
+        except ValueError:
+            raise InputError(f"<lora:{name}:{text}>: the strength must be a number") from None
+        candidates = [folder / f"{name}.safetensors", *sorted(folder.rglob(f"{name}.safetensors"))]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            pickled = sorted(folder.rglob(f"{name}.pt")) + sorted(folder.rglob(f"{name}.ckpt"))
+            why = f" (only {pickled[0].name}: pickles are refused)" if pickled else ""
+            raise InputError(f"<lora:{name}> in the prompt: no {name}.safetensors in {folder}{why}")
+        found.append((path, strength))
+    return found
+
+
+class AdapterMethods:
+    """``set_loras``, ``load_embedding`` and ``set_vae`` of ``Pipeline`` (for pipelines loaded
+    from a checkpoint file or diffusers folder, whose weights map by name)."""
+
+    checkpoint: MappedCheckpoint | None
+    components: dict[str, Component]
+    adapters: Adapters
+
+    def text_tokenizers(self) -> dict[str, ClipTokenizerBase]:
+        """Text-encoder component -> its tokenizer: a ``tokenizers`` mapping where the pipeline
+        has one, else the ``tokenizer`` / ``tokenizer_2`` attributes."""
+        found: dict[str, ClipTokenizerBase] = {}
+        mapping = getattr(self, "tokenizers", None)
+        if isinstance(mapping, Mapping):
+            found.update({n: t for n, t in mapping.items() if isinstance(t, ClipTokenizerBase)})
+        for attribute, component in (("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")):
+            tokenizer = getattr(self, attribute, None)
+            if isinstance(tokenizer, ClipTokenizerBase) and component not in found:
+                found[component] = tokenizer
+        return {n: t for n, t in found.items() if n in self.components}
+
+    def _mapped(self, what: str) -> MappedCheckpoint:
+        if self.checkpoint is None:
+            raise ModelFormatError(
+                f"{what} need a pipeline loaded from a .safetensors checkpoint or a diffusers folder "
+                "(an ONNX export's weights do not keep the layer names they map to)"
+            )
+        return self.checkpoint
+
+    def apply_adapters(self) -> dict[str, WeightSwap]:
+        """Set every component's weights from the chosen LoRAs, embeddings and VAE."""
+        return self.adapters.apply(self._mapped("adapters"), self.components, self.text_tokenizers())
+
+    def set_loras(self, loras: Sequence[LoraSpec]) -> dict[str, WeightSwap]:
+        """Use these LoRAs (``[(path, strength), ...]``; ``[]``: none) merged into fresh copies
+        of the checkpoint's weights; each compiled component is refit where its backend can
+        (``"refit"``), else compiled again on its next use (``"recompile"``)."""
+        self.adapters.set_loras(list(loras), self._mapped("LoRAs"))
+        return self.apply_adapters()
+
+    def load_embedding(self, path: str | os.PathLike[str], name: str | None = None) -> dict[str, WeightSwap]:
+        """Load a textual-inversion embedding; ``name`` (default: the file's stem, as A1111) in
+        a prompt triggers it."""
+        embedding = open_embedding(path, self._mapped("embeddings").family, name)
+        self.adapters.embeddings = [e for e in self.adapters.embeddings if e.name != embedding.name]
+        self.adapters.embeddings.append(embedding)
+        return self.apply_adapters()
+
+    def set_vae(self, path: str | os.PathLike[str] | None) -> dict[str, WeightSwap]:
+        """Use a standalone VAE file (LDM or diffusers keys) instead of the checkpoint's VAE;
+        ``None``: the checkpoint's again."""
+        mapped = self._mapped("VAE files")
+        self.adapters.vae = vae_weights(path, mapped.family) if path is not None else {}
+        return self.apply_adapters()
