@@ -40,7 +40,9 @@ def load_pipeline(
     the text encoder(s), UNet and VAE decoder now and keeps them resident; ``"offload"`` loads,
     compiles, runs and releases each one when it is needed. ``options`` (precision, threads,
     cache, ...) go to every ``sdkit.compile``; ``precision`` may be a per-component mapping too,
-    and SDXL's VAE stays fp32 unless that mapping names it.
+    and SDXL's VAE stays fp32 unless that mapping names it. ``tune=True`` chooses each ``auto``
+    component's backend by measurement at the shapes it runs at (its first run per shape measures,
+    or reads the timings a tune stored; see ``sdkit.compile``).
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")

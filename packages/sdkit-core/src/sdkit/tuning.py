@@ -1,0 +1,359 @@
+"""The backend choice grounded in measurement: ``sdkit tune`` and ``sdkit.compile(..., tune=True)``.
+
+A tune compiles each candidate backend once for the model at its input shapes, runs it
+``warmup`` times untimed and ``repeat`` times timed (the median counts), and checks its outputs
+against the first backend's: a relative L2 error over ``tolerance`` (by precision, ``TOLERANCES``)
+marks it as disagreeing, so a fast but wrong backend is never chosen. By default the first
+backend is ``reference`` (exact; a fallback, run once, never chosen for speed), then every
+backend the automatic choice could use here. The record is stored beside the artifact cache
+(``sdkit.timings``); from then on ``backend="auto"`` for the same graph, shapes, device and
+options picks the measured fastest (``stored_measured``), after any explicit backend or
+preference and before priority.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdkit.backend import CompiledModel
+from sdkit.cache import cache_root
+from sdkit.cpu_features import cpu_info
+from sdkit.device import Device
+from sdkit.errors import CacheError, InputError, NoBackendError, SdkitError
+from sdkit.measure import Clock, max_abs_diff, random_feeds, rel_l2, time_runs
+from sdkit.model import Graph, Model, WeightSet
+from sdkit.options import make_options
+from sdkit.plugins import get_plugins
+from sdkit.selection import Choice, Measured, candidates, choose, fallback, get_backend, probe, qualify
+from sdkit.timings import Measurement, TimingsRecord, TimingsStore, timings_key
+
+DEFAULT_REPEAT = 3
+DEFAULT_WARMUP = 1
+# rel-L2 bounds against the first backend: loose enough for another kernel order or reduced-
+# precision accumulation, tight enough that a wrong kernel (a transposed weight, a bad
+# broadcast) is caught.
+TOLERANCES: dict[str, float] = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 3e-2}
+
+
+def timings_store() -> TimingsStore:
+    return TimingsStore(cache_root())
+
+
+def options_key(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The compile options that change run time, as plain data (``cache`` does not)."""
+    key = {"precision": options.get("precision", "fp32"), "threads": options.get("threads")}
+    key.update({k: v for k, v in options.items() if k not in ("precision", "threads", "cache")})
+    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in sorted(key.items())}
+
+
+def backend_versions() -> dict[str, str]:
+    """The version of every registered backend whose probe succeeds here: installing, removing or
+    upgrading one makes stored timings stale."""
+    versions = {}
+    for name in get_plugins().backends.names():
+        availability = probe(get_backend(name))
+        if availability.ok:
+            versions[name] = availability.version
+    return versions
+
+
+def fixed_shapes(graph: Graph) -> dict[str, tuple[int, ...]] | None:
+    """Every input's shape when all are fixed, else None."""
+    shapes = {}
+    for info in graph.inputs:
+        if info.kind != "tensor" or not all(isinstance(d, int) and d >= 0 for d in info.shape):
+            return None
+        shapes[info.name] = tuple(int(d) for d in info.shape if isinstance(d, int))
+    return shapes
+
+
+def shaped(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
+    """``graph`` with the given input dims fixed (unchanged without any)."""
+    if not input_shapes:
+        return graph
+    return graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
+
+
+def timings_key_for(
+    model: Model, graph: Graph, device: str | Device | None, options: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The timings key of ``model`` compiled as ``graph`` (its inputs fixed); None when some input
+    dim is still symbolic (no shapes, nothing to time)."""
+    shapes = fixed_shapes(graph)
+    if shapes is None:
+        return None
+    return timings_key(
+        graph_hash=model.graph.hash,
+        input_shapes=shapes,
+        device="auto" if device is None else str(Device.parse(device)),
+        options=options_key(options),
+        backend_versions=backend_versions(),
+        cpu=cpu_info().describe(),
+    )
+
+
+def as_measured(record: TimingsRecord) -> Measured:
+    """What the automatic choice takes from a record."""
+    medians = {m.backend: m.median_s for m in record.results if m.ok and m.median_s is not None}
+    failed = {m.backend: m.verdict(record.tolerance, record.first) for m in record.results if not m.ok}
+    return Measured(medians, failed, f"tuned {record.when} on {record.machine}")
+
+
+def stored_measured(
+    model: Model, graph: Graph, device: str | Device | None, options: Mapping[str, Any]
+) -> Measured | None:
+    """The stored timings for this compile, if a tune left valid ones (cheap when none exist)."""
+    store = timings_store()
+    if not store.folder.is_dir():
+        return None
+    key = timings_key_for(model, graph, device, options)
+    record = store.lookup(key) if key is not None else None
+    return as_measured(record) if record is not None else None
+
+
+def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
+    """``choice.backend.compile`` with validated options; the result knows its backend's name."""
+    opts = make_options(options, choice.backend.extra_options)
+    compiled = choice.backend.compile(graph, weights, choice.device, opts)
+    compiled.backend_name = choice.backend.name
+    return compiled
+
+
+def default_backends(device: str | Device | None) -> list[str]:
+    """What a tune measures when not told: the fallback (reference) first, as the exact baseline,
+    then every backend the automatic choice could use here (probe ok, has the device)."""
+    usable = [name for name in candidates() if qualify(name, None, device)[0] is not None]
+    return sorted(usable, key=lambda name: not fallback(get_backend(name)))  # stable: fallbacks first
+
+
+@dataclass
+class TuneResult:
+    """A tune's record, the automatic choice made with it, where it was stored (None: not
+    stored, ``store_error`` says why), whether it was measured now (False: read from the store),
+    and the chosen backend's compiled model when one was asked for."""
+
+    record: TimingsRecord
+    choice: Choice | None  # None: no backend can run it (``rejected`` says why)
+    measured_now: bool
+    path: Path | None = None
+    store_error: str = ""
+    compiled: CompiledModel | None = None
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _describe(exc: Exception) -> str:
+    """An SdkitError's own words; anything else (a plugin's bug) with its type."""
+    return str(exc) if isinstance(exc, SdkitError) else f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Run:
+    """How to measure: the feeds, the run counts, the clock, the options."""
+
+    feeds: dict[str, np.ndarray]
+    repeat: int
+    warmup: int
+    clock: Clock
+    options: Mapping[str, Any]
+    steps: Callable[[list[str]], Iterable[str]] = iter  # wraps the backends measured (a progress bar)
+
+
+def _measure_one(
+    name: str, graph: Graph, weights: WeightSet, device: str | Device | None, how: _Run
+) -> tuple[Measurement, CompiledModel | None, dict[str, np.ndarray] | None]:
+    """Compile once, warm up, time; a backend that fails is recorded with why, never raised."""
+    choice, why = qualify(name, graph, device)
+    if choice is None:
+        return Measurement(name, error=why), None, None
+    version, where = probe(choice.backend).version, str(choice.device)
+    repeat, warmup = (1, 0) if fallback(choice.backend) else (how.repeat, how.warmup)
+    compiled = None
+    try:
+        start = how.clock()
+        compiled = compile_choice(choice, graph, weights, how.options)
+        compile_s = how.clock() - start
+        timed = time_runs(lambda: compiled.run(how.feeds), repeat, warmup, how.clock)
+    except Exception as exc:  # one backend failing (an SdkitError or a plugin's bug) must not end the tune
+        if compiled is not None:
+            compiled.close()
+        return Measurement(name, where, version, error=_describe(exc)), None, None
+    result = Measurement(name, where, version, compile_s, timed.median, timed.min, len(timed.times))
+    return result, compiled, timed.outputs
+
+
+def measure(
+    model: Model, graph: Graph, names: Sequence[str], device: str | Device | None, how: _Run, tolerance: float
+) -> tuple[list[Measurement], str, tuple[str, CompiledModel] | None]:
+    """Each backend measured in turn and checked against the first that ran. Returns the
+    results, that first backend, and the fastest agreeing non-fallback backend's compiled model
+    (the others are closed as soon as they lose)."""
+    results: list[Measurement] = []
+    first, baseline = "", None
+    best: tuple[str, CompiledModel, float] | None = None
+    for name in how.steps(list(names)):
+        result, compiled, outputs = _measure_one(name, graph, model.weights, device, how)
+        if outputs is not None and baseline is None:
+            first, baseline = name, outputs
+        elif outputs is not None and baseline is not None:
+            error = rel_l2(outputs, baseline)
+            diff = max_abs_diff(outputs, baseline)
+            result = _with_check(result, error, diff, error <= tolerance)
+        results.append(result)
+        if compiled is None:
+            continue
+        faster = best is None or (result.median_s or 0.0) < best[2]
+        if result.ok and result.median_s is not None and not fallback(get_backend(name)) and faster:
+            if best is not None:
+                best[1].close()
+            best, compiled = (name, compiled, result.median_s), None
+        if compiled is not None:
+            compiled.close()
+    return results, first, (best[0], best[1]) if best is not None else None
+
+
+def _with_check(result: Measurement, error: float, diff: float, agrees: bool) -> Measurement:
+    fields = {**result.__dict__, "rel_l2": error, "max_diff": diff, "agrees": agrees}
+    return Measurement(**fields)
+
+
+def _load() -> tuple[float, ...]:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (OSError, AttributeError):  # not on Windows
+        return ()
+
+
+def _validate_options(names: Sequence[str], options: Mapping[str, Any]) -> None:
+    """Refuse an option no measured backend knows before timing anything (one clear error)."""
+    schema: dict[str, Any] = {}
+    for name in names:
+        cls = get_plugins().backends.get(name)
+        if cls is not None:
+            schema.update(cls.extra_options)
+    make_options(options, schema)
+
+
+def tune(
+    model: Model,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    device: str | Device | None = None,
+    backends: Sequence[str] | None = None,
+    repeat: int = DEFAULT_REPEAT,
+    warmup: int = DEFAULT_WARMUP,
+    tolerance: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    reuse: bool = False,
+    keep: bool = False,
+    clock: Clock = time.perf_counter,
+    steps: Callable[[list[str]], Iterable[str]] = iter,
+    warn: bool = True,
+) -> TuneResult:
+    """Measure ``backends`` (default: ``default_backends``) on ``model`` at its shapes (from
+    ``input_shapes``, ``feeds`` or the graph), store the record and choose with it. ``reuse``:
+    take a valid stored record instead of measuring. ``keep``: return the chosen backend's
+    compiled model (reusing the one measured where it is the same). ``steps`` wraps the list of
+    backends as they are measured (a progress bar); ``warn``: a warning when the record cannot be
+    stored (``store_error`` says why either way). Raises ``InputError`` when some input dim is not
+    fixed."""
+    options = dict(options or {})
+    shapes = input_shapes or ({k: np.shape(v) for k, v in feeds.items()} if feeds else None)
+    graph = shaped(model.graph, shapes)
+    key = timings_key_for(model, graph, device, options)
+    if key is None:
+        wanted = ", ".join(i.describe() for i in model.inputs)
+        raise InputError(f"tuning needs every input's shape; give input shapes or inputs ({wanted})")
+    store = timings_store()
+    record = store.lookup(key) if reuse else None
+    if record is not None:
+        return _finish(_chosen(record, graph, device, measured_now=False), graph, model, options, keep)
+    names = list(backends) if backends else default_backends(device)
+    for name in names:  # fail fast on a typo, before minutes of timing
+        get_backend(name)
+    _validate_options(names, options)
+    how = _Run(dict(feeds) if feeds else random_feeds(graph.inputs), repeat, warmup, clock, options, steps)
+    precision = str(options.get("precision", "fp32"))
+    bound = TOLERANCES.get(precision, TOLERANCES["fp32"]) if tolerance is None else tolerance
+    results, first, best = measure(model, graph, names, device, how, bound)
+    record = TimingsRecord(key, tuple(results), first, bound, _now(), cpu_info().name, repeat, warmup, _load())
+    result = _chosen(record, graph, device, measured_now=True)
+    try:
+        result.path = store.store(record)
+    except CacheError as exc:
+        result.store_error = str(exc)
+        if warn:
+            warnings.warn(f"sdkit: the timings were not stored: {exc}", stacklevel=2)
+    if keep and best is not None and result.choice is not None and best[0] == result.choice.backend.name:
+        result.compiled = best[1]
+    elif best is not None:
+        best[1].close()
+    return _finish(result, graph, model, options, keep)
+
+
+def _chosen(record: TimingsRecord, graph: Graph, device: str | Device | None, measured_now: bool) -> TuneResult:
+    """The record with the automatic choice made from it (None when nothing can run the model)."""
+    try:
+        return TuneResult(record, choose(graph, "auto", device, as_measured(record)), measured_now)
+    except NoBackendError as exc:
+        return TuneResult(record, None, measured_now, rejected=list(exc.rejected))
+
+
+def _finish(result: TuneResult, graph: Graph, model: Model, options: Mapping[str, Any], keep: bool) -> TuneResult:
+    """Compile the chosen backend when asked to and the measured one was not kept."""
+    if keep and result.choice is None:
+        raise NoBackendError(result.rejected)
+    if keep and result.compiled is None and result.choice is not None:
+        result.compiled = compile_choice(result.choice, graph, model.weights, options)
+    return result
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class TunedModel(CompiledModel):
+    """``sdkit.compile(model, tune=True)`` for a model whose input dims are not all fixed (a
+    pipeline's components): each input signature is tuned at its first run, with the real inputs
+    (or chosen from the stored timings when a tune left some), then runs on the backend chosen.
+    ``backend_name`` and ``device`` are those of the last run."""
+
+    def __init__(self, model: Model, device: str | Device | None, options: Mapping[str, Any]) -> None:
+        self.inputs = model.inputs
+        self.outputs = model.outputs
+        self.backend_name = ""
+        self._model = model
+        self._device = device
+        self._options = dict(options)
+        self._compiled: dict[tuple[tuple[str, tuple[int, ...]], ...], CompiledModel] = {}
+        self.results: list[TuneResult] = []  # each signature's tune, in order
+
+    def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        signature = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
+        compiled = self._compiled.get(signature)
+        if compiled is None:
+            result = tune(self._model, feeds=feeds, device=self._device, options=self._options, reuse=True, keep=True)
+            assert result.compiled is not None  # keep=True
+            compiled = self._compiled[signature] = result.compiled
+            self.results.append(result)
+        self.backend_name, self.device = compiled.backend_name, compiled.device
+        return compiled.run(feeds)
+
+    def refit(self, weights: WeightSet) -> None:
+        self._model = self._model.with_weights(weights)
+        for compiled in self._compiled.values():
+            compiled.refit(weights)
+
+    def close(self) -> None:
+        for compiled in self._compiled.values():
+            compiled.close()
+        self._compiled.clear()
