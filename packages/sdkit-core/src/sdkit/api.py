@@ -17,7 +17,8 @@ from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.plugins import get_plugins
 from sdkit.selection import choose, get_backend, probe
-from sdkit.tuning import TunedModel, compile_choice, fixed_shapes, shaped, stored_measured
+from sdkit.tuned import ShapeDeferred
+from sdkit.tuning import TuneSettings, compile_choice, fixed_shapes, shaped, stored_measured, tuned_before
 from sdkit.tuning import tune as tune_model
 
 
@@ -153,7 +154,7 @@ def compile(  # noqa: A001 - the public name the contract gives
     backend: str = "auto",
     device: str | Device | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    tune: bool = False,
+    tune: bool | TuneSettings = False,
     **options: Any,
 ) -> CompiledModel:
     """Compile ``model`` for a backend (``"auto"`` chooses) and device.
@@ -162,20 +163,27 @@ def compile(  # noqa: A001 - the public name the contract gives
     that need static shapes compile per call signature. Options: ``precision``
     (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
 
-    With ``backend="auto"``, timings a tune stored for this graph, shapes, device and options
-    make the measured fastest backend the choice (after a preference). ``tune=True`` measures
-    them first when none are stored (``sdkit.tuning``): at ``input_shapes`` (or the graph's own
-    fixed shapes) now, or, when some input dim is still symbolic, at each input signature's
-    first run. An explicit ``backend`` is never tuned.
+    With ``backend="auto"``, timings a tune (``sdkit tune``) stored for this graph, shapes,
+    device, options and machine make the measured fastest backend the choice (after a
+    preference); without any, the priority order decides. ``tune=True`` (or ``TuneSettings``)
+    measures them first where none are stored (``sdkit.tuning``): now, at ``input_shapes`` or
+    the graph's own fixed shapes, or, when some input dim is still symbolic, at each input
+    signature's first run, with its real inputs. A symbolic model a tune stored timings for
+    also chooses per signature at its first run. An explicit ``backend`` is never tuned.
     """
     model = as_model(model)
     graph = shaped(model.graph, input_shapes)
-    if backend == "auto" and tune:
-        if fixed_shapes(graph) is None:
-            return TunedModel(model, device, options)
-        result = tune_model(model, input_shapes=input_shapes, device=device, options=options, reuse=True, keep=True)
-        assert result.compiled is not None  # keep=True
-        return result.compiled
+    if backend == "auto":
+        settings = tune if isinstance(tune, TuneSettings) else TuneSettings() if tune else None
+        if fixed_shapes(graph) is None and (settings is not None or tuned_before(model)):
+            return ShapeDeferred(model, device, options, settings)
+        if settings is not None:
+            shapes, reuse = input_shapes, not settings.force
+            found = tune_model(
+                model, input_shapes=shapes, device=device, options=options, settings=settings, reuse=reuse, keep=True
+            )
+            assert found.compiled is not None  # keep=True
+            return found.compiled
     measured = stored_measured(model, graph, device, options) if backend == "auto" else None
     choice = choose(graph, backend, device, measured)
     return compile_choice(choice, graph, model.weights, options)

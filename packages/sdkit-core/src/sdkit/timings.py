@@ -2,10 +2,13 @@
 kept beside the artifact cache so that ``backend="auto"`` can pick the measured fastest.
 
 One JSON file per key, ``<cache root>/timings/<digest>.json``. The key holds what makes a
-timing true only here and now: the graph hash, the input shapes, the requested device, the
-options, the version of every available backend, the CPU (name and the instruction-set features
-kernels depend on), sdkit's version and the file format. A file that does not parse, does not
-have the expected fields, or whose key is not the one asked for is ignored, never trusted; the
+timing true only here and now: the graph hash (the artifact cache's model identity), the input
+shapes, the requested device, the options (precision, threads, ...), the version of every
+available backend, the CPU (name and the instruction-set features kernels depend on), every
+accelerator the backends list (kind, index and the vendor's name for it: the GPU identity),
+sdkit's version and the file format. Any of those changing gives another key, so a stale or
+foreign timing is never looked up. A file that does not parse, does not have the expected
+fields, or whose key is not the one asked for is ignored with a warning, never trusted; the
 next tune writes over it. Writes go to a temporary file in the same folder renamed into place,
 so a reader never sees half a file.
 """
@@ -17,6 +20,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +41,7 @@ def timings_key(
     options: Mapping[str, Any],
     backend_versions: Mapping[str, str],
     cpu: str,
+    accelerators: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The fields that decide whether stored timings still describe this machine and model."""
     return {
@@ -48,6 +53,7 @@ def timings_key(
         "options": json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
         "backends": dict(sorted(backend_versions.items())),
         "cpu": cpu,
+        "accelerators": sorted(accelerators),
     }
 
 
@@ -95,7 +101,8 @@ def _num(value: float | None) -> str:
 class TimingsRecord:
     """A tune's results for one key. ``first`` is the backend the others were checked against,
     ``tolerance`` the rel-L2 bound; ``when`` (ISO 8601, UTC), ``machine`` and ``load`` (the load
-    average when it ran) say where the numbers come from."""
+    average when it ran) say where the numbers come from; ``model`` names the model file (for
+    people; the key's graph hash is what counts)."""
 
     key: dict[str, Any]
     results: tuple[Measurement, ...]
@@ -106,6 +113,7 @@ class TimingsRecord:
     repeat: int
     warmup: int
     load: tuple[float, ...] = field(default=())
+    model: str = ""
 
     def result(self, backend: str) -> Measurement | None:
         return next((m for m in self.results if m.backend == backend), None)
@@ -135,6 +143,7 @@ class TimingsRecord:
                 repeat=_typed(data["repeat"], int),
                 warmup=_typed(data["warmup"], int),
                 load=tuple(float(_typed(x, (int, float))) for x in data.get("load", [])),
+                model=_typed(data.get("model", ""), str),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed timings record: {exc}") from None
@@ -179,9 +188,19 @@ class TimingsStore:
         return self.folder / f"{_digest(key)}.json"
 
     def lookup(self, key: Mapping[str, Any]) -> TimingsRecord | None:
-        """The stored record for ``key``, or None when there is none or it is corrupt or stale."""
-        record = read_record(self.path(key))
-        if record is None or record.key != json.loads(json.dumps(key, default=str)):
+        """The stored record for ``key``, or None when there is none; a corrupt file, or one
+        holding another key, is ignored with a warning (never an error: the choice then falls
+        back to priority, and the next tune rewrites the file)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            record = load_record(path)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"sdkit: ignoring the corrupt timings file {path} ({exc})", stacklevel=3)
+            return None
+        if record.key != json.loads(json.dumps(key, default=str)):
+            warnings.warn(f"sdkit: ignoring the timings file {path}: it holds another key", stacklevel=3)
             return None
         return record
 
@@ -212,9 +231,15 @@ class TimingsStore:
         return [(path, read_record(path)) for path in sorted(self.folder.glob("*.json"))]
 
 
+def load_record(path: Path) -> TimingsRecord:
+    """A timings file's record; ``OSError`` when it cannot be read, ``ValueError`` (JSON,
+    UTF-8 or the record's shape) when it is malformed."""
+    return TimingsRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
 def read_record(path: Path) -> TimingsRecord | None:
     """A timings file's record, or None when it is missing, unreadable or malformed."""
     try:
-        return TimingsRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, UnicodeDecodeError):
+        return load_record(path)
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None

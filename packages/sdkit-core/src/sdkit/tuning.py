@@ -3,12 +3,12 @@
 A tune compiles each candidate backend once for the model at its input shapes, runs it
 ``warmup`` times untimed and ``repeat`` times timed (the median counts), and checks its outputs
 against the first backend's: a relative L2 error over ``tolerance`` (by precision, ``TOLERANCES``)
-marks it as disagreeing, so a fast but wrong backend is never chosen. By default the first
-backend is ``reference`` (exact; a fallback, run once, never chosen for speed), then every
-backend the automatic choice could use here. The record is stored beside the artifact cache
-(``sdkit.timings``); from then on ``backend="auto"`` for the same graph, shapes, device and
-options picks the measured fastest (``stored_measured``), after any explicit backend or
-preference and before priority.
+marks it as disagreeing, so a fast but wrong backend is never chosen. By default the backends are
+every one the automatic choice could use here, in priority order (the first is the baseline);
+``reference`` (exact, a fallback: run once, never chosen for speed) is measured when named. The
+record is stored beside the artifact cache (``sdkit.timings``); from then on ``backend="auto"``
+for the same graph, shapes, device, options and machine picks the measured fastest
+(``stored_measured``), after any explicit backend or preference and before priority.
 """
 
 from __future__ import annotations
@@ -66,6 +66,23 @@ def backend_versions() -> dict[str, str]:
     return versions
 
 
+def accelerators() -> list[str]:
+    """Every non-CPU device the available backends list, with the vendor's name for it
+    (``cuda:0 NVIDIA H100 80GB HBM3``): another GPU in the machine makes stored timings stale.
+    The CPU is named in the key by ``cpu_info`` instead."""
+    found: set[str] = set()
+    for name, cls in get_plugins().backends.items():
+        backend = get_backend(name)
+        if not probe(backend).ok:
+            continue
+        try:
+            devices = backend.devices()
+        except Exception:  # a plugin's device listing failing only loses its devices here
+            continue
+        found.update(f"{cls.name} {d} {d.description}".rstrip() for d in devices if d.kind != "cpu")
+    return sorted(found)
+
+
 def fixed_shapes(graph: Graph) -> dict[str, tuple[int, ...]] | None:
     """Every input's shape when all are fixed, else None."""
     shapes = {}
@@ -98,6 +115,7 @@ def timings_key_for(
         options=options_key(options),
         backend_versions=backend_versions(),
         cpu=cpu_info().describe(),
+        accelerators=accelerators(),
     )
 
 
@@ -120,6 +138,16 @@ def stored_measured(
     return as_measured(record) if record is not None else None
 
 
+def tuned_before(model: Model) -> bool:
+    """Whether any stored record is for this model's graph (at any shapes or options): then a
+    compile whose shapes are only known at run time looks the timings up per input signature."""
+    store = timings_store()
+    if not store.folder.is_dir():
+        return False
+    graph_hash = model.graph.hash
+    return any(record is not None and record.key.get("graph") == graph_hash for _, record in store.entries())
+
+
 def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
     """``choice.backend.compile`` with validated options; the result knows its backend's name."""
     opts = make_options(options, choice.backend.extra_options)
@@ -129,10 +157,15 @@ def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Ma
 
 
 def default_backends(device: str | Device | None) -> list[str]:
-    """What a tune measures when not told: the fallback (reference) first, as the exact baseline,
-    then every backend the automatic choice could use here (probe ok, has the device)."""
+    """What a tune measures when not told: every backend the automatic choice could use here
+    (probe ok, has the device), in priority order, so the first (the baseline the others are
+    checked against) is the one ``auto`` would take untuned. Fallbacks (the reference backend)
+    are left out, as they can take hours on a real UNet; name ``reference`` first in
+    ``backends`` for an exact baseline. Only where no other backend can run is the fallback
+    measured."""
     usable = [name for name in candidates() if qualify(name, None, device)[0] is not None]
-    return sorted(usable, key=lambda name: not fallback(get_backend(name)))  # stable: fallbacks first
+    fast = [name for name in usable if not fallback(get_backend(name))]
+    return fast or usable
 
 
 @dataclass
@@ -242,30 +275,48 @@ def _validate_options(names: Sequence[str], options: Mapping[str, Any]) -> None:
     make_options(options, schema)
 
 
+@dataclass(frozen=True)
+class TuneSettings:
+    """How a tune measures (``sdkit.compile(..., tune=True)`` is ``TuneSettings()``):
+    ``backends`` in order, the first the baseline (default: ``default_backends``); ``repeat``
+    timed runs after ``warmup`` untimed ones; ``tolerance`` the rel-L2 bound against the
+    baseline (default by precision, ``TOLERANCES``); ``force`` measures even where timings are
+    stored (``compile`` reuses them otherwise); ``clock`` times (tests make it deterministic);
+    ``steps`` wraps the backends as they are measured (a progress bar); ``warn`` warns when the
+    record cannot be stored."""
+
+    backends: tuple[str, ...] | None = None
+    repeat: int = DEFAULT_REPEAT
+    warmup: int = DEFAULT_WARMUP
+    tolerance: float | None = None
+    force: bool = False
+    clock: Clock = time.perf_counter
+    steps: Callable[[list[str]], Iterable[str]] = iter
+    warn: bool = True
+
+    def bound(self, options: Mapping[str, Any]) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        return TOLERANCES.get(str(options.get("precision", "fp32")), TOLERANCES["fp32"])
+
+
 def tune(
     model: Model,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     feeds: Mapping[str, np.ndarray] | None = None,
     device: str | Device | None = None,
-    backends: Sequence[str] | None = None,
-    repeat: int = DEFAULT_REPEAT,
-    warmup: int = DEFAULT_WARMUP,
-    tolerance: float | None = None,
     options: Mapping[str, Any] | None = None,
+    settings: TuneSettings | None = None,
     reuse: bool = False,
     keep: bool = False,
-    clock: Clock = time.perf_counter,
-    steps: Callable[[list[str]], Iterable[str]] = iter,
-    warn: bool = True,
 ) -> TuneResult:
-    """Measure ``backends`` (default: ``default_backends``) on ``model`` at its shapes (from
-    ``input_shapes``, ``feeds`` or the graph), store the record and choose with it. ``reuse``:
-    take a valid stored record instead of measuring. ``keep``: return the chosen backend's
-    compiled model (reusing the one measured where it is the same). ``steps`` wraps the list of
-    backends as they are measured (a progress bar); ``warn``: a warning when the record cannot be
-    stored (``store_error`` says why either way). Raises ``InputError`` when some input dim is not
-    fixed."""
+    """Measure ``settings.backends`` on ``model`` at its shapes (from ``input_shapes``, ``feeds``
+    or the graph; random inputs unless ``feeds``), store the record and choose with it.
+    ``reuse``: take a valid stored record instead of measuring. ``keep``: return the chosen
+    backend's compiled model (the one measured where it is the same). Raises ``InputError`` when
+    some input dim is not fixed, ``UnknownBackendError`` for a backend name not registered."""
+    settings = settings or TuneSettings()
     options = dict(options or {})
     shapes = input_shapes or ({k: np.shape(v) for k, v in feeds.items()} if feeds else None)
     graph = shaped(model.graph, shapes)
@@ -277,27 +328,36 @@ def tune(
     record = store.lookup(key) if reuse else None
     if record is not None:
         return _finish(_chosen(record, graph, device, measured_now=False), graph, model, options, keep)
-    names = list(backends) if backends else default_backends(device)
+    names = list(settings.backends) if settings.backends else default_backends(device)
     for name in names:  # fail fast on a typo, before minutes of timing
         get_backend(name)
     _validate_options(names, options)
-    how = _Run(dict(feeds) if feeds else random_feeds(graph.inputs), repeat, warmup, clock, options, steps)
-    precision = str(options.get("precision", "fp32"))
-    bound = TOLERANCES.get(precision, TOLERANCES["fp32"]) if tolerance is None else tolerance
+    inputs = dict(feeds) if feeds else random_feeds(graph.inputs)
+    how = _Run(inputs, settings.repeat, settings.warmup, settings.clock, options, settings.steps)
+    bound = settings.bound(options)
     results, first, best = measure(model, graph, names, device, how, bound)
-    record = TimingsRecord(key, tuple(results), first, bound, _now(), cpu_info().name, repeat, warmup, _load())
+    where = (cpu_info().name, settings.repeat, settings.warmup, _load())
+    record = TimingsRecord(key, tuple(results), first, bound, _now(), *where, model=_label(model))
     result = _chosen(record, graph, device, measured_now=True)
     try:
         result.path = store.store(record)
     except CacheError as exc:
         result.store_error = str(exc)
-        if warn:
+        if settings.warn:
             warnings.warn(f"sdkit: the timings were not stored: {exc}", stacklevel=2)
     if keep and best is not None and result.choice is not None and best[0] == result.choice.backend.name:
         result.compiled = best[1]
     elif best is not None:
         best[1].close()
     return _finish(result, graph, model, options, keep)
+
+
+def _label(model: Model) -> str:
+    """The model file's name, where it came from a file (a pipeline's component: its folder too)."""
+    if model.path is None:
+        return ""
+    path = Path(model.path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
 def _chosen(record: TimingsRecord, graph: Graph, device: str | Device | None, measured_now: bool) -> TuneResult:
@@ -319,41 +379,3 @@ def _finish(result: TuneResult, graph: Graph, model: Model, options: Mapping[str
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-class TunedModel(CompiledModel):
-    """``sdkit.compile(model, tune=True)`` for a model whose input dims are not all fixed (a
-    pipeline's components): each input signature is tuned at its first run, with the real inputs
-    (or chosen from the stored timings when a tune left some), then runs on the backend chosen.
-    ``backend_name`` and ``device`` are those of the last run."""
-
-    def __init__(self, model: Model, device: str | Device | None, options: Mapping[str, Any]) -> None:
-        self.inputs = model.inputs
-        self.outputs = model.outputs
-        self.backend_name = ""
-        self._model = model
-        self._device = device
-        self._options = dict(options)
-        self._compiled: dict[tuple[tuple[str, tuple[int, ...]], ...], CompiledModel] = {}
-        self.results: list[TuneResult] = []  # each signature's tune, in order
-
-    def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        signature = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
-        compiled = self._compiled.get(signature)
-        if compiled is None:
-            result = tune(self._model, feeds=feeds, device=self._device, options=self._options, reuse=True, keep=True)
-            assert result.compiled is not None  # keep=True
-            compiled = self._compiled[signature] = result.compiled
-            self.results.append(result)
-        self.backend_name, self.device = compiled.backend_name, compiled.device
-        return compiled.run(feeds)
-
-    def refit(self, weights: WeightSet) -> None:
-        self._model = self._model.with_weights(weights)
-        for compiled in self._compiled.values():
-            compiled.refit(weights)
-
-    def close(self) -> None:
-        for compiled in self._compiled.values():
-            compiled.close()
-        self._compiled.clear()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import sdkit
 from sdkit.cache import cache_root
-from sdkit.cli.tune import stored_timings_lines
+from sdkit.cli.timings_view import stored_timings_lines
 from sdkit.config import config_path
 from sdkit.cpu_features import cpu_info
 from sdkit.errors import SdkitError
