@@ -3,12 +3,11 @@ whether it still applies on this machine."""
 
 from __future__ import annotations
 
+from sdkit import tuning
 from sdkit._version import __version__
-from sdkit.cpu_features import cpu_info
 from sdkit.errors import SdkitError
 from sdkit.selection import fallback, get_backend
 from sdkit.timings import FORMAT, Measurement, TimingsRecord
-from sdkit.tuning import accelerators, backend_versions, timings_store
 
 
 def fallback_name(name: str) -> bool:
@@ -24,11 +23,11 @@ def staleness(key: dict[str, object]) -> str:
     why = []
     if key.get("sdkit") != __version__ or key.get("format") != FORMAT:
         why.append("another sdkit version")
-    if key.get("backends") != backend_versions():
+    if key.get("backends") != tuning.backend_versions():
         why.append("backends installed, removed or upgraded since")
-    if key.get("cpu") != cpu_info().describe():
+    if key.get("cpu") != tuning.cpu_info().describe():
         why.append("another CPU")
-    if key.get("accelerators") != accelerators():
+    if key.get("accelerators") != tuning.accelerators():
         why.append("other GPUs/accelerators")
     return "stale, ignored: " + ", ".join(why) if why else "current"
 
@@ -53,7 +52,7 @@ def _shapes(key: dict[str, object]) -> str:
 def stored_timings_lines() -> list[str]:
     """``sdkit doctor``'s view of the stored timings: per model and shapes, each backend's
     median, when and on which machine, and whether the record still applies here."""
-    store = timings_store()
+    store = tuning.timings_store()
     entries = store.entries()
     lines = [f"timings: {store.folder} ({len(entries)} record(s); `sdkit tune MODEL` adds one)"]
     for path, record in entries:
