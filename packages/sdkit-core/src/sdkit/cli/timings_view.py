@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sdkit import tuning
 from sdkit._version import __version__
+from sdkit.cpu_features import cpu_info
 from sdkit.errors import SdkitError
 from sdkit.selection import fallback, get_backend
 from sdkit.timings import FORMAT, Measurement, TimingsRecord
@@ -25,7 +26,7 @@ def staleness(key: dict[str, object]) -> str:
         why.append("another sdkit version")
     if key.get("backends") != tuning.backend_versions():
         why.append("backends installed, removed or upgraded since")
-    if key.get("cpu") != tuning.cpu_info().describe():
+    if key.get("cpu") != cpu_info().describe():
         why.append("another CPU")
     if key.get("accelerators") != tuning.accelerators():
         why.append("other GPUs/accelerators")
