@@ -133,11 +133,11 @@ def test_pipeline_folder_given_to_run_is_refused_quickly(capsys: pytest.CaptureF
 
 
 def test_bench_reports_nan_outputs_as_infinitely_wrong() -> None:
-    from sdkit.cli.bench import _max_diff
+    from sdkit.measure import max_abs_diff  # what sdkit bench (and sdkit tune) compare with
 
     ones = {"y": np.ones(3, np.float32)}
-    assert _max_diff({"y": np.array([1, np.nan, 1], np.float32)}, ones) == float("inf")
-    assert _max_diff({"y": np.array([1, 1, 1.5], np.float32)}, ones) == 0.5
+    assert max_abs_diff({"y": np.array([1, np.nan, 1], np.float32)}, ones) == float("inf")
+    assert max_abs_diff({"y": np.array([1, 1, 1.5], np.float32)}, ones) == 0.5
 
 
 def test_inspect_says_what_a_file_is(capsys: pytest.CaptureFixture[str], tiny_families: object, tmp_path: Path) -> None:

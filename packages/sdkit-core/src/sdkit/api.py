@@ -15,9 +15,11 @@ from sdkit.errors import ModelFormatError, SdkitError
 from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
-from sdkit.options import make_options
 from sdkit.plugins import get_plugins
 from sdkit.selection import choose, get_backend, probe
+from sdkit.tuned import ShapeDeferred
+from sdkit.tuning import TuneSettings, compile_choice, fixed_shapes, shaped, stored_measured, tuned_before
+from sdkit.tuning import tune as tune_model
 
 
 @dataclass(frozen=True)
@@ -86,28 +88,39 @@ def devices() -> dict[str, list[Device]]:
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """What ``choose_backend()`` answers: the backend and device a compile would use, and each
-    backend tried before it with the reason it was passed over (automatic choice only)."""
+    """What ``choose_backend()`` answers: the backend and device a compile would use, why
+    (``reason``: explicit, preferred, measured fastest with its median and where it was measured,
+    or priority), and each backend passed over with the reason (automatic choice only): it could
+    not run here, or stored timings (``sdkit tune``) measured it slower or wrong."""
 
     backend: str
     device: Device
     rejected: tuple[tuple[str, str], ...] = ()
+    reason: str = ""
 
 
 def choose_backend(
     model: Model | str | os.PathLike[str] | None = None,
     backend: str = "auto",
     device: str | Device | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
 ) -> BackendChoice:
-    """The backend ``sdkit.compile(model, backend, device)`` would use, without compiling.
+    """The backend ``sdkit.compile(model, backend, device, input_shapes, **options)`` would use,
+    without compiling (stored timings for those shapes and options count, as in ``compile``).
 
     Without a model, the automatic choice skips the ``check()`` step (any model). Raises what
     ``compile`` would: ``NoBackendError`` (listing every candidate and why), ``UnknownBackendError``,
     ``BackendUnavailableError``, ``DeviceError``.
     """
-    graph = as_model(model).graph if model is not None else None
-    choice = choose(graph, backend, device)
-    return BackendChoice(choice.backend.name, choice.device, tuple(choice.rejected))
+    measured = None
+    graph = None
+    if model is not None:
+        loaded = as_model(model)
+        graph = shaped(loaded.graph, input_shapes)
+        measured = stored_measured(loaded, graph, device, options) if backend == "auto" else None
+    choice = choose(graph, backend, device, measured)
+    return BackendChoice(choice.backend.name, choice.device, tuple(choice.rejected), choice.reason)
 
 
 def load_model(path: str | os.PathLike[str], **kwargs: Any) -> Any:
@@ -141,6 +154,7 @@ def compile(  # noqa: A001 - the public name the contract gives
     backend: str = "auto",
     device: str | Device | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    tune: bool | TuneSettings = False,
     **options: Any,
 ) -> CompiledModel:
     """Compile ``model`` for a backend (``"auto"`` chooses) and device.
@@ -148,16 +162,31 @@ def compile(  # noqa: A001 - the public name the contract gives
     ``input_shapes`` fixes symbolic input dims before compiling; without it, backends
     that need static shapes compile per call signature. Options: ``precision``
     (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
+
+    With ``backend="auto"``, timings a tune (``sdkit tune``) stored for this graph, shapes,
+    device, options and machine make the measured fastest backend the choice (after a
+    preference); without any, the priority order decides. ``tune=True`` (or ``TuneSettings``)
+    measures them first where none are stored (``sdkit.tuning``): now, at ``input_shapes`` or
+    the graph's own fixed shapes, or, when some input dim is still symbolic, at each input
+    signature's first run, with its real inputs. A symbolic model a tune stored timings for
+    also chooses per signature at its first run. An explicit ``backend`` is never tuned.
     """
     model = as_model(model)
-    graph = model.graph
-    if input_shapes:
-        graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
-    choice = choose(graph, backend, device)
-    opts = make_options(options, choice.backend.extra_options)
-    compiled = choice.backend.compile(graph, model.weights, choice.device, opts)
-    compiled.backend_name = choice.backend.name
-    return compiled
+    graph = shaped(model.graph, input_shapes)
+    if backend == "auto":
+        settings = tune if isinstance(tune, TuneSettings) else TuneSettings() if tune else None
+        if fixed_shapes(graph) is None and (settings is not None or tuned_before(model)):
+            return ShapeDeferred(model, device, options, settings)
+        if settings is not None:
+            shapes, reuse = input_shapes, not settings.force
+            found = tune_model(
+                model, input_shapes=shapes, device=device, options=options, settings=settings, reuse=reuse, keep=True
+            )
+            assert found.compiled is not None  # keep=True
+            return found.compiled
+    measured = stored_measured(model, graph, device, options) if backend == "auto" else None
+    choice = choose(graph, backend, device, measured)
+    return compile_choice(choice, graph, model.weights, options)
 
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:

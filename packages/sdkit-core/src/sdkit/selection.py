@@ -1,8 +1,11 @@
-"""Backend choice: explicit > SDKIT_BACKEND / config preference > probe ok and check clean
-> priority. Registration never decides; pluggy's call order plays no part."""
+"""Backend choice: explicit > SDKIT_BACKEND / config preference > measured fastest (stored
+timings, ``sdkit tune``) > priority, among the backends whose probe succeeds, that have the
+device and whose check is clean. Registration never decides; pluggy's call order plays no
+part."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sdkit.backend import Availability, Backend, SupportReport
@@ -69,54 +72,121 @@ class Choice:
     device: Device
     report: SupportReport | None = None
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    reason: str = ""  # why this backend: explicit, preferred, measured fastest, priority
 
 
-def candidates() -> list[str]:
-    """Every registered backend: preferred ones first, then by priority (high first)."""
+@dataclass(frozen=True)
+class Measured:
+    """Stored timings of one model at its shapes, as the automatic choice uses them (made from
+    ``sdkit.timings`` by ``sdkit.tuning``): the median seconds of each backend that ran and agreed
+    with the first backend, why each other measured backend is out, and where the numbers come
+    from (said in the reasons)."""
+
+    medians: Mapping[str, float]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    source: str = ""
+
+
+def fallback(backend: Backend | type[Backend]) -> bool:
+    """Priority 0 marks a fallback (the reference backend): exact and slow, measured as the
+    baseline of a tune but never chosen for speed."""
+    return backend.priority <= 0
+
+
+def candidates(measured: Measured | None = None) -> list[str]:
+    """Every registered backend: preferred ones first, then the measured ones fastest first
+    (fallbacks and those that failed their measurement left out), then the rest by priority."""
     registry = get_plugins().backends
     preferred = [p for p in backend_preference() if p.lower() != "auto"]
     for name in preferred:
         if registry.get(name) is None and known_backend(name) is None:
             raise _not_registered(name)
     preferred = [registry.resolve(p) or p for p in preferred]
-    priority = {name: cls.priority for name, cls in registry.items()}
-    rest = sorted((n for n in priority if n not in preferred), key=lambda n: (-priority[n], n))
-    return preferred + rest
+    classes = dict(registry.items())
+    rest = sorted((n for n in classes if n not in preferred), key=lambda n: (-classes[n].priority, n))
+    if measured is None:
+        return preferred + rest
+    fastest = sorted(
+        (n for n in rest if n in measured.medians and not fallback(classes[n])), key=lambda n: measured.medians[n]
+    )
+    return preferred + fastest + [n for n in rest if n not in fastest and n not in measured.failed]
 
 
-def choose(graph: Graph | None, backend: str = "auto", device: str | Device | None = None) -> Choice:
-    """Pick the backend and device to compile ``graph`` with."""
+def qualify(name: str, graph: Graph | None, device: str | Device | None) -> tuple[Choice | None, str]:
+    """``(Choice, "")`` when backend ``name`` is installed, its probe succeeds, it has the device
+    and (given a graph) its ``check()`` is clean; else ``(None, why not)``."""
+    try:
+        candidate = get_backend(name)
+    except BackendUnavailableError as exc:  # preferred, but its plugin is not installed
+        return None, f"{exc.reason} ({exc.install_hint})" if exc.install_hint else exc.reason
+    availability = probe(candidate)
+    if not availability.ok:
+        return None, availability.reason or "unavailable"
+    try:
+        picked = pick_device(candidate, device)
+    except DeviceError as exc:
+        return None, str(exc)
+    report = None
+    if graph is not None:
+        try:
+            report = candidate.check(graph)
+        except Exception as exc:
+            return None, f"check failed: {exc}"
+        if not report.ok:
+            return None, report.summary()
+    return Choice(candidate, picked, report), ""
+
+
+def choose(
+    graph: Graph | None,
+    backend: str = "auto",
+    device: str | Device | None = None,
+    measured: Measured | None = None,
+) -> Choice:
+    """Pick the backend and device to compile ``graph`` with: explicit > preference > measured
+    fastest (``measured``: stored timings for this graph, shapes, device and options) > priority."""
     if backend != "auto":
         chosen = get_backend(backend)
         availability = probe(chosen)
         if not availability.ok:
             raise BackendUnavailableError(chosen.name, availability.reason, availability.install_hint)
-        return Choice(chosen, pick_device(chosen, device))
+        return Choice(chosen, pick_device(chosen, device), reason="explicit")
+    preferred = {get_plugins().backends.resolve(p) or p for p in backend_preference()}
     rejected: list[tuple[str, str]] = []
-    for name in candidates():
-        try:
-            candidate = get_backend(name)
-        except BackendUnavailableError as exc:  # preferred, but its plugin is not installed
-            rejected.append((name, f"{exc.reason} ({exc.install_hint})" if exc.install_hint else exc.reason))
+    if measured is not None:
+        rejected += [(n, f"{why} ({measured.source})") for n, why in measured.failed.items() if n not in preferred]
+    for name in candidates(measured):
+        choice, why = qualify(name, graph, device)
+        if choice is None:
+            rejected.append((name, why))
             continue
-        availability = probe(candidate)
-        if not availability.ok:
-            rejected.append((name, availability.reason or "unavailable"))
-            continue
-        try:
-            picked = pick_device(candidate, device)
-        except DeviceError as exc:
-            rejected.append((name, str(exc)))
-            continue
-        report = None
-        if graph is not None:
-            try:
-                report = candidate.check(graph)
-            except Exception as exc:
-                rejected.append((name, f"check failed: {exc}"))
-                continue
-            if not report.ok:
-                rejected.append((name, report.summary()))
-                continue
-        return Choice(candidate, picked, report, rejected)
+        choice.reason = _reason(name, preferred, measured)
+        passed = [] if measured is None or name in preferred else _passed_over(name, measured, {r for r, _ in rejected})
+        choice.rejected = rejected + passed
+        return choice
     raise NoBackendError(rejected)
+
+
+def _reason(name: str, preferred: set[str], measured: Measured | None) -> str:
+    if name in preferred:
+        return "preferred (SDKIT_BACKEND or the config's backend_preference)"
+    if measured is not None and name in measured.medians and not fallback(get_backend(name)):
+        return f"measured fastest: {measured.medians[name]:.4g} s median ({measured.source})"
+    return f"priority {get_backend(name).priority}" + (" (not measured)" if measured is not None else "")
+
+
+def _passed_over(name: str, measured: Measured, already: set[str]) -> list[tuple[str, str]]:
+    """Why each other measured backend lost to ``name``: slower, or a fallback."""
+    mine = measured.medians.get(name)
+    result = []
+    for other, median in sorted(measured.medians.items(), key=lambda item: item[1]):
+        if other == name or other in already:
+            continue
+        cls = get_plugins().backends.get(other)
+        if cls is not None and fallback(cls):
+            result.append((other, f"a fallback, never chosen for speed (measured {median:.4g} s median)"))
+        elif mine is not None:
+            result.append((other, f"measured slower: {median:.4g} s median, {median / mine:.2f}x {name}'s"))
+        else:
+            result.append((other, f"measured {median:.4g} s median, but {name} came first"))
+    return result

@@ -4,7 +4,6 @@ max |diff| against an oracle backend (``reference`` by default), all measured in
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -12,9 +11,17 @@ import numpy as np
 
 import sdkit
 from sdkit.api import as_model
-from sdkit.cli.common import add_input_arguments, add_option_arguments, collect_inputs, input_shapes, options_from
+from sdkit.cli.common import (
+    add_input_arguments,
+    add_option_arguments,
+    collect_inputs,
+    input_shapes,
+    options_from,
+    print_columns,
+)
 from sdkit.cli.progress import progress
 from sdkit.errors import InputError, SdkitError
+from sdkit.measure import max_abs_diff, time_runs
 
 HELP = "time a model on several backends side by side, with accuracy against the reference"
 
@@ -43,21 +50,6 @@ class Row:
     outputs: dict[str, np.ndarray] | None = None
 
 
-def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
-    worst = 0.0
-    for name, value in a.items():
-        other = np.asarray(b[name], dtype=np.float64)
-        mine = np.asarray(value, dtype=np.float64)
-        if mine.shape != other.shape:
-            return float("inf")
-        if mine.size:
-            diff = float(np.max(np.abs(mine - other)))
-            if not np.isfinite(diff):  # NaN or inf outputs must not read as exact
-                return float("inf")
-            worst = max(worst, diff)
-    return worst
-
-
 def measure(
     model: sdkit.Model, backend: str, feeds: dict[str, np.ndarray], args: argparse.Namespace, repeat: int, warmup: int
 ) -> Row:
@@ -67,14 +59,10 @@ def measure(
         compiled = sdkit.compile(model, backend=backend, input_shapes=input_shapes(feeds), **options_from(args))
         row.compile_s = time.perf_counter() - start
         row.device = str(compiled.device)
-        for _ in range(warmup):
-            compiled.run(feeds)
-        times = []
-        for _ in progress(range(repeat), total=repeat, desc=backend):
-            start = time.perf_counter()
-            row.outputs = compiled.run(feeds)
-            times.append(time.perf_counter() - start)
-        row.median_s, row.min_s = statistics.median(times), min(times)
+        timed = time_runs(
+            lambda: compiled.run(feeds), repeat, warmup, steps=lambda r: progress(r, total=repeat, desc=backend)
+        )
+        row.outputs, row.median_s, row.min_s = timed.outputs, timed.median, timed.min
         compiled.close()
     except SdkitError as exc:
         row.error = str(exc)
@@ -101,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"oracle {args.oracle!r} failed: {oracle.error}")
     for row in rows:
         if oracle is not None and oracle.outputs is not None and row.outputs is not None:
-            row.max_diff = _max_diff(row.outputs, oracle.outputs)
+            row.max_diff = max_abs_diff(row.outputs, oracle.outputs)
     print_table(rows, args.oracle)
     return 0 if all(not r.error for r in rows) else 1
 
@@ -110,23 +98,12 @@ def print_table(rows: list[Row], oracle: str) -> None:
     timed = [r.median_s for r in rows if not r.error]
     fastest = min(timed) if timed else float("nan")
     header = ("backend", "device", "compile s", "median s", "min s", "x fastest", f"max|diff| vs {oracle}")
-    lines = [header]
+    lines = []
     for r in rows:
         if r.error:
             lines.append((r.backend, r.device or "-", "-", "-", "-", "-", f"error: {r.error}"))
             continue
         diff = "-" if r.max_diff is None else f"{r.max_diff:.2e}"
-        lines.append(
-            (
-                r.backend,
-                r.device,
-                f"{r.compile_s:.3f}",
-                f"{r.median_s:.4f}",
-                f"{r.min_s:.4f}",
-                f"{r.median_s / fastest:.2f}",
-                diff,
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    for line in lines:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])) + "  " + line[-1])
+        ratio = f"{r.median_s / fastest:.2f}"
+        lines.append((r.backend, r.device, f"{r.compile_s:.3f}", f"{r.median_s:.4f}", f"{r.min_s:.4f}", ratio, diff))
+    print_columns(header, lines)

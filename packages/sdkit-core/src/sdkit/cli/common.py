@@ -4,6 +4,7 @@ backend/device/options flags."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,11 @@ def collect_inputs(args: argparse.Namespace, inputs: list[TensorInfo]) -> dict[s
 
 def input_shapes(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in feeds.items()}
+
+
+def print_columns(header: Sequence[str], lines: Sequence[Sequence[str]]) -> None:
+    """A plain table: every column padded to its widest cell but the last (free text)."""
+    rows = [header, *lines]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1])

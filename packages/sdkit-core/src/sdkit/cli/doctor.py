@@ -11,6 +11,7 @@ from pathlib import Path
 
 import sdkit
 from sdkit.cache import cache_root
+from sdkit.cli.timings_view import stored_timings_lines
 from sdkit.config import config_path
 from sdkit.cpu_features import cpu_info
 from sdkit.errors import SdkitError
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {b.name}: unavailable: {b.reason}{hint}")
     try:
         choice = sdkit.choose_backend()
-        print(f"automatic choice: {choice.backend} on {choice.device}")
+        print(f"automatic choice: {choice.backend} on {choice.device} ({choice.reason})")
         for name, why in choice.rejected:
             print(f"  passed over {name}: {why}")
     except SdkitError as exc:
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     root = cache_root()
     size = _folder_size(root) if root.exists() else 0
     print(f"cache: {root} ({size / 1e6:.1f} MB)")
+    print("\n".join(stored_timings_lines()))
     path = config_path()
     print(f"config: {path} ({'present' if path.is_file() else 'absent'})")
     env = {k: v for k, v in os.environ.items() if k.startswith("SDKIT_")}

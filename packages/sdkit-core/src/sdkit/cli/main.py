@@ -23,7 +23,7 @@ from typing import Any
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
-COMMANDS = ("backends", "devices", "check", "run", "bench", "generate", "inspect", "doctor")
+COMMANDS = ("backends", "devices", "check", "run", "bench", "tune", "generate", "inspect", "doctor")
 PLUGIN_GROUP = "sdkit.cli"
 
 

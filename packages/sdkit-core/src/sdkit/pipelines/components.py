@@ -96,7 +96,10 @@ class Component:
 
     @property
     def backend_name(self) -> str | None:
-        """The backend that compiled this component last (None before its first run)."""
+        """The backend that compiled this component last (None before its first run). Under
+        ``tune=True`` that is known once a run has measured or looked up the timings."""
+        if self._compiled is not None and self._compiled.backend_name:
+            return self._compiled.backend_name
         return self._backend_name
 
     @property
@@ -123,6 +126,7 @@ class Component:
         try:
             return work(compiled)
         finally:
+            self._backend_name = compiled.backend_name or self._backend_name  # tune=True: known after a run
             compiled.close()
             del compiled
             return_memory_to_os()

@@ -45,7 +45,9 @@ def load_pipeline(
     ``"epsilon"``) says what the model predicts where its files do not (a checkpoint without its
     A1111 ``.yaml``), or overrides them. ``options`` (precision, threads, cache, ...) go to every
     ``sdkit.compile``; ``precision`` may be a per-component mapping too, and SDXL's VAE stays
-    fp32 unless that mapping names it.
+    fp32 unless that mapping names it. ``tune=True`` chooses each ``auto``
+    component's backend by measurement at the shapes it runs at (its first run per shape measures,
+    or reads the timings a tune stored; see ``sdkit.compile``).
 
     ``controlnets=`` (a folder, a list of folders or ``{name: folder}``) loads ControlNets with the
     pipeline, as ``pipe.set_controlnets``; a per-component ``backend``/``device`` mapping names

@@ -1,0 +1,429 @@
+"""The backend choice grounded in measurement: ``sdkit tune`` and ``sdkit.compile(..., tune=True)``.
+
+A tune compiles each candidate backend once for the model at its input shapes, runs it
+``warmup`` times untimed and ``repeat`` times timed (the median counts), and checks its outputs
+against the first backend's: a relative L2 error over ``tolerance`` (by precision, ``TOLERANCES``)
+marks it as disagreeing, so a fast but wrong backend is never chosen. By default the backends are
+every one the automatic choice could use here, in priority order (the first is the baseline);
+``reference`` (exact, a fallback: run once, never chosen for speed) is measured when named. The
+record is stored beside the artifact cache (``sdkit.timings``); from then on ``backend="auto"``
+for the same graph, shapes, device, options and machine picks the measured fastest
+(``stored_measured``), after any explicit backend or preference and before priority.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdkit.backend import CompiledModel
+from sdkit.cache import cache_root
+from sdkit.cpu_features import cpu_info
+from sdkit.device import Device
+from sdkit.errors import CacheError, InputError, NoBackendError, SdkitError
+from sdkit.measure import Clock, max_abs_diff, random_feeds, rel_l2, time_runs
+from sdkit.model import Graph, Model, WeightSet
+from sdkit.options import make_options
+from sdkit.plugins import get_plugins
+from sdkit.selection import Choice, Measured, candidates, choose, fallback, get_backend, probe, qualify
+from sdkit.timings import Measurement, TimingsRecord, TimingsStore, timings_key
+
+DEFAULT_REPEAT = 3
+DEFAULT_WARMUP = 1
+# rel-L2 bounds against the first backend: loose enough for another kernel order or reduced-
+# precision accumulation, tight enough that a wrong kernel (a transposed weight, a bad
+# broadcast) is caught.
+TOLERANCES: dict[str, float] = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 3e-2}
+
+
+def timings_store() -> TimingsStore:
+    return TimingsStore(cache_root())
+
+
+def options_key(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The compile options that change run time, as plain data (``cache`` does not)."""
+    key = {"precision": options.get("precision", "fp32"), "threads": options.get("threads")}
+    key.update({k: v for k, v in options.items() if k not in ("precision", "threads", "cache")})
+    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in sorted(key.items())}
+
+
+def backend_versions() -> dict[str, str]:
+    """The version of every registered backend whose probe succeeds here: installing, removing or
+    upgrading one makes stored timings stale."""
+    versions = {}
+    for name in get_plugins().backends.names():
+        availability = probe(get_backend(name))
+        if availability.ok:
+            versions[name] = availability.version
+    return versions
+
+
+def accelerators() -> list[str]:
+    """Every non-CPU device the available backends list, with the vendor's name for it
+    (``cuda:0 NVIDIA H100 80GB HBM3``): another GPU in the machine makes stored timings stale.
+    The CPU is named in the key by ``cpu_info`` instead."""
+    found: set[str] = set()
+    for name, cls in get_plugins().backends.items():
+        backend = get_backend(name)
+        if not probe(backend).ok:
+            continue
+        try:
+            devices = backend.devices()
+        except Exception:  # a plugin's device listing failing only loses its devices here
+            continue
+        found.update(f"{cls.name} {d} {d.description}".rstrip() for d in devices if d.kind != "cpu")
+    return sorted(found)
+
+
+def fixed_shapes(graph: Graph) -> dict[str, tuple[int, ...]] | None:
+    """Every input's shape when all are fixed, else None."""
+    shapes = {}
+    for info in graph.inputs:
+        if info.kind != "tensor" or not all(isinstance(d, int) and d >= 0 for d in info.shape):
+            return None
+        shapes[info.name] = tuple(int(d) for d in info.shape if isinstance(d, int))
+    return shapes
+
+
+def shaped(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
+    """``graph`` with the given input dims fixed (unchanged without any)."""
+    if not input_shapes:
+        return graph
+    return graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
+
+
+def timings_key_for(
+    model: Model, graph: Graph, device: str | Device | None, options: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The timings key of ``model`` compiled as ``graph`` (its inputs fixed); None when some input
+    dim is still symbolic (no shapes, nothing to time)."""
+    shapes = fixed_shapes(graph)
+    if shapes is None:
+        return None
+    return timings_key(
+        graph_hash=model.graph.hash,
+        input_shapes=shapes,
+        device="auto" if device is None else str(Device.parse(device)),
+        options=options_key(options),
+        backend_versions=backend_versions(),
+        cpu=cpu_info().describe(),
+        accelerators=accelerators(),
+    )
+
+
+def as_measured(record: TimingsRecord) -> Measured:
+    """What the automatic choice takes from a record."""
+    medians = {m.backend: m.median_s for m in record.results if m.ok and m.median_s is not None}
+    failed = {m.backend: m.verdict(record.tolerance, record.first) for m in record.results if not m.ok}
+    return Measured(medians, failed, f"tuned {record.when} on {record.machine}")
+
+
+def stored_measured(
+    model: Model, graph: Graph, device: str | Device | None, options: Mapping[str, Any]
+) -> Measured | None:
+    """The stored timings for this compile, if a tune left valid ones (cheap when none exist)."""
+    store = timings_store()
+    if not store.folder.is_dir():
+        return None
+    key = timings_key_for(model, graph, device, options)
+    record = store.lookup(key) if key is not None else None
+    return as_measured(record) if record is not None else None
+
+
+def tuned_before(model: Model) -> bool:
+    """Whether any stored record is for this model's graph (at any shapes or options): then a
+    compile whose shapes are only known at run time looks the timings up per input signature."""
+    store = timings_store()
+    if not store.folder.is_dir():
+        return False
+    graph_hash = model.graph.hash
+    return any(record is not None and record.key.get("graph") == graph_hash for _, record in store.entries())
+
+
+def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
+    """``choice.backend.compile`` with validated options; the result knows its backend's name."""
+    opts = make_options(options, choice.backend.extra_options)
+    compiled = choice.backend.compile(graph, weights, choice.device, opts)
+    compiled.backend_name = choice.backend.name
+    return compiled
+
+
+def default_backends(device: str | Device | None) -> list[str]:
+    """What a tune measures when not told: every backend the automatic choice could use here
+    (probe ok, has the device), in priority order, so the first (the baseline the others are
+    checked against) is the one ``auto`` would take untuned. Fallbacks (the reference backend)
+    are left out, as they can take hours on a real UNet; name ``reference`` first in
+    ``backends`` for an exact baseline. Only where no other backend can run is the fallback
+    measured."""
+    usable = [name for name in candidates() if qualify(name, None, device)[0] is not None]
+    fast = [name for name in usable if not fallback(get_backend(name))]
+    return fast or usable
+
+
+@dataclass
+class TuneResult:
+    """A tune's record, the automatic choice made with it, where it was stored (None: not
+    stored, ``store_error`` says why), whether it was measured now (False: read from the store),
+    and the chosen backend's compiled model when one was asked for."""
+
+    record: TimingsRecord
+    choice: Choice | None  # None: no backend can run it (``rejected`` says why)
+    measured_now: bool
+    path: Path | None = None
+    store_error: str = ""
+    compiled: CompiledModel | None = None
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _describe(exc: Exception) -> str:
+    """An SdkitError's own words; anything else (a plugin's bug) with its type."""
+    return str(exc) if isinstance(exc, SdkitError) else f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Run:
+    """How to measure: the feeds, the run counts, the clock, the options."""
+
+    feeds: dict[str, np.ndarray]
+    repeat: int
+    warmup: int
+    clock: Clock
+    options: Mapping[str, Any]
+    steps: Callable[[list[str]], Iterable[str]] = iter  # wraps the backends measured (a progress bar)
+
+
+def _measure_one(
+    name: str, graph: Graph, weights: WeightSet, device: str | Device | None, how: _Run
+) -> tuple[Measurement, CompiledModel | None, dict[str, np.ndarray] | None]:
+    """Compile once, warm up, time; a backend that fails is recorded with why, never raised."""
+    choice, why = qualify(name, graph, device)
+    if choice is None:
+        return Measurement(name, error=why), None, None
+    version, where = probe(choice.backend).version, str(choice.device)
+    repeat, warmup = (1, 0) if fallback(choice.backend) else (how.repeat, how.warmup)
+    compiled = None
+    try:
+        start = how.clock()
+        compiled = compile_choice(choice, graph, weights, how.options)
+        compile_s = how.clock() - start
+        timed = time_runs(lambda: compiled.run(how.feeds), repeat, warmup, how.clock)
+    except Exception as exc:  # one backend failing (an SdkitError or a plugin's bug) must not end the tune
+        if compiled is not None:
+            compiled.close()
+        return Measurement(name, where, version, error=_describe(exc)), None, None
+    result = Measurement(name, where, version, compile_s, timed.median, timed.min, len(timed.times))
+    return result, compiled, timed.outputs
+
+
+Outputs = dict[str, np.ndarray]
+Kept = tuple[str, CompiledModel, float]  # the fastest backend so far: name, compiled, median
+
+
+def measure(
+    model: Model, graph: Graph, names: Sequence[str], device: str | Device | None, how: _Run, tolerance: float
+) -> tuple[list[Measurement], str, tuple[str, CompiledModel] | None]:
+    """Each backend measured in turn, then checked against the first that ran (the baseline).
+    Where some backend disagrees with the baseline, the baseline itself may be the wrong one:
+    then a fallback (the exact reference backend) is run once, when there is one and it was not
+    measured, and every backend is judged against it instead. Returns the results, the baseline,
+    and the fastest agreeing non-fallback backend's compiled model (the others are closed as soon
+    as they lose)."""
+    results: dict[str, Measurement] = {}
+    outputs: dict[str, Outputs] = {}
+    best: Kept | None = None
+    for name in how.steps(list(names)):
+        result, compiled, out = _measure_one(name, graph, model.weights, device, how)
+        results[name] = result
+        if out is not None:
+            outputs[name] = out
+        if compiled is not None:
+            best = _faster(best, name, result, compiled)
+    first = next(iter(outputs), "")
+    if first and any(rel_l2(out, outputs[first]) > tolerance for out in outputs.values()):
+        arbiter = _arbiter(graph, model.weights, device, how, exclude=results)
+        if arbiter is not None:
+            results, outputs, first = (
+                {arbiter[0].backend: arbiter[0], **results},
+                {arbiter[0].backend: arbiter[1], **outputs},
+                arbiter[0].backend,
+            )
+    checked = [
+        _judged(m, outputs.get(m.backend), outputs.get(first), tolerance, m.backend == first) for m in results.values()
+    ]
+    if best is not None and not next(m for m in checked if m.backend == best[0]).ok:
+        best[1].close()
+        best = None
+    return checked, first, (best[0], best[1]) if best is not None else None
+
+
+def _faster(best: Kept | None, name: str, result: Measurement, compiled: CompiledModel) -> Kept | None:
+    """The faster of ``best`` and this backend's compiled model (a fallback never); the loser
+    is closed."""
+    usable = result.ok and result.median_s is not None and not fallback(get_backend(name))
+    if usable and result.median_s is not None and (best is None or result.median_s < best[2]):
+        if best is not None:
+            best[1].close()
+        return name, compiled, result.median_s
+    compiled.close()
+    return best
+
+
+def _arbiter(
+    graph: Graph, weights: WeightSet, device: str | Device | None, how: _Run, exclude: Mapping[str, Measurement]
+) -> tuple[Measurement, Outputs] | None:
+    """The first fallback backend that runs here and was not measured yet, run once."""
+    for name in candidates():
+        if name in exclude or not fallback(get_backend(name)) or qualify(name, graph, device)[0] is None:
+            continue
+        result, compiled, out = _measure_one(name, graph, weights, device, how)
+        if compiled is not None:
+            compiled.close()
+        if out is not None:
+            return result, out
+    return None
+
+
+def _judged(
+    m: Measurement, mine: Outputs | None, baseline: Outputs | None, tolerance: float, first: bool
+) -> Measurement:
+    """``m`` with its error against the baseline's outputs (the baseline itself unchanged)."""
+    if first or mine is None or baseline is None:
+        return m
+    error = rel_l2(mine, baseline)
+    return _with_check(m, error, max_abs_diff(mine, baseline), error <= tolerance)
+
+
+def _with_check(result: Measurement, error: float, diff: float, agrees: bool) -> Measurement:
+    fields = {**result.__dict__, "rel_l2": error, "max_diff": diff, "agrees": agrees}
+    return Measurement(**fields)
+
+
+def _load() -> tuple[float, ...]:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (OSError, AttributeError):  # not on Windows
+        return ()
+
+
+def _validate_options(names: Sequence[str], options: Mapping[str, Any]) -> None:
+    """Refuse an option no measured backend knows before timing anything (one clear error)."""
+    schema: dict[str, Any] = {}
+    for name in names:
+        cls = get_plugins().backends.get(name)
+        if cls is not None:
+            schema.update(cls.extra_options)
+    make_options(options, schema)
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How a tune measures (``sdkit.compile(..., tune=True)`` is ``TuneSettings()``):
+    ``backends`` in order, the first the baseline (default: ``default_backends``); ``repeat``
+    timed runs after ``warmup`` untimed ones; ``tolerance`` the rel-L2 bound against the
+    baseline (default by precision, ``TOLERANCES``); ``force`` measures even where timings are
+    stored (``compile`` reuses them otherwise); ``clock`` times (tests make it deterministic);
+    ``steps`` wraps the backends as they are measured (a progress bar); ``warn`` warns when the
+    record cannot be stored."""
+
+    backends: tuple[str, ...] | None = None
+    repeat: int = DEFAULT_REPEAT
+    warmup: int = DEFAULT_WARMUP
+    tolerance: float | None = None
+    force: bool = False
+    clock: Clock = time.perf_counter
+    steps: Callable[[list[str]], Iterable[str]] = iter
+    warn: bool = True
+
+    def bound(self, options: Mapping[str, Any]) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        return TOLERANCES.get(str(options.get("precision", "fp32")), TOLERANCES["fp32"])
+
+
+def tune(
+    model: Model,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    device: str | Device | None = None,
+    options: Mapping[str, Any] | None = None,
+    settings: TuneSettings | None = None,
+    reuse: bool = False,
+    keep: bool = False,
+) -> TuneResult:
+    """Measure ``settings.backends`` on ``model`` at its shapes (from ``input_shapes``, ``feeds``
+    or the graph; random inputs unless ``feeds``), store the record and choose with it.
+    ``reuse``: take a valid stored record instead of measuring. ``keep``: return the chosen
+    backend's compiled model (the one measured where it is the same). Raises ``InputError`` when
+    some input dim is not fixed, ``UnknownBackendError`` for a backend name not registered."""
+    settings = settings or TuneSettings()
+    options = dict(options or {})
+    shapes = input_shapes or ({k: np.shape(v) for k, v in feeds.items()} if feeds else None)
+    graph = shaped(model.graph, shapes)
+    key = timings_key_for(model, graph, device, options)
+    if key is None:
+        wanted = ", ".join(i.describe() for i in model.inputs)
+        raise InputError(f"tuning needs every input's shape; give input shapes or inputs ({wanted})")
+    store = timings_store()
+    record = store.lookup(key) if reuse else None
+    if record is not None:
+        return _finish(_chosen(record, graph, device, measured_now=False), graph, model, options, keep)
+    names = list(settings.backends) if settings.backends else default_backends(device)
+    for name in names:  # fail fast on a typo, before minutes of timing
+        get_backend(name)
+    _validate_options(names, options)
+    inputs = dict(feeds) if feeds else random_feeds(graph.inputs)
+    how = _Run(inputs, settings.repeat, settings.warmup, settings.clock, options, settings.steps)
+    bound = settings.bound(options)
+    results, first, best = measure(model, graph, names, device, how, bound)
+    where = (cpu_info().name, settings.repeat, settings.warmup, _load())
+    record = TimingsRecord(key, tuple(results), first, bound, _now(), *where, model=_label(model))
+    result = _chosen(record, graph, device, measured_now=True)
+    try:
+        result.path = store.store(record)
+    except CacheError as exc:
+        result.store_error = str(exc)
+        if settings.warn:
+            warnings.warn(f"sdkit: the timings were not stored: {exc}", stacklevel=2)
+    if keep and best is not None and result.choice is not None and best[0] == result.choice.backend.name:
+        result.compiled = best[1]
+    elif best is not None:
+        best[1].close()
+    return _finish(result, graph, model, options, keep)
+
+
+def _label(model: Model) -> str:
+    """The model file's name, where it came from a file (a pipeline's component: its folder too)."""
+    if model.path is None:
+        return ""
+    path = Path(model.path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
+def _chosen(record: TimingsRecord, graph: Graph, device: str | Device | None, measured_now: bool) -> TuneResult:
+    """The record with the automatic choice made from it (None when nothing can run the model)."""
+    try:
+        return TuneResult(record, choose(graph, "auto", device, as_measured(record)), measured_now)
+    except NoBackendError as exc:
+        return TuneResult(record, None, measured_now, rejected=list(exc.rejected))
+
+
+def _finish(result: TuneResult, graph: Graph, model: Model, options: Mapping[str, Any], keep: bool) -> TuneResult:
+    """Compile the chosen backend when asked to and the measured one was not kept."""
+    if keep and result.choice is None:
+        raise NoBackendError(result.rejected)
+    if keep and result.compiled is None and result.choice is not None:
+        result.compiled = compile_choice(result.choice, graph, model.weights, options)
+    return result
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
