@@ -12,6 +12,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.options import make_options
@@ -141,6 +142,7 @@ def compile(  # noqa: A001 - the public name the contract gives
     graph = model.graph
     if input_shapes:
         graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
+    check_graph_memory(graph.proto, shape_like(graph.proto, model.weights))  # before any backend allocates
     choice = choose(graph, backend, device)
     opts = make_options(options, choice.backend.extra_options)
     compiled = choice.backend.compile(graph, model.weights, choice.device, opts)

@@ -19,6 +19,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
+from sdkit_openvino.blob_cache import verified_cache_dir
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, openvino_version
@@ -88,17 +89,19 @@ class OpenVinoCompiled(CompiledModel):
         if self._options.cache:
             cache = cache_dir(cache_key(self.graph.hash, openvino_version(), self._ov_device, self._options, shapes))
         supported = list(core.get_property(self._ov_device.vendor_name, "SUPPORTED_PROPERTIES"))
-        props = compile_properties(self._ov_device, self._options, supported, cache)
-        start = time.perf_counter()
-        try:
-            compiled = core.compile_model(model, self._ov_device.vendor_name, props)
-        except Exception as exc:
-            self._raise_unsupported(model)
-            raise SdkitError(
-                f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
-            ) from None
-        seconds = time.perf_counter() - start
-        self._record(compiled, shapes, seconds, cache is not None)
+        # blobs checked against sdkit's sums before OpenVINO may import them (blob_cache.py)
+        with verified_cache_dir(cache) as usable_cache:
+            props = compile_properties(self._ov_device, self._options, supported, usable_cache)
+            start = time.perf_counter()
+            try:
+                compiled = core.compile_model(model, self._ov_device.vendor_name, props)
+            except Exception as exc:
+                self._raise_unsupported(model)
+                raise SdkitError(
+                    f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
+                ) from None
+            seconds = time.perf_counter() - start
+        self._record(compiled, shapes, seconds, usable_cache is not None)
         return Engine(
             compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock()
         )
