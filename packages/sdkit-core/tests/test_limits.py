@@ -107,3 +107,25 @@ def test_budget_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_graph_check_is_cheap_on_a_big_graph(sd_graphs) -> None:  # type: ignore[no-untyped-def]
     """Shape inference only: the SD 1.5 UNet graph (7,378 nodes) passes without weights."""
     limits.check_graph_memory(sd_graphs.load_graph("sd15_unet"))
+
+
+def test_empty_inputs_are_one_clear_error_on_every_backend() -> None:
+    """Issue 15: a latent of shape 1x32x0x8 ran on ggml with numpy RuntimeWarnings and exit 0.
+    One behaviour everywhere: an empty input is refused unless the model declares that dim 0."""
+    model = _relu([1, 32, "h", 8])
+    with pytest.raises(InputError, match="empty along axis 2"):
+        sdkit.compile(model, backend="reference").run({"x": np.zeros((1, 32, 0, 8), np.float32)})
+    with pytest.raises(InputError, match="empty along axis 2"):
+        sdkit.compile(model, backend="reference", input_shapes={"x": [1, 32, 0, 8]})
+    declared_empty = _relu([1, 0])
+    out = sdkit.compile(declared_empty, backend="reference").run({"x": np.zeros((1, 0), np.float32)})
+    assert out["y"].shape == (1, 0)
+
+
+@pytest.mark.parametrize("backend", ["ggml", "openvino"])
+def test_empty_inputs_on_compiler_backends(backend: str) -> None:
+    pytest.importorskip(f"sdkit_{backend}")
+    pytest.importorskip({"ggml": "sdkit_ggml", "openvino": "openvino"}[backend])
+    compiled = sdkit.compile(_relu([1, 32, "h", 8]), backend=backend)
+    with pytest.raises(InputError, match="empty along axis 2"):
+        compiled.run({"x": np.zeros((1, 32, 0, 8), np.float32)})

@@ -79,6 +79,19 @@ def memory_budget() -> int:
     return machine_memory()
 
 
+def empty_input_message(name: str, shape: Sequence[int], declared: Sequence[Any], axis: int) -> str:
+    """Why an empty input is refused: every backend alike, an empty tensor is accepted only
+    where the model itself declares a zero-size dim (ONNX's empty sets, an empty axes list)."""
+    return (
+        f"input {name!r} has shape {_dims(shape)}, empty along axis {axis}, where the model expects "
+        f"{_dims(declared)}: empty inputs are refused unless the model declares that dim as 0"
+    )
+
+
+def _dims(shape: Sequence[Any]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
 def human(nbytes: int) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= size:

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sdkit.errors import InputError, ModelFormatError
-from sdkit.limits import check_shape
+from sdkit.limits import check_shape, empty_input_message
 from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
 from sdkit.types import Dim, TensorInfo
 
@@ -172,7 +172,9 @@ class Graph:
                 raise InputError(
                     f"input {name!r}: shape {list(shape)} has rank {len(shape)}, expected {len(info.shape)}"
                 )
-            for want, got in zip(info.shape, shape, strict=True):
+            for axis, (want, got) in enumerate(zip(info.shape, shape, strict=True)):
+                if got == 0 and want != 0:
+                    raise InputError(empty_input_message(name, shape, info.shape, axis))
                 if isinstance(want, int) and want != got:
                     raise InputError(f"input {name!r}: shape {list(shape)} does not fit {list(info.shape)}")
                 if isinstance(want, str) and want and symbols.setdefault(want, int(got)) != int(got):

@@ -22,6 +22,7 @@ from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
 from sdkit_openvino.blob_cache import verified_cache_dir
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
+from sdkit_openvino.index_checks import check_indices, index_bounds
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, openvino_version
 from sdkit_openvino.tensors import from_ov, to_ov
 
@@ -61,6 +62,7 @@ class OpenVinoCompiled(CompiledModel):
         }
         start = time.perf_counter()
         self._converted: Converted = convert(graph, weights)
+        self._index_bounds = index_bounds(graph)  # OpenVINO zero-fills out-of-range Gathers
         self.info["convert_seconds"] = time.perf_counter() - start
         static = [i.shape for i in self.inputs if all(isinstance(d, int) and d >= 0 for d in i.shape)]
         if len(static) == len(self.inputs):
@@ -146,6 +148,7 @@ class OpenVinoCompiled(CompiledModel):
 
     # -- running ---------------------------------------------------------------------------
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        check_indices(self._index_bounds, feeds)
         engine = self._engine(tuple(tuple(int(d) for d in feeds[i.name].shape) for i in self.inputs))
         with engine.lock:
             try:

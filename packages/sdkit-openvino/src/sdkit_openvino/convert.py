@@ -30,6 +30,7 @@ from sdkit.errors import (
 )
 from sdkit.model import Graph
 from sdkit.onnx_checks import refuse_external
+from sdkit_openvino.nan_rewrite import keep_nan
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
@@ -143,6 +144,7 @@ def memory_onnx(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[bytes,
     refuse_external(graph.proto, "the graph", initializers=False)
     proto = onnx.ModelProto()
     proto.CopyFrom(graph.proto)
+    keep_nan(proto)  # Relu/Clip/Max/Min keep NaN as ONNX says (nan_rewrite.py)
     keepalive: list[np.ndarray] = []
     for tensor in proto.graph.initializer:
         array = checked_weight(tensor, weights)

@@ -90,6 +90,8 @@ class Builder:
         self.input_names: dict[int, str] = {}  # graph input tensor ptr -> input name
         # Runtime index inputs to range-check before compute: input name -> size of the dim.
         self.index_bounds: dict[str, int] = {}
+        # ... and every dim each one indexes: negative indices wrap only where that is one dim
+        self.index_dims: dict[str, set[int]] = {}
 
     # -- low level -------------------------------------------------------------------------
     def _check_size(self, shape: Sequence[int], ggml_type: int, what: str) -> None:
