@@ -3,14 +3,19 @@
 
     python3 dev.py demo    # make .venv, install sdkit for this CPU, run the main job (txt2img)
     python3 dev.py test    # make .venv, install every package + test tools, lint, type-check, test
+    python3 dev.py wheels  # build every wheel into dist/, for pip install --find-links dist ...
+    python3 dev.py extras  # install each extra the README's way in a fresh venv; check and size it
+                           # (--write-readme updates the README's size table)
 
 The virtual environment lives in .venv (override with SDKIT_DEV_VENV). Re-running is cheap:
-pip skips what is already installed.
+pip skips what is already installed. sdkit 3 is a pre-release (3.0.0.dev0) and PyPI's newest
+final sdkit is 2.1.1, so an install line must say ">=3.0.0.dev0" (README, Install).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -32,12 +37,19 @@ TEST_TOOLS = [
     "ruff>=0.6",
     "mypy>=1.10",
     "import-linter>=2.1",
+    "hatchling>=1.24",  # builds the meta wheel offline for tests/test_install_lines.py
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
 ]
 # sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
 # .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
 TEST_TOOLS += ["coremltools>=8"]
-TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src"]
+DIST = ROOT / "dist"
+# The HTTP server (an extra of sdkit) with its test tools: httpx, schemathesis (`fuzz`).
+SERVER_PACKAGES = ["sdkit-serve"]
+SERVER_EXTRAS = "test,fuzz"
+# Ray Serve (~360 MB) for the tests marked `ray`; where it cannot be installed they skip.
+RAY_REQUIREMENT = "ray[serve]>=2.40"
+TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src", "packages/sdkit-serve/src"]
 
 
 def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -82,9 +94,20 @@ def demo() -> int:
     return 0
 
 
+def install_server() -> None:
+    servers = [a for n in existing(SERVER_PACKAGES) for a in ("-e", f"packages/{n}[{SERVER_EXTRAS}]")]
+    if servers:
+        pip_install(*servers)
+        try:
+            pip_install(RAY_REQUIREMENT)
+        except subprocess.CalledProcessError:
+            print(f"dev.py: {RAY_REQUIREMENT} does not install here; the tests marked `ray` will skip", flush=True)
+
+
 def test() -> int:
     ensure_venv()
     install(RUNTIME_PACKAGES, no_deps=tuple(PROBE_ONLY_PACKAGES), extra=tuple(TEST_TOOLS))
+    install_server()
     sh(BIN / "ruff", "check", ".")
     sh(BIN / "ruff", "format", "--check", ".")
     sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
@@ -98,12 +121,37 @@ def test() -> int:
 
 
 def existing_tests() -> list[str]:
-    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES)]
-    return [*tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
+    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES)]
+    return ["tests", *tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
+
+
+def version() -> str:
+    """The shared version, from the meta-distribution's pyproject.toml (no toml parser on 3.10)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^version = "([^"]+)"', text, re.MULTILINE).group(1)  # type: ignore[union-attr]
+
+
+def wheels() -> int:
+    """Every first-party wheel (the meta-distribution and each package) into dist/."""
+    ensure_venv()
+    DIST.mkdir(exist_ok=True)
+    sources = [".", *(f"packages/{n}" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES))]
+    sh(PY, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", DIST, *sources)
+    print(f'wheels in {DIST}: pip install --find-links dist "sdkit[cpu]>={version()}" (README, Install)')
+    return 0
+
+
+def extras() -> int:
+    """tools/check_extras.py: each README install line in a fresh venv, from the wheels in dist/."""
+    ensure_venv()
+    install(["sdkit-core"])
+    wheels()
+    sh(PY, "tools/check_extras.py", "--dist", DIST, *sys.argv[2:])
+    return 0
 
 
 def main() -> int:
-    commands = {"demo": demo, "test": test}
+    commands = {"demo": demo, "test": test, "wheels": wheels, "extras": extras}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

@@ -1,6 +1,6 @@
 """Check built distributions: one wheel and one sdist per first-party distribution, all at
-the shared version, each wheel carrying py.typed and (for plugins) an ``sdkit`` entry point,
-the meta wheel carrying no importable code."""
+the shared version, each wheel carrying py.typed and (for plugins) an ``sdkit`` entry point
+(``sdkit.cli`` for sdkit-serve), the meta wheel carrying no importable code."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ EXPECTED = {
     "sdkit_trt": "sdkit_trt",
     "sdkit_migraphx": "sdkit_migraphx",
     "sdkit_coreml": "sdkit_coreml",
+    "sdkit_serve": "sdkit_serve",
 }
+# The entry-point group each distribution must register in: backends plug into `sdkit`, the
+# server adds a CLI subcommand through `sdkit.cli`.
+ENTRY_GROUP = {"sdkit_serve": "sdkit.cli"}
 
 
 def main(dist: Path) -> int:
@@ -43,8 +47,9 @@ def main(dist: Path) -> int:
         if name not in ("sdkit_core",):
             entry = next((f for f in files if f.endswith("entry_points.txt")), None)
             text = zipfile.ZipFile(wheels[name]).read(entry).decode() if entry else ""
-            if "[sdkit]" not in text:
-                problems.append(f"{name}: no entry point in group sdkit")
+            group = ENTRY_GROUP.get(name, "sdkit")
+            if f"[{group}]" not in text:
+                problems.append(f"{name}: no entry point in group {group}")
     for problem in problems:
         print("check_dists:", problem)
     print(f"check_dists: {len(wheels)} wheels, {len(sdists)} sdists, {len(problems)} problem(s)")

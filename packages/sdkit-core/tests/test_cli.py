@@ -138,3 +138,42 @@ def test_bench_reports_nan_outputs_as_infinitely_wrong() -> None:
     ones = {"y": np.ones(3, np.float32)}
     assert _max_diff({"y": np.array([1, np.nan, 1], np.float32)}, ones) == float("inf")
     assert _max_diff({"y": np.array([1, 1, 1.5], np.float32)}, ones) == 0.5
+
+
+def test_plugin_subcommands_from_the_sdkit_cli_group(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another distribution adds ``sdkit hello`` through the ``sdkit.cli`` entry-point group; one
+    that fails to import is listed and says why in one line when run; built-in names win."""
+    import importlib.metadata
+
+    import sdkit.cli.main as cli_main
+
+    (tmp_path / "hello_command.py").write_text(
+        "HELP = 'say hello'\n"
+        "def add_arguments(parser):\n    parser.add_argument('--name', default='world')\n"
+        "def run(args):\n    print(f'hello {args.name}')\n    return 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entries = [
+        importlib.metadata.EntryPoint("hello", "hello_command", cli_main.PLUGIN_GROUP),
+        importlib.metadata.EntryPoint("broken", "no_such_module_for_sdkit", cli_main.PLUGIN_GROUP),
+        importlib.metadata.EntryPoint("run", "no_such_module_either", cli_main.PLUGIN_GROUP),
+    ]
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: entries if group == cli_main.PLUGIN_GROUP else []
+    )
+    assert _run(capsys, "hello", "--name", "sdkit")[:2] == (0, "hello sdkit\n")
+    code, _, err = _run(capsys, "broken", "--anything")
+    assert (
+        code == 1
+        and err.startswith("sdkit: error: the 'broken' command of a plugin failed to load")
+        and err.count("\n") == 1
+    )
+    assert "input" in build_parser_help(capsys)  # the built-in `run` is still core's
+
+
+def build_parser_help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    return capsys.readouterr().out

@@ -14,6 +14,7 @@ import pytest
 import sdkit
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError
+from sdkit.known_backends import requirement
 from sdkit.options import Options, make_options
 from sdkit.testing import one_node_model
 from sdkit_openvino import OpenVinoBackend
@@ -53,7 +54,7 @@ def test_probe_without_openvino(monkeypatch: pytest.MonkeyPatch) -> None:
     availability = OpenVinoBackend().probe()
     assert not availability.ok
     assert "not installed" in availability.reason
-    assert availability.install_hint == "pip install sdkit[intel]"
+    assert availability.install_hint == f"pip install {requirement('intel')}"
     assert OpenVinoBackend().devices() == []
 
 

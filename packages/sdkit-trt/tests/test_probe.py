@@ -12,6 +12,7 @@ from trt_helpers import GTX_1080, H100, RTX_3060, fake_install
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
+from sdkit.known_backends import requirement
 from sdkit.options import Options
 from sdkit_trt import driver, runtime
 from sdkit_trt.backend import TensorRTBackend
@@ -25,7 +26,7 @@ def test_real_probe_on_this_machine_says_why() -> None:
     assert availability.reason
     if not runtime.module_available("tensorrt_rtx") and not runtime.module_available("tensorrt"):
         assert "tensorrt_rtx" in availability.reason
-        assert availability.install_hint == "pip install sdkit[nvidia]"
+        assert availability.install_hint == f"pip install {requirement('nvidia')}"
     if driver.probe_driver().error:
         assert "NVIDIA driver" in availability.reason
     assert TensorRTBackend().devices() == []
@@ -36,7 +37,7 @@ def test_missing_runtime_module(monkeypatch: pytest.MonkeyPatch) -> None:
     availability = TensorRTBackend().probe()
     assert not availability.ok
     assert "neither tensorrt_rtx" in availability.reason
-    assert availability.install_hint == "pip install sdkit[nvidia]"
+    assert availability.install_hint == f"pip install {requirement('nvidia')}"
 
 
 def test_missing_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:

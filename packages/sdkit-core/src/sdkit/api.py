@@ -12,6 +12,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
 from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
@@ -22,7 +23,9 @@ from sdkit.selection import choose, get_backend, probe
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """What ``sdkit.backends()`` reports for one registered backend."""
+    """What ``sdkit.backends()`` reports for one backend: a registered one, or a first-party one
+    whose plugin did not load (``installed`` says whether its distribution is there; if not,
+    ``install_hint`` is the command that installs it)."""
 
     name: str
     plugin: str
@@ -33,10 +36,12 @@ class BackendInfo:
     priority: int
     devices: list[str] = field(default_factory=list)
     description: str = ""
+    installed: bool = True  # False for a first-party backend whose distribution is not installed
 
 
 def backends() -> list[BackendInfo]:
-    """Every registered backend, available or not, with the reason and devices."""
+    """Every registered backend, available or not, with the reason and devices, then every
+    first-party backend whose plugin is missing, with the command that installs it."""
     plugins = get_plugins()
     infos = []
     for name, cls in plugins.backends.items():
@@ -61,7 +66,14 @@ def backends() -> list[BackendInfo]:
                 description=cls.description,
             )
         )
-    return sorted(infos, key=lambda b: (-b.priority, b.name))
+    infos.sort(key=lambda b: (-b.priority, b.name))
+    for known in KNOWN_BACKENDS:
+        if plugins.backends.get(known.name) is None:
+            reason, hint, installed = why_missing(known, plugin_problem(known, plugins.failures, plugins.disabled))
+            infos.append(
+                BackendInfo(known.name, known.entry_point, False, reason, hint, "", 0, [], known.runs_on, installed)
+            )
+    return infos
 
 
 def devices() -> dict[str, list[Device]]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from sdkit.backend import Availability, Backend, SupportReport
 from sdkit.config import backend_preference
 from sdkit.device import Device
-from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, UnknownBackendError
+from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, SdkitError, UnknownBackendError
+from sdkit.known_backends import known_backend, known_names, plugin_problem, unavailable
 from sdkit.model import Graph
 from sdkit.plugins import get_plugins
 
@@ -19,11 +20,21 @@ def get_backend(name: str) -> Backend:
     plugins = get_plugins()
     cls = plugins.backends.get(name)
     if cls is None:
-        raise UnknownBackendError(name, plugins.backends.names())
+        raise _not_registered(name)
     instances = plugins.backend_instances
     if cls.name not in instances or type(instances[cls.name]) is not cls:
         instances[cls.name] = cls()
     return instances[cls.name]
+
+
+def _not_registered(name: str) -> SdkitError:
+    """A first-party backend whose plugin is missing says what to install; any other name is
+    unknown (with a did-you-mean over everything registered or first-party)."""
+    plugins = get_plugins()
+    known = known_backend(name)
+    if known is not None:
+        return unavailable(known, plugin_problem(known, plugins.failures, plugins.disabled))
+    return UnknownBackendError(name, {*plugins.backends.names(), *known_names()})
 
 
 def probe(backend: Backend) -> Availability:
@@ -65,8 +76,8 @@ def candidates() -> list[str]:
     registry = get_plugins().backends
     preferred = [p for p in backend_preference() if p.lower() != "auto"]
     for name in preferred:
-        if registry.get(name) is None:
-            raise UnknownBackendError(name, registry.names())
+        if registry.get(name) is None and known_backend(name) is None:
+            raise _not_registered(name)
     preferred = [registry.resolve(p) or p for p in preferred]
     priority = {name: cls.priority for name, cls in registry.items()}
     rest = sorted((n for n in priority if n not in preferred), key=lambda n: (-priority[n], n))
@@ -83,7 +94,11 @@ def choose(graph: Graph | None, backend: str = "auto", device: str | Device | No
         return Choice(chosen, pick_device(chosen, device))
     rejected: list[tuple[str, str]] = []
     for name in candidates():
-        candidate = get_backend(name)
+        try:
+            candidate = get_backend(name)
+        except BackendUnavailableError as exc:  # preferred, but its plugin is not installed
+            rejected.append((name, f"{exc.reason} ({exc.install_hint})" if exc.install_hint else exc.reason))
+            continue
         availability = probe(candidate)
         if not availability.ok:
             rejected.append((name, availability.reason or "unavailable"))

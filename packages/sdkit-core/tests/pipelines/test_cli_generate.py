@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,42 @@ def test_not_a_pipeline_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err.strip()
     assert err.startswith("sdkit: error: ")
     assert "\n" not in err
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sdkit: error: ") and "\n" not in err
+    return err
+
+
+def test_a_pickled_checkpoint_is_refused_unread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same refusal as ``sdkit run``: a .ckpt is never opened, whatever the command."""
+    checkpoint = tmp_path / "v1-5.ckpt"
+    checkpoint.write_bytes(b"not even a pickle")
+    err = _one_line_error(capsys, ["generate", "a cat", "--model", str(checkpoint)])
+    assert "v1-5.ckpt: pickled checkpoints are refused (they can run code); use .safetensors" in err
+    assert _one_line_error(capsys, ["run", str(checkpoint), "--random", "x=1"]).endswith(err.split(": ", 2)[2])
+
+
+def test_a_single_file_checkpoint_says_what_generate_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = tmp_path / "v1-5.safetensors"
+    checkpoint.write_bytes(b"{}")
+    err = _one_line_error(capsys, ["generate", "a cat", "--model", str(checkpoint)])
+    assert "v1-5.safetensors is a file, not a pipeline folder" in err
+    assert "model_index.json" in err and "single-file checkpoints are not supported yet" in err
+
+
+def test_a_corrupt_component_is_named(tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "pipe"
+    shutil.copytree(tiny_dir, copy)
+    data = (copy / "unet" / "model.onnx").read_bytes()
+    (copy / "unet" / "model.onnx").write_bytes(data[: len(data) // 3])
+    argv = ["generate", "a cat", "--model", str(copy), "--backend", "reference", "-o", str(tmp_path / "x.png")]
+    err = _one_line_error(capsys, argv)
+    assert f"unet/model.onnx in {copy} is not a readable ONNX model: " in err
+    assert "(the pipeline's unet); export or download it again" in err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_a1111_text_format() -> None:

@@ -17,9 +17,10 @@ from types import ModuleType
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, OptionError
+from sdkit.known_backends import requirement
 
 BACKEND_NAME = "coreml"
-INSTALL_HINT = "on a Mac: pip install sdkit[apple]"
+INSTALL_HINT = f"on a Mac: pip install {requirement('apple')}"
 MIN_VERSION = (8, 0)
 
 

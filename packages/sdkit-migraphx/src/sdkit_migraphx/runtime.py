@@ -16,9 +16,10 @@ from types import ModuleType
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
+from sdkit.known_backends import requirement
 
 BACKEND_NAME = "migraphx"
-INSTALL_HINT = "install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install sdkit[amd]"
+INSTALL_HINT = f"install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install {requirement('amd')}"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError
+from sdkit.known_backends import requirement
 
 BACKEND_NAME = "openvino"
-INSTALL_HINT = "pip install sdkit[intel]"
+INSTALL_HINT = f"pip install {requirement('intel')}"
 MIN_VERSION = (2025, 0)
 
 _lock = threading.Lock()

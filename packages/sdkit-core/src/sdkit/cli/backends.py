@@ -1,4 +1,7 @@
-"""``sdkit backends [--json]``: every backend, available or why not, with devices and version."""
+"""``sdkit backends [--json]``: every backend, available or why not, with devices and version.
+
+First-party backends whose plugin is not installed are listed too, with the command that
+installs them (``sdkit.known_backends``)."""
 
 from __future__ import annotations
 
@@ -34,11 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [("backend", "plugin", "available", "version", "devices / reason")]
     for b in data["backends"]:  # type: ignore[attr-defined]
-        detail = (
-            ", ".join(b["devices"])
-            if b["available"]
-            else b["reason"] + (f" ({b['install_hint']})" if b["install_hint"] else "")
-        )
+        # Available: its devices, then what it found; unavailable: why, then what to do.
+        first, then = (", ".join(b["devices"]), b["reason"]) if b["available"] else (b["reason"], b["install_hint"])
+        detail = f"{first}; {then}" if first and then else first or then
         rows.append((b["name"], b["plugin"], "yes" if b["available"] else "no", b["version"] or "-", detail))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:

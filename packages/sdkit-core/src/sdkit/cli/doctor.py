@@ -12,6 +12,7 @@ from pathlib import Path
 import sdkit
 from sdkit.cache import cache_root
 from sdkit.config import config_path
+from sdkit.cpu_features import cpu_info
 from sdkit.errors import SdkitError
 from sdkit.plugins import get_plugins
 
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     plugins = get_plugins()
     print(f"sdkit {sdkit.__version__} on Python {platform.python_version()} ({sys.executable})")
     print(f"platform: {platform.platform()} {platform.machine()}")
+    # The features that change which kernels a CPU backend runs (and so its bf16/fp16 results).
+    print(f"cpu: {cpu_info().describe()}")
     print("plugins:")
     print("  core (sdkit-core, built in)")
     for info in plugins.loaded:

@@ -2,20 +2,29 @@
 
 Each subcommand is a module ``sdkit.cli.<name>`` with ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int``. Errors a user can cause are ``SdkitError``s: one line, exit code 1.
+
+Other distributions add subcommands through the entry-point group ``sdkit.cli``: the entry's name
+is the command, its value a module with the same three names (``serve = "sdkit_serve.cli"`` in
+sdkit-serve). That module is imported to build the parser, so it must import nothing heavy at
+module level (its ``run`` imports the server stack). A command that fails to import is still
+listed; running it prints why, in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
 COMMANDS = ("backends", "devices", "check", "run", "bench", "generate", "doctor")
+PLUGIN_GROUP = "sdkit.cli"
 
 
 def _command_module(name: str) -> ModuleType | None:
@@ -27,6 +36,34 @@ def _command_module(name: str) -> ModuleType | None:
         raise
 
 
+class _BrokenCommand:
+    """Stands in for a plugin command whose module failed to import: listed, and says why when run."""
+
+    def __init__(self, name: str, distribution: str, error: BaseException) -> None:
+        self.HELP = f"(unavailable: {type(error).__name__}: {error})"
+        self._message = f"the {name!r} command of {distribution} failed to load: {type(error).__name__}: {error}"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.set_defaults(_any_arguments=True)  # its real options are unknown: say why it failed instead
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise SdkitError(self._message)
+
+
+def plugin_commands() -> dict[str, Any]:
+    """Subcommands from the ``sdkit.cli`` entry-point group; built-in names win."""
+    commands: dict[str, Any] = {}
+    for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if entry.name in COMMANDS or entry.name in commands:
+            continue
+        distribution = entry.dist.name if entry.dist is not None else "a plugin"
+        try:
+            commands[entry.name] = entry.load()
+        except Exception as exc:  # a broken plugin must not take the whole CLI down
+            commands[entry.name] = _BrokenCommand(entry.name, distribution, exc)
+    return commands
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sdkit",
@@ -34,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sdkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = _command_module(name)
+    modules: dict[str, Any] = {name: _command_module(name) for name in COMMANDS}
+    modules.update(plugin_commands())
+    for name, module in modules.items():
         if module is None:
             continue
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
@@ -46,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from sdkit.errors import ModelFormatError
 from sdkit.model import Model, load_onnx
 
 
@@ -49,7 +50,21 @@ class OnnxFileSource:
         return f"{self.path.parent.name}/{self.path.name}"
 
     def load(self) -> Model:
-        return load_onnx(self.path)
+        try:
+            return load_onnx(self.path)
+        except ModelFormatError as exc:
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: ModelFormatError) -> ModelFormatError:
+        """``unet/model.onnx in FOLDER is not a readable ONNX model: ...``: the loader's message
+        names only ``model.onnx``, which every component of a pipeline is called."""
+        where = f"{self.describe()} in {self.path.parent.parent}"
+        detail = str(exc)
+        prefix = f"{self.path.name} "
+        detail = detail[len(prefix) :] if detail.startswith(prefix) else f"cannot be loaded: {detail}"
+        return ModelFormatError(
+            f"{where} {detail} (the pipeline's {self.path.parent.name}); export or download it again"
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,9 +6,18 @@ Exclusions live in a data file, grouped by reason:
     test_.*_double_
     test_cast_FLOAT_to_DOUBLE
 
+    ## [cpu lacks avx512bw avx_ne_convert] OpenVINO's bf16 attention without native bf16 is wrong
+    ^test_attention_4d_causal_padded_kv_bf16_cpu$
+
 A line starting ``##`` opens a group and states its reason; each following non-empty line
 is a regular expression searched in the test name; a lone ``#`` starts a comment. Every
 pattern must sit under a reason.
+
+A reason may start with a CPU condition in brackets, for results that depend on the
+instruction set (bf16, fp16, AMX kernels): ``[cpu lacks A B]`` applies the group only on a CPU
+with none of the flags A, B; ``[cpu has A B]`` only on one with at least one of them (the two
+are each other's opposite). Flags are Linux ``/proc/cpuinfo`` names, as ``sdkit.cpu_features``
+reads them (``ONEDNN_MAX_CPU_ISA`` included); a flag that cannot be read counts as absent.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import os
 import re
 import time
 import unittest
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +37,31 @@ from sdkit.device import Device
 from sdkit.errors import SdkitError
 
 _ONNX_DEVICES = {"CPU": "cpu", "CUDA": "cuda"}
+_CPU_CONDITION = re.compile(r"\[cpu (has|lacks) ([a-z0-9_ ,]+)\]\s*(.*)")
 
 
-def load_exclusions(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
-    """(pattern, reason) pairs from an exclusion file."""
+def _applies(reason: str, cpu_flags: frozenset[str], where: str) -> bool:
+    """Whether a group whose reason is ``reason`` applies on a CPU with ``cpu_flags``."""
+    if not reason.startswith("["):
+        return True
+    match = _CPU_CONDITION.fullmatch(reason)
+    if match is None or not match.group(3):
+        raise ValueError(f"{where}: expected '## [cpu has|lacks FLAG ...] reason', got {reason!r}")
+    verb, flags = match.group(1), set(match.group(2).replace(",", " ").split())
+    present = bool(flags & cpu_flags)
+    return present if verb == "has" else not present
+
+
+def load_exclusions(path: str | os.PathLike[str], cpu_flags: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """(pattern, reason) pairs from an exclusion file, for this CPU (or one with ``cpu_flags``):
+    groups whose CPU condition does not hold here are left out."""
+    if cpu_flags is None:
+        from sdkit.cpu_features import cpu_info
+
+        cpu_flags = cpu_info().flags
+    flags = frozenset(f.lower() for f in cpu_flags)
     pairs: list[tuple[str, str]] = []
-    reason = ""
+    reason, applies = "", True
     for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         line = raw.strip()
         if not line or (line.startswith("#") and not line.startswith("##")):
@@ -42,11 +70,13 @@ def load_exclusions(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
             reason = line[2:].strip()
             if not reason:
                 raise ValueError(f"{path}:{number}: a '##' group needs a reason")
+            applies = _applies(reason, flags, f"{path}:{number}")
             continue
         if not reason:
             raise ValueError(f"{path}:{number}: pattern {line!r} has no '##' reason above it")
         re.compile(line)
-        pairs.append((line, reason))
+        if applies:
+            pairs.append((line, reason))
     return pairs
 
 

@@ -1,0 +1,122 @@
+"""The first-party backends, installed or not, and the command that installs each.
+
+Core knows these by name so that ``sdkit backends`` lists every one of them on every machine,
+and so that asking for one whose plugin is missing says what to install
+(``BackendUnavailableError``) instead of "unknown backend". Third-party backends are not listed
+here: they exist only once their plugin is installed.
+
+The install commands carry a version floor because sdkit 3 is a pre-release (3.0.0.dev0) while
+PyPI's newest *final* ``sdkit`` is 2.1.1: without ``>=3.0.0.dev0`` pip never picks a
+pre-release and installs sdkit 2. Once 3.0.0 is out a bare ``"sdkit[cpu]"`` picks it as well;
+the floor (this core's version, so then ``>=3.0.0``) only keeps sdkit 2 out.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sdkit._version import __version__
+from sdkit.errors import BackendUnavailableError
+
+
+@dataclass(frozen=True)
+class KnownBackend:
+    """A first-party backend: its name, the distribution that provides it and the extra of the
+    ``sdkit`` meta-distribution that installs that distribution."""
+
+    name: str
+    distribution: str
+    extra: str
+    runs_on: str
+    aliases: tuple[str, ...] = ()
+    platforms: str = ""  # a note where the extra installs nothing elsewhere (Core ML: macOS)
+
+    @property
+    def entry_point(self) -> str:
+        """The plugin's entry-point name: the distribution name without ``sdkit-``."""
+        return self.distribution.removeprefix("sdkit-")
+
+    @property
+    def install_command(self) -> str:
+        if not self.extra:
+            return f"pip install {requirement()}"
+        note = f" (on {self.platforms})" if self.platforms else ""
+        return f"pip install {requirement(self.extra)}{note}"
+
+
+# In the order of the plugins' priorities, which is how ``sdkit backends`` lists them.
+KNOWN_BACKENDS: tuple[KnownBackend, ...] = (
+    KnownBackend("tensorrt", "sdkit-trt", "nvidia", "NVIDIA GPUs (TensorRT-RTX, TensorRT)", ("trt",)),
+    KnownBackend("migraphx", "sdkit-migraphx", "amd", "AMD GPUs (ROCm MIGraphX)"),
+    KnownBackend("coreml", "sdkit-coreml", "apple", "Apple Neural Engine and GPU", platforms="macOS"),
+    KnownBackend("openvino", "sdkit-openvino", "intel", "Intel/AMD CPUs, Intel GPUs and NPUs"),
+    KnownBackend("ggml", "sdkit-ggml", "cpu", "CPU; CUDA, Vulkan, Metal with a ggml built for them"),
+    KnownBackend("reference", "sdkit-core", "", "CPU (numpy onnx.reference): exact, slow"),
+)
+
+
+def requirement(extra: str = "") -> str:
+    """The quoted pip requirement for sdkit with ``extra``, e.g. ``"sdkit[cpu]>=3.0.0.dev0"``.
+
+    The floor is this core's own version: a plugin installed with it pins a core at least as new."""
+    name = f"sdkit[{extra}]" if extra else "sdkit"
+    return f'"{name}>={__version__}"'
+
+
+def known_backend(name: str) -> KnownBackend | None:
+    """The first-party backend called ``name`` (or one of its aliases), case-insensitive."""
+    wanted = name.strip().lower()
+    for known in KNOWN_BACKENDS:
+        if wanted == known.name or wanted in known.aliases:
+            return known
+    return None
+
+
+def known_names() -> list[str]:
+    return [k.name for k in KNOWN_BACKENDS]
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class _Failure(Protocol):
+    @property
+    def distribution(self) -> str: ...
+    @property
+    def stage(self) -> str: ...
+    @property
+    def error(self) -> str: ...
+
+
+def plugin_problem(known: KnownBackend, failures: Iterable[_Failure], disabled: Sequence[str]) -> str:
+    """What went wrong with the plugin of ``known`` in this process, if the loader recorded it."""
+    if known.entry_point in disabled:
+        return "its plugin is disabled by SDKIT_DISABLE_PLUGINS"
+    for failure in failures:
+        if failure.distribution == known.distribution:
+            return f"its plugin failed to {failure.stage}: {failure.error}"
+    return ""
+
+
+def why_missing(known: KnownBackend, problem: str = "") -> tuple[str, str, bool]:
+    """(reason, install hint, whether its distribution is installed) for a known backend that
+    no loaded plugin registered. ``problem`` is what ``plugin_problem`` found, if anything."""
+    version = installed_version(known.distribution)
+    if version is None:
+        return f"plugin {known.distribution} is not installed", known.install_command, False
+    if problem:
+        return f"{known.distribution} {version} is installed but {problem}", "", True
+    return f"{known.distribution} {version} is installed but registered no {known.name!r} backend", "", True
+
+
+def unavailable(known: KnownBackend, problem: str = "") -> BackendUnavailableError:
+    """The error for asking for a known backend whose plugin is not loaded."""
+    reason, hint, _ = why_missing(known, problem)
+    return BackendUnavailableError(known.name, reason, hint)

@@ -1,0 +1,50 @@
+"""Images over HTTP: base64 in (PNG, JPEG, WebP; ``data:`` URLs too), base64 PNG out with the
+A1111 ``parameters`` text chunk, so what a client saves reads back like an ``sdkit generate`` file."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from typing import TYPE_CHECKING
+
+from sdkit.errors import InputError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from sdkit_serve.config import Limits
+
+_DATA_URL = re.compile(r"^data:[\w/+.-]*;base64,", re.IGNORECASE)
+
+
+def decode_image(text: str, what: str, limits: Limits) -> Image.Image:
+    """A base64 image as an RGB PIL image, or ``InputError`` naming the field."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(text, str) or not text:
+        raise InputError(f"{what} must be a base64-encoded image")
+    try:
+        raw = base64.b64decode(_DATA_URL.sub("", text.strip()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InputError(f"{what} is not valid base64") from None
+    try:
+        with Image.open(io.BytesIO(raw)) as opened:
+            limits.check_pixels(opened.width, opened.height, what)  # before decoding the pixels
+            converted: Image.Image = opened.convert("RGB")
+            return converted
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        raise InputError(f"{what} is not a readable image: {exc}") from None
+
+
+def encode_png(image: Image.Image, parameters: str | None = None) -> str:
+    """Base64 PNG, with ``parameters`` in a ``parameters`` text chunk (A1111's infotext)."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    if parameters:
+        info.add_text("parameters", parameters)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=info)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -1,0 +1,107 @@
+"""A1111's listing and status shapes (samplers, schedulers, models, LoRAs, progress, errors),
+filled from sdkit's registries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class SamplerItem(BaseModel):
+    name: str
+    aliases: list[str]
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class SchedulerItem(BaseModel):
+    name: str
+    label: str
+    aliases: list[str] | None = None
+    default_rho: float = -1
+    need_inner_model: bool = False
+
+
+class SDModelItem(BaseModel):
+    title: str
+    model_name: str
+    hash: str | None = None
+    sha256: str | None = None
+    filename: str
+    config: str | None = None
+
+
+class LoraItem(BaseModel):
+    name: str
+    alias: str
+    path: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProgressState(BaseModel):
+    skipped: bool = False
+    interrupted: bool = False
+    stopping_generation: bool = False
+    job: str = ""
+    job_count: int = 0
+    job_timestamp: str = "0"
+    job_no: int = 0
+    sampling_step: int = 0
+    sampling_steps: int = 0
+    queue_pending: int = Field(0, description="sdkit: requests waiting behind the running one")
+
+
+class ProgressResponse(BaseModel):
+    progress: float = Field(description="fraction of the running job done, 0..1")
+    eta_relative: float = Field(description="estimated seconds left")
+    state: ProgressState
+    current_image: str | None = Field(None, description="base64 PNG preview; needs --preview-decoder")
+    textinfo: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body: the error's kind and a message a person can act on."""
+
+    error: str
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+def samplers() -> list[SamplerItem]:
+    """Every registered sampler under its A1111 label, its other names as aliases."""
+    from sdkit.plugins import get_plugins
+    from sdkit.schedulers import sampler_label
+
+    registry = get_plugins().schedulers
+    aliases = registry.aliases()
+    items = []
+    for canonical in registry.names():
+        label = sampler_label(canonical)
+        names = [canonical, *(a for a, c in aliases.items() if c == canonical)]
+        items.append(SamplerItem(name=label, aliases=[n for n in dict.fromkeys(names) if n != label]))
+    return items
+
+
+# A1111's labels for the sigma schedules sdkit has; others are title-cased.
+SCHEDULE_LABELS = {"normal": "Normal", "sgm_uniform": "SGM Uniform", "ddim_uniform": "DDIM"}
+
+
+def schedulers() -> list[SchedulerItem]:
+    """``automatic`` (the sampler's own) and the sigma schedules sdkit implements."""
+    from sdkit.schedulers.names import SCHEDULE_ALIASES
+
+    items = [SchedulerItem(name="automatic", label="Automatic")]
+    for name in dict.fromkeys(SCHEDULE_ALIASES.values()):  # every schedule sdkit resolves, once
+        label = SCHEDULE_LABELS.get(name, name.replace("_", " ").title())
+        items.append(SchedulerItem(name=name, label=label, default_rho=7.0 if name == "karras" else -1))
+    return items
+
+
+def schedule_name(text: str | None) -> str | None:
+    """A request's ``scheduler`` as sdkit's schedule name: None for A1111's "Automatic" (the
+    sampler's own), a label of ``schedulers()`` as its name, anything else as sent (sdkit
+    resolves its own aliases, or says what it knows)."""
+    if not text or text.strip().lower() == "automatic":
+        return None
+    by_label = {item.label.lower(): item.name for item in schedulers()}
+    return by_label.get(text.strip().lower(), text)

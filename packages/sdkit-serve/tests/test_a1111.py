@@ -1,0 +1,161 @@
+"""The A1111 payload -> sdkit mapping, without a server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from sdkit.errors import InputError, UnknownSchedulerError
+from sdkit_serve.a1111 import (
+    IGNORED,
+    Img2ImgRequest,
+    Lora,
+    Txt2ImgRequest,
+    build_info,
+    echo_parameters,
+    ignored_fields,
+    parse_extra_networks,
+    plan_generation,
+)
+from sdkit_serve.config import Limits
+
+
+def plan(payload: dict[str, Any], **kwargs: Any) -> Any:
+    return plan_generation(Txt2ImgRequest(**payload), Limits(), **kwargs)
+
+
+def test_honoured_fields_become_generate_arguments() -> None:
+    result = plan(
+        {
+            "prompt": "a dog",
+            "negative_prompt": "blurry",
+            "seed": 42,
+            "sampler_name": "DPM++ 2M",
+            "scheduler": "Karras",
+            "steps": 12,
+            "cfg_scale": 6.5,
+            "width": 512,
+            "height": 768,
+            "batch_size": 2,
+            "n_iter": 3,
+        }
+    )
+    assert result.generate == {
+        "prompt": "a dog",
+        "negative_prompt": "blurry",
+        "steps": 12,
+        "guidance_scale": 6.5,
+        "sampler": "DPM++ 2M",
+        "schedule": "karras",  # A1111 labels become sdkit schedule names
+        "width": 512,
+        "height": 768,
+    }
+    assert (result.seed, result.batch_size, result.n_iter) == (42, 2, 3)
+    assert [result.first_seed(i) for i in range(3)] == [42, 44, 46]  # image i: seed + i, as A1111
+    assert result.ignored == {}
+
+
+def test_a1111_defaults() -> None:
+    result = plan({})
+    assert result.generate["sampler"] == "Euler"  # sampler_index's default, as A1111's API
+    assert result.generate["schedule"] is None  # "Automatic": the sampler's own
+    assert result.generate["steps"] == 50 and result.generate["guidance_scale"] == 7.0
+    assert result.generate["width"] is None  # the model's native size
+    assert 0 <= result.seed < 2**32  # -1: random
+    assert plan({"sampler_index": "Euler a"}).generate["sampler"] == "Euler a"
+    assert plan({"sampler_name": "Heun", "sampler_index": "Euler a"}).generate["sampler"] == "Heun"
+
+
+def test_img2img_mapping() -> None:
+    image = Image.new("RGB", (64, 64))
+    payload = Img2ImgRequest(init_images=["a", "b"], denoising_strength=0.4, mask="m", resize_mode=1)
+    result = plan_generation(payload, Limits(), init_image=image)
+    assert result.generate["init_image"] is image and result.generate["strength"] == 0.4
+    assert set(result.ignored) == {"init_images", "mask", "resize_mode"}
+    assert "inpainting" in result.ignored["mask"]
+    echoed = echo_parameters(payload)
+    assert echoed["init_images"] is None and echoed["mask"] is None
+    assert echo_parameters(payload.model_copy(update={"include_init_images": True}))["init_images"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"enable_hr": False, "hr_scale": 2, "hr_upscaler": "Latent", "denoising_strength": 0.7}, set()),
+        ({"enable_hr": True}, {"enable_hr"}),
+        ({"restore_faces": False, "tiling": 0, "styles": [], "subseed": -1, "eta": None, "s_noise": 1.0}, set()),
+        (
+            {"restore_faces": True, "styles": ["cinematic"], "subseed_strength": 0.3},
+            {"restore_faces", "styles", "subseed_strength"},
+        ),
+        ({"s_noise": True}, {"s_noise"}),  # a bool is not taken for 1
+        ({"override_settings": {"CLIP_stop_at_last_layers": 2}}, {"override_settings"}),
+        ({"save_images": True, "do_not_save_grid": True}, {"save_images"}),
+        ({"my_extension": 1}, {"my_extension"}),
+    ],
+)  # fmt: skip
+def test_ignored_fields_are_reported_only_when_they_ask_for_something(
+    payload: dict[str, Any], expected: set[str]
+) -> None:
+    assert set(ignored_fields(Txt2ImgRequest(**payload), "txt2img")) == expected
+
+
+def test_every_ignored_field_has_a_reason() -> None:
+    assert all(reason for _, reason in IGNORED.values())
+    assert not set(IGNORED) & set(Txt2ImgRequest.model_fields) - {"denoising_strength", "mask", "resize_mode"}
+
+
+def test_lora_prompt_syntax() -> None:
+    prompt, loras, others = parse_extra_networks(
+        "a cat <lora:film_grain:0.6>, <lora:detail> <hypernet:h:1> <lyco:x:0.5:0.2>"
+    )
+    assert prompt == "a cat ,   "
+    assert loras == [Lora("film_grain", 0.6), Lora("detail", 1.0), Lora("x", 0.5)]
+    assert others == ["<hypernet:h:1>"]
+    with pytest.raises(InputError, match="weight must be a number"):
+        parse_extra_networks("<lora:a:strong>")
+    result = plan({"prompt": "x <lora:a:0.5>", "negative_prompt": "<lora:b:-1>"}, known_loras={"a"})
+    assert result.generate["prompt"] == "x " and result.generate["negative_prompt"] == ""
+    assert "not supported" in result.ignored["<lora:a:0.5>"] and "no LoRA named 'b'" in result.ignored["<lora:b:-1>"]
+
+
+def test_limits_and_names_fail_before_queueing() -> None:
+    limits = Limits(max_width=256, max_height=256, max_steps=10, max_batch=4)
+    for payload, flag in (
+        ({"width": 512}, "--max-width"),
+        ({"height": 512}, "--max-height"),
+        ({"steps": 11}, "--max-steps"),
+        ({"batch_size": 3, "n_iter": 2, "steps": 5}, "--max-batch"),
+    ):
+        with pytest.raises(InputError, match=flag):
+            plan_generation(Txt2ImgRequest(**payload), limits)
+    with pytest.raises(UnknownSchedulerError):
+        plan({"sampler_name": "Eulr"})
+    with pytest.raises(InputError, match="strength"):
+        plan_generation(
+            Img2ImgRequest(init_images=["x"], denoising_strength=0), Limits(), init_image=Image.new("RGB", (8, 8))
+        )
+
+
+def test_info_is_a1111_shaped() -> None:
+    from sdkit.pipelines import GenerationParameters
+
+    result = plan({"prompt": "p <lora:a:1>", "seed": 9, "batch_size": 2, "enable_hr": True})
+    params = [GenerationParameters("p ", "", 50, "euler", "normal", 7.0, 9 + i, 64, 64, "m") for i in range(2)]
+    info = build_info(result, params, "m", worker="host:1")
+    assert info["all_seeds"] == [9, 10] and info["seed"] == 9 and info["sd_model_name"] == "m"
+    assert info["infotexts"][1].endswith("Seed: 10, Size: 64x64, Model: m, Software: sdkit")
+    assert set(info["ignored"]) == {"enable_hr", "<lora:a:1>"} and info["interrupted"] is False
+    assert info["loras"] == [{"name": "a", "weight": 1.0, "applied": False}]
+
+
+def test_scheduler_labels_and_names() -> None:
+    from sdkit_serve.schemas import schedule_name, schedulers
+
+    assert schedule_name(None) is None and schedule_name("Automatic") is None and schedule_name("") is None
+    assert schedule_name("SGM Uniform") == "sgm_uniform" and schedule_name("karras") == "karras"
+    assert schedule_name("Polyexponential") == "Polyexponential"  # sdkit says what it knows
+    for item in schedulers()[1:]:
+        assert plan({"scheduler": item.label, "steps": 4}).generate["schedule"] == item.name

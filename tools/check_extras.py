@@ -1,0 +1,240 @@
+"""Install each extra of ``sdkit`` the way the README says, from the locally built wheels, in a
+fresh virtual environment per extra; check that it yields sdkit 3 and that ``sdkit backends``
+lists every first-party backend with an availability and a reason; measure the installed size.
+
+    python tools/check_extras.py [--dist dist] [--extras core,cpu,...] [--write-readme]
+
+Run it with a Python that has sdkit-core installed (``.venv/bin/python``, or ``python3 dev.py
+extras``): the install lines come from ``sdkit.known_backends``, the source the README's lines
+and the CLI's install hints are checked against. Wheels missing from ``--dist`` are built
+(``pip wheel``). Third-party dependencies come from the package index, so this needs it.
+``--write-readme`` rewrites the size table between the README's ``extras-table`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdkit import __version__
+from sdkit.known_backends import KNOWN_BACKENDS, requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino", "sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
+BEGIN, END = "<!-- extras-table:begin -->", "<!-- extras-table:end -->"
+# Dependencies of tokenizers that sdkit never imports (the Hub client and what only it needs).
+HUB = "huggingface-hub"
+
+# Runs inside each fresh environment: every installed distribution, its size on disk and the
+# names it requires (markers evaluated; extras only where the root asked for them).
+INSPECT = r"""
+import importlib.metadata as md, json, re, sys
+from pip._vendor.packaging.requirements import Requirement
+extras = set(sys.argv[1].split(",")) - {""}
+out = {}
+for dist in md.distributions():
+    name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+    size = sum(f.locate().stat().st_size for f in dist.files or [] if f.locate().is_file())
+    wanted = extras if name == "sdkit" else set()
+    needs = []
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (wanted or {""})):
+            needs.append(re.sub(r"[-_.]+", "-", req.name).lower())
+    out[name] = {"version": dist.version, "size": size, "requires": needs}
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Outcome:
+    extra: str
+    line: str
+    sdkit_version: str
+    size: int
+    dists: dict[str, dict[str, object]]
+    backends_text: str
+    problems: list[str]
+
+
+def log(text: str) -> None:
+    print(text, flush=True)
+
+
+def run(*args: str | Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(map(str, args))}\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def ensure_wheels(dist: Path) -> None:
+    """Build the wheels that ``dist`` lacks (the meta-distribution and every package)."""
+    dist.mkdir(parents=True, exist_ok=True)
+    for name, source in [("sdkit", ROOT), *((p, ROOT / "packages" / p) for p in PACKAGES)]:
+        stem = name.replace("-", "_")
+        if not list(dist.glob(f"{stem}-{__version__}-*.whl")):
+            log(f"building the {name} wheel")
+            run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source)
+
+
+def folder_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def clean_env(cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDKIT_") and k != "VIRTUAL_ENV"}
+    env["SDKIT_CACHE_DIR"] = str(cache)
+    env["SDKIT_CONFIG"] = str(cache / "no-config.toml")
+    return env
+
+
+def check_backends(data: dict[str, object]) -> list[str]:
+    """Every first-party backend listed, each with an availability and a reason or devices."""
+    problems = []
+    rows = {b["name"]: b for b in data["backends"]}  # type: ignore[attr-defined, index]
+    for known in KNOWN_BACKENDS:
+        row = rows.get(known.name)
+        if row is None:
+            problems.append(f"sdkit backends does not list {known.name}")
+        elif not isinstance(row["available"], bool) or not (row["reason"] or row["devices"]):
+            problems.append(f"{known.name}: no availability or reason: {row}")
+        elif not row["installed"] and row["install_hint"] != known.install_command:
+            problems.append(f"{known.name}: install hint {row['install_hint']!r} is not {known.install_command!r}")
+    return problems
+
+
+def install(extra: str, dist: Path, work: Path) -> Outcome:
+    line = f"pip install {requirement(extra)}"
+    env_dir = work / f"venv-{extra or 'core'}"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    python = bindir / ("python.exe" if os.name == "nt" else "python")
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    before = folder_size(site)
+    log(f"[{extra or 'core'}] {line}  (--find-links {dist})")
+    start = time.perf_counter()
+    spec = requirement(extra).strip('"')  # the README quotes it for the shell; here it is one argv item
+    run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--find-links", dist, spec)
+    log(f"[{extra or 'core'}] installed in {time.perf_counter() - start:.0f} s")
+    dists = json.loads(run(python, "-c", INSPECT, extra))
+    env = clean_env(work / "cache")
+    data = json.loads(run(bindir / "sdkit", "backends", "--json", env=env))
+    text = run(bindir / "sdkit", "backends", env=env)
+    problems = check_backends(data)
+    version = str(dists.get("sdkit", {}).get("version", "not installed"))
+    if version != __version__:
+        problems.append(f"the install line gave sdkit {version}, not {__version__}")
+    return Outcome(extra, line, version, folder_size(site) - before, dists, text, problems)
+
+
+def closure(roots: list[str], dists: dict[str, dict[str, object]], without: str = "") -> set[str]:
+    seen: set[str] = set()
+    todo = [r for r in roots if r != without]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in dists:
+            continue
+        seen.add(name)
+        todo.extend(n for n in dists[name]["requires"] if n != without)  # type: ignore[attr-defined]
+    return seen
+
+
+def mb(size: float) -> str:
+    return f"{size / 1e6:.0f} MB"
+
+
+def dist_size(outcome: Outcome, name: str) -> int:
+    return int(outcome.dists[name]["size"])  # type: ignore[call-overload]
+
+
+def largest(outcome: Outcome, names: set[str]) -> str:
+    big = sorted((n for n in names if dist_size(outcome, n) >= 3e6), key=lambda n: -dist_size(outcome, n))
+    return ", ".join(f"{n} {mb(dist_size(outcome, n))}" for n in big)
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """The README's table: one row per install line, then how much of core the Hub chain is."""
+    core = next((o for o in outcomes if o.extra == ""), None)
+    core_dists = closure(["sdkit"], core.dists) if core else set()
+    rows = ["| install line | installed size | largest parts |", "|---|---|---|"]
+    for o in outcomes:
+        dists = closure(["sdkit"], o.dists)
+        if not o.extra:
+            parts = largest(o, dists)
+        else:
+            added = largest(o, dists - core_dists)
+            parts = f"core + {added}" if added else "core (nothing over 3 MB added on this platform)"
+        rows.append(f"| `{o.line}` | {mb(o.size)} | {parts} |")
+    lines = [*rows, ""]
+    if core:
+        hub = core_dists - closure(["sdkit"], core.dists, without=HUB)
+        hub_size = sum(dist_size(core, d) for d in hub)
+        lines.append(
+            f"Of core's {mb(core.size)}, {mb(hub_size)} is {HUB} and what only it needs "
+            f"({', '.join(sorted(hub - {HUB}))}): `tokenizers` requires it; sdkit never imports it."
+        )
+    lines.append(
+        f"Measured by `tools/check_extras.py` ({time.strftime('%Y-%m-%d')}, Linux {platform.machine()}, "
+        f"Python {platform.python_version()}): a fresh venv per line, bytes on disk, pip itself excluded."
+    )
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    readme = ROOT / "README.md"
+    content = readme.read_text(encoding="utf-8")
+    if BEGIN not in content or END not in content:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers")
+    head, rest = content.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="folder of built wheels (default: dist)")
+    order = ["", "cpu", "intel", "nvidia", "amd", "apple"]
+    assert set(order) - {""} == {k.extra for k in KNOWN_BACKENDS} - {""}, "a new extra: add it to the order"
+    parser.add_argument("--extras", default=",".join(e or "core" for e in order), help="(default: %(default)s)")
+    parser.add_argument("--write-readme", action="store_true", help="update the README's size table")
+    parser.add_argument("--keep", action="store_true", help="keep the environments (printed)")
+    args = parser.parse_args()
+    ensure_wheels(args.dist.resolve())
+    work = Path(tempfile.mkdtemp(prefix="sdkit-extras-"))
+    outcomes = []
+    try:
+        for name in args.extras.split(","):
+            outcome = install("" if name == "core" else name, args.dist.resolve(), work)
+            log(f"[{name}] sdkit {outcome.sdkit_version}, {mb(outcome.size)}; sdkit backends:")
+            log("\n".join("    " + line for line in outcome.backends_text.splitlines()))
+            outcomes.append(outcome)
+    finally:
+        if args.keep:
+            log(f"environments kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    result = table(outcomes)
+    log(result)
+    if args.write_readme:
+        write_readme(result)
+        log("README.md updated")
+    problems = [f"[{o.extra or 'core'}] {p}" for o in outcomes for p in o.problems]
+    for problem in problems:
+        log(f"check_extras: {problem}")
+    log(f"check_extras: {len(outcomes)} install line(s), {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
