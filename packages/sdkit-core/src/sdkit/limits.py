@@ -124,6 +124,17 @@ def check_shape(shape: Sequence[int], dtype: Any, what: str) -> None:
     check_bytes(shape_bytes(dims, itemsize, what), f"{what} ({np.dtype(dtype or np.float32)}{dims})")
 
 
+def check_generation(num_images: int, width: int, height: int, latent_shape: Sequence[int], img2img: bool) -> None:
+    """Refuse a generation whose own arrays would exceed the budget, before any is made: the
+    latents (noise, sample, the guided 2N batch in and out, the scheduler's state: ~8 copies),
+    the decoded float32 images and their uint8 copies, and an init image. A lower bound: the
+    denoiser's activations come on top, and the backends check those when they compile."""
+    latent = shape_bytes(latent_shape, 4, "latents")
+    pixels = int(num_images) * int(width) * int(height) * 3
+    need = 8 * latent + pixels * (4 + 1) + (int(width) * int(height) * 3 * 4 if img2img else 0)
+    check_bytes(need, f"{num_images} image(s) of {width}x{height}")
+
+
 def _value_bytes(value: Any) -> tuple[int, list[int], Any] | None:
     """(bytes, dims, dtype) of a value info with a fully static tensor shape, else None."""
     if value.type.WhichOneof("value") != "tensor_type":

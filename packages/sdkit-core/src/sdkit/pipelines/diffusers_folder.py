@@ -37,7 +37,7 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
         latent_channels=_int(vae.get("latent_channels", unet.get("in_channels", 4)), "latent_channels", layout),
         vae_scaling_factor=_number(vae.get("scaling_factor", DEFAULT_SCALING_FACTOR), "scaling_factor", layout),
         vae_scale_factor=scale_factor,
-        sample_size=_int(sample if not isinstance(sample, list) else sample[0], "sample_size", layout),
+        sample_size=_int(sample[0] if isinstance(sample, list) and sample else sample, "sample_size", layout),
         scheduler_config=scheduler,
         tokenizers=dict(layout.tokenizer_dirs),
         text_outputs={"text_encoder": ("last_hidden_state",)},
