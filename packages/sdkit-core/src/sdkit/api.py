@@ -12,6 +12,7 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.isolation import isolated_compile, isolation_wanted, job_for
 from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
 from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
@@ -148,7 +149,9 @@ def compile(  # noqa: A001 - the public name the contract gives
 
     ``input_shapes`` fixes symbolic input dims before compiling; without it, backends
     that need static shapes compile per call signature. Options: ``precision``
-    (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
+    (fp32|fp16|bf16), ``threads``, ``cache``, ``isolate`` (compile and first runs tried in a
+    child process first, see ``sdkit.isolation``; default ``SDKIT_ISOLATE``), plus the
+    backend's own keys.
     """
     model = as_model(model)
     graph = model.graph
@@ -156,10 +159,18 @@ def compile(  # noqa: A001 - the public name the contract gives
         graph = graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
     check_graph_memory(graph.proto, shape_like(graph.proto, model.weights))  # before any backend allocates
     choice = choose(graph, backend, device)
+    isolate = isolation_wanted(options.pop("isolate", None))
     opts = make_options(options, choice.backend.extra_options)
-    compiled = choice.backend.compile(graph, model.weights, choice.device, opts)
-    compiled.backend_name = choice.backend.name
-    return compiled
+
+    def compile_here() -> CompiledModel:
+        compiled = choice.backend.compile(graph, model.weights, choice.device, opts)
+        compiled.backend_name = choice.backend.name
+        return compiled
+
+    if not isolate:
+        return compile_here()
+    job = job_for(graph.proto, model.weights, choice.backend.name, choice.device, options)
+    return isolated_compile(compile_here, job, choice.backend.name)
 
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:
