@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from tokenize import TokenError
 import struct
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,8 @@ def read_npy(path: str | os.PathLike[str]) -> np.ndarray:
             f.seek(0)
             array: np.ndarray = np.load(f, allow_pickle=False)
             return array
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+    # numpy parses the header with ast.literal_eval: a mangled one raises any of these
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, TokenError, RecursionError, OverflowError) as exc:
         raise InputError(f"{path} is not a readable .npy array: {exc}") from None
 
 
