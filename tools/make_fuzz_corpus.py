@@ -29,7 +29,10 @@ def onnx_seeds() -> dict[str, bytes]:
     return {
         "relu.onnx": _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y], []),
         "expand.onnx": _model(
-            [helper.make_node("Expand", ["x", "s"], ["y"])], [x], [y], [numpy_helper.from_array(np.array([2, 3, 4]), "s")]
+            [helper.make_node("Expand", ["x", "s"], ["y"])],
+            [x],
+            [y],
+            [numpy_helper.from_array(np.array([2, 3, 4]), "s")],
         ),
         "conv.onnx": _model(
             [helper.make_node("Conv", ["i", "w"], ["y"], pads=[1, 1, 1, 1])],
@@ -56,7 +59,7 @@ def onnx_seeds() -> dict[str, bytes]:
     }
 
 
-def y_of(name: str):  # noqa: ANN201 - a ValueInfoProto
+def y_of(name: str):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", 4])
 
 

@@ -1,6 +1,7 @@
 """Concurrency stress (issue 15): one compiled TAEF2 decoder shared by 8 threads, 50 runs each,
 per backend; every output bit-identical to a single-threaded run of the same input. Marked
-``stress``: it runs in CI (8x50 runs of a 4x4 latent: well under a minute per backend on 2 idle cores), ``-m "not stress"`` leaves it out."""
+``stress``: it runs in CI (8x50 runs of a 4x4 latent: well under a minute per backend on 2 idle
+cores); ``-m "not stress"`` leaves it out."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from tokenize import TokenError
 import struct
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
