@@ -45,6 +45,20 @@ def inside(folder: str | os.PathLike[str], path: str | os.PathLike[str], what: s
     return target
 
 
+def inside_model_folder(folder: str | os.PathLike[str], path: str | os.PathLike[str], what: str = "file") -> Path:
+    """``inside``, also allowing the Hugging Face cache's layout, where the files of
+    ``models--org--name/snapshots/<revision>/`` are links into ``models--org--name/blobs/``."""
+    try:
+        return inside(folder, path, what)
+    except ModelFormatError:
+        root = Path(folder).absolute()
+        snapshot = next((p for p in (root, *root.parents) if p.parent.name == "snapshots"), None)
+        target = (root / path).resolve()
+        if snapshot is not None and (snapshot.parent.parent / "blobs").resolve() in target.parents:
+            return target
+        raise
+
+
 def _npy_header(file: Any) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
     from numpy.lib import format as npy
 
