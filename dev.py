@@ -37,6 +37,7 @@ TEST_TOOLS = [
     "ruff>=0.6",
     "mypy>=1.10",
     "import-linter>=2.1",
+    "hypothesis>=6",  # tests/test_fuzz.py of sdkit-core
     "hatchling>=1.24",  # builds the meta wheel offline for tests/test_install_lines.py
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
 ]

@@ -132,3 +132,34 @@ def test_an_entry_stored_meanwhile_by_another_writer_wins(tmp_path: Path) -> Non
     again = cache.store(_key(), builder.build)  # as if a second process finished later
     assert again == first
     assert Builder.load(first) == b"compiled-1"
+
+
+def test_unwritable_cache_builds_without_it(tmp_path: Path) -> None:
+    """Issue 15, finding 5: an unwritable cache failed every compile. Now it warns and builds
+    in a scratch folder (a cache root under a file: not writable even for root)."""
+    from sdkit.cache import CacheWarning
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cache, builder = ArtifactCache(blocker / "cache"), Builder()
+    with pytest.warns(CacheWarning, match="compiling without it"):
+        value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert (value, hit) == (b"compiled-1", False)
+    with pytest.warns(CacheWarning):
+        assert cache.store(_key(), builder.build) is None
+    assert cache.lookup(_key()) is None
+
+
+def test_cache_that_fails_while_committing_builds_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdkit.cache import CacheWarning
+
+    cache, builder = ArtifactCache(tmp_path), Builder()
+
+    def disk_full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ArtifactCache, "_commit", disk_full)
+    with pytest.warns(CacheWarning, match="No space left"):
+        value, hit = cache.load_or_build(_key(), builder.build, builder.load)
+    assert not hit and value.startswith(b"compiled-")
+    assert not list(cache.root.rglob(".tmp-*"))  # no half-written entry left behind

@@ -57,7 +57,7 @@ def small_server(tiny: Path, backend: str, tmp_path_factory: pytest.TempPathFact
     work = tmp_path_factory.mktemp("small_server")
     args = ["--model", str(tiny), "--backend", backend, "--queue-size", "2", "--log-level", "warning"]
     args += ["--max-width", "64", "--max-height", "64", "--max-steps", "3", "--max-batch", "2", "--max-body-mb", "1"]
-    process = ServerProcess(args, work / "server.log")
+    process = ServerProcess(args, work / "server.log", isolate=False)
     try:
         yield process.wait_ready()
     finally:

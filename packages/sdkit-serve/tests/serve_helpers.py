@@ -38,7 +38,7 @@ def free_port() -> int:
 class ServerProcess:
     """``sdkit serve`` in a child process (so its memory is its own to measure)."""
 
-    def __init__(self, args: list[str], log: Path, api_key: str | None = None) -> None:
+    def __init__(self, args: list[str], log: Path, api_key: str | None = None, isolate: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -46,7 +46,9 @@ class ServerProcess:
         command = [sys.executable, "-m", "sdkit.cli.main", "serve", "--port", str(self.port), *args]
         if api_key:
             command += ["--api-key", api_key]
-        env = {**os.environ, "SDKIT_API_KEY": ""}
+        # isolation (the server's default) costs a child process per compile and first run:
+        # the main server keeps it, the small ones turn it off to save CI time
+        env = {**os.environ, "SDKIT_API_KEY": "", "SDKIT_ISOLATE": "" if isolate else "0"}
         self._log_file = log.open("wb")
         self.process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env)
         self.pid = self.process.pid

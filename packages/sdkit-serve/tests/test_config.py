@@ -73,3 +73,15 @@ def test_limits_and_config_validation(tmp_path: Path) -> None:
     link = tmp_path / "alias"
     link.symlink_to(tmp_path / "a")
     assert model_name(link) == "alias"
+
+
+def test_the_server_isolates_backends_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: `sdkit serve` compiles with isolate=True by default (a native crash in a
+    backend's compile or first run is one failed request, not a dead server)."""
+    from sdkit_serve.engine import served_options
+
+    monkeypatch.delenv("SDKIT_ISOLATE", raising=False)
+    assert served_options({"threads": 2}) == {"threads": 2, "isolate": True}
+    assert served_options({"isolate": False}) == {"isolate": False}
+    monkeypatch.setenv("SDKIT_ISOLATE", "0")
+    assert served_options({}) == {}

@@ -46,7 +46,7 @@ def test_two_replicas_answer_with_the_same_image(tiny: Path, backend: str, tmp_p
     pytest.importorskip("ray.serve")
     started = time.monotonic()
     args = ["--ray", "--replicas", "2", "--cpus-per-replica", "1", "--model", str(tiny), "--backend", backend]
-    server = ServerProcess([*args, "--threads", "1", "--log-level", "warning"], tmp_path / "ray.log")
+    server = ServerProcess([*args, "--threads", "1", "--log-level", "warning"], tmp_path / "ray.log", isolate=False)
     try:
         server.wait_ready(timeout=300)
         ready = time.monotonic() - started

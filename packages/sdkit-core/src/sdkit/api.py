@@ -12,7 +12,9 @@ from typing import Any
 from sdkit.backend import CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.isolation import isolated_compile, isolation_wanted, job_for
 from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
+from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.plugins import get_plugins
@@ -161,7 +163,9 @@ def compile(  # noqa: A001 - the public name the contract gives
 
     ``input_shapes`` fixes symbolic input dims before compiling; without it, backends
     that need static shapes compile per call signature. Options: ``precision``
-    (fp32|fp16|bf16), ``threads``, ``cache``, plus the backend's own keys.
+    (fp32|fp16|bf16), ``threads``, ``cache``, ``isolate`` (compile and first runs tried in a
+    child process first, see ``sdkit.isolation``; default ``SDKIT_ISOLATE``), plus the
+    backend's own keys.
 
     With ``backend="auto"``, timings a tune (``sdkit tune``) stored for this graph, shapes,
     device, options and machine make the measured fastest backend the choice (after a
@@ -169,10 +173,13 @@ def compile(  # noqa: A001 - the public name the contract gives
     measures them first where none are stored (``sdkit.tuning``): now, at ``input_shapes`` or
     the graph's own fixed shapes, or, when some input dim is still symbolic, at each input
     signature's first run, with its real inputs. A symbolic model a tune stored timings for
-    also chooses per signature at its first run. An explicit ``backend`` is never tuned.
+    also chooses per signature at its first run. An explicit ``backend`` is never tuned, and a
+    tune's own compiles are not isolated (it compiles each backend in this process).
     """
     model = as_model(model)
     graph = shaped(model.graph, input_shapes)
+    check_graph_memory(graph.proto, shape_like(graph.proto, model.weights))  # before any backend allocates
+    isolate = isolation_wanted(options.pop("isolate", None))
     if backend == "auto":
         settings = tune if isinstance(tune, TuneSettings) else TuneSettings() if tune else None
         if fixed_shapes(graph) is None and (settings is not None or tuned_before(model)):
@@ -186,7 +193,10 @@ def compile(  # noqa: A001 - the public name the contract gives
             return found.compiled
     measured = stored_measured(model, graph, device, options) if backend == "auto" else None
     choice = choose(graph, backend, device, measured)
-    return compile_choice(choice, graph, model.weights, options)
+    if not isolate:
+        return compile_choice(choice, graph, model.weights, options)
+    job = job_for(graph.proto, model.weights, choice.backend.name, choice.device, options)
+    return isolated_compile(lambda: compile_choice(choice, graph, model.weights, options), job, choice.backend.name)
 
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from sdkit.device import CPU, Device
 from sdkit.errors import InputError, UnsupportedNode
+from sdkit.limits import empty_input_message
 from sdkit.types import Dim, TensorInfo
 
 if TYPE_CHECKING:
@@ -150,6 +151,8 @@ def check_feeds(inputs: Sequence[TensorInfo], feeds: Mapping[str, Any]) -> dict[
                 f"the model expects rank {len(info.shape)} {_dims_text(info.shape)}"
             )
         for axis, (got, want) in enumerate(zip(array.shape, info.shape, strict=True)):
+            if got == 0 and want != 0:
+                raise InputError(empty_input_message(name, array.shape, info.shape, axis))
             if isinstance(want, int) and want >= 0 and got != want:
                 raise InputError(
                     f"input {name!r} has shape {_dims_text(array.shape)}, "

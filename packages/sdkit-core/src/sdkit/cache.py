@@ -5,7 +5,9 @@ hash where the backend cannot refit, plus sdkit's version and the cache format. 
 a folder with the backend's files and a manifest of their sha256 sums; an entry whose
 manifest is missing, does not match its key, or whose files do not match their sums is
 deleted and rebuilt, never trusted. Writes go to a temporary folder renamed into place, so
-a crash leaves no half-written entry behind.
+a crash leaves no half-written entry behind. A cache that cannot be written (read-only, full,
+not a folder) never fails a compile: the artifact is built in a scratch folder, used, and
+dropped, with a ``CacheWarning``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +28,15 @@ from sdkit.errors import CacheError
 FORMAT = 1
 MANIFEST = "sdkit-manifest.json"
 T = TypeVar("T")
+
+
+class CacheWarning(UserWarning):
+    """The compiled-artifact cache could not be used; the work was done without it."""
+
+
+def warn_unwritable(where: Path, exc: OSError | CacheError) -> None:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    warnings.warn(f"cannot write the artifact cache at {where} ({reason}); compiling without it", CacheWarning, 3)
 
 
 def cache_root() -> Path:
@@ -89,9 +101,9 @@ class ArtifactCache:
     def lookup(self, key: Mapping[str, Any]) -> Path | None:
         """The entry's folder if it is present and intact; a damaged entry is removed."""
         folder = self.entry_dir(key)
-        if not folder.is_dir():
-            return None
         try:
+            if not folder.is_dir():
+                return None
             manifest = json.loads((folder / MANIFEST).read_text())
             intact = (
                 isinstance(manifest, dict)
@@ -105,29 +117,48 @@ class ArtifactCache:
             return None
         return folder
 
-    def store(self, key: Mapping[str, Any], build: Callable[[Path], None]) -> Path:
-        """Run ``build(tmp_folder)`` and move the result into place with its manifest."""
+    def store(
+        self, key: Mapping[str, Any], build: Callable[[Path], None], uncached: Callable[[Path], None] | None = None
+    ) -> Path | None:
+        """Run ``build(tmp_folder)`` and move the result into place with its manifest. When
+        the cache cannot be written, ``build`` runs in a scratch folder, ``uncached(folder)``
+        (if given) may use what it built, the folder is removed, a ``CacheWarning`` says so,
+        and the answer is None."""
         folder = self.entry_dir(key)
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
         except OSError as exc:
-            raise CacheError(f"cannot write the artifact cache at {self.root}: {exc}") from None
+            warn_unwritable(self.root, exc)
+            with tempfile.TemporaryDirectory(prefix="sdkit-uncached-") as scratch:
+                build(Path(scratch))
+                if uncached is not None:
+                    uncached(Path(scratch))
+            return None
         try:
             build(tmp)
-            manifest = {"key": json.loads(json.dumps(key, default=str)), "files": _file_sums(tmp)}
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-            if self.lookup(key) is not None:  # (lookup removes a damaged entry)
-                return folder  # another process stored it meanwhile: the first writer wins
             try:
-                tmp.replace(folder)
-            except OSError:
-                if self.lookup(key) is None:
-                    raise CacheError(f"cannot write the artifact cache entry {folder}") from None
+                self._commit(key, tmp, folder)
+            except (OSError, CacheError) as exc:
+                warn_unwritable(self.root, exc)
+                if uncached is not None:
+                    uncached(tmp)
+                return None
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         return folder
+
+    def _commit(self, key: Mapping[str, Any], tmp: Path, folder: Path) -> None:
+        manifest = {"key": json.loads(json.dumps(key, default=str)), "files": _file_sums(tmp)}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        if self.lookup(key) is not None:  # (lookup removes a damaged entry)
+            return  # another process stored it meanwhile: the first writer wins
+        try:
+            tmp.replace(folder)
+        except OSError:
+            if self.lookup(key) is None:
+                raise CacheError(f"cannot write the artifact cache entry {folder}") from None
 
     def invalidate(self, key: Mapping[str, Any]) -> None:
         shutil.rmtree(self.entry_dir(key), ignore_errors=True)
@@ -146,8 +177,11 @@ class ArtifactCache:
                 return load(folder), True
             except Exception:
                 self.invalidate(key)
-        folder = self.store(key, build)
-        return load(folder), False
+        loaded: list[T] = []  # when the cache is not writable (warned): loaded from scratch
+        stored = self.store(key, build, uncached=lambda scratch: loaded.append(load(scratch)))
+        if stored is None:
+            return loaded[0], False
+        return load(stored), False
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

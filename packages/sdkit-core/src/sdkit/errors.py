@@ -115,6 +115,24 @@ class InputError(SdkitError):
     """Inputs do not match the model: unknown or missing names, wrong shapes or dtypes."""
 
 
+class ResourceLimitError(SdkitError):
+    """A model or request would need more memory than the budget (``sdkit.limits``); refused
+    before anything is allocated."""
+
+
+class BackendCrashedError(SdkitError):
+    """A backend's native code died in an isolated child process (``isolate=True``); the
+    message names the backend and the signal."""
+
+    def __init__(self, backend: str, what: str, signal_name: str, detail: str = "") -> None:
+        self.backend = backend
+        self.signal_name = signal_name
+        message = f"backend {backend!r} crashed during {what} ({signal_name})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+
 class OptionError(SdkitError):
     """Unknown or invalid compile options."""
 

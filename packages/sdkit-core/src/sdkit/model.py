@@ -20,6 +20,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.limits import check_shape, empty_input_message
+from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
 from sdkit.types import Dim, TensorInfo
 
 # Pickle-based formats: never loaded (arbitrary code execution on load).
@@ -242,11 +244,14 @@ class Graph:
             if name not in by_name:
                 raise InputError(f"unknown input {name!r}; the model's inputs are {', '.join(by_name)}")
             info = by_name[name]
+            check_shape(shape, info.dtype if info.kind == "tensor" else None, f"input {name!r}")
             if len(shape) != len(info.shape):
                 raise InputError(
                     f"input {name!r}: shape {list(shape)} has rank {len(shape)}, expected {len(info.shape)}"
                 )
-            for want, got in zip(info.shape, shape, strict=True):
+            for axis, (want, got) in enumerate(zip(info.shape, shape, strict=True)):
+                if got == 0 and want != 0:
+                    raise InputError(empty_input_message(name, shape, info.shape, axis))
                 if isinstance(want, int) and want != got:
                     raise InputError(f"input {name!r}: shape {list(shape)} does not fit {list(info.shape)}")
                 if isinstance(want, str) and want and symbols.setdefault(want, int(got)) != int(got):
@@ -305,8 +310,12 @@ class Graph:
         return strip_weights(inferred)[0]
 
 
-def strip_weights(proto: onnx.ModelProto) -> tuple[Graph, WeightSet]:
-    """Split a loaded ModelProto into a weightless Graph and a WeightSet."""
+def strip_weights(proto: onnx.ModelProto, name: str = "the model") -> tuple[Graph, WeightSet]:
+    """Split a loaded ModelProto into a weightless Graph and a WeightSet. Every model passes
+    here: its opsets and tensors are checked (``sdkit.onnx_checks``) for every backend alike."""
+    check_opsets(proto, name)
+    check_declared_dims(proto, name)
+    refuse_external(proto, name)
     arrays: dict[str, np.ndarray] = {}
     stripped = onnx.ModelProto()
     stripped.CopyFrom(proto)
@@ -346,7 +355,7 @@ class Model:
 
     @classmethod
     def from_proto(cls, proto: onnx.ModelProto, path: Path | None = None) -> Model:
-        graph, weights = strip_weights(proto)
+        graph, weights = strip_weights(proto, path.name if path is not None else "the model")
         return cls(graph, weights, path)
 
 
@@ -367,7 +376,12 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
     if path.is_dir():
         raise ModelFormatError(f"{path} is a directory, not an .onnx file")
     try:
-        proto = onnx.load_model(str(path), load_external_data=True)
+        proto = onnx.load_model(str(path), load_external_data=False)
+        # locations checked before any external file is opened (special ones, outside the folder)
+        check_external_locations(proto, path.parent, path.name)
+        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    except ModelFormatError:
+        raise
     except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
         raise ModelFormatError(
             f"{path.name} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"

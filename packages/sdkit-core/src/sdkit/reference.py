@@ -13,7 +13,7 @@ import onnx
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import CPU, Device
-from sdkit.errors import DeviceError, InputError, SdkitError, UnsupportedNode
+from sdkit.errors import DeviceError, InputError, ResourceLimitError, SdkitError, UnsupportedNode
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
@@ -41,6 +41,8 @@ class ReferenceCompiled(CompiledModel):
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             results = self._evaluator.run(None, feeds)
+        except MemoryError as exc:  # numpy could not allocate a tensor (a size check missed it)
+            raise ResourceLimitError(f"reference backend ran out of memory: {exc}") from None
         except Exception as exc:  # shape errors inside numpy kernels and the like
             raise InputError(f"reference backend failed to run: {type(exc).__name__}: {exc}") from None
         return {o.name: np.asarray(r) if o.kind == "tensor" else r for o, r in zip(self.outputs, results, strict=True)}

@@ -50,3 +50,24 @@ def test_bad_values_are_one_model_format_error(tiny_dir: Path, tmp_path: Path) -
         folder_config(read_layout(copy))
     with pytest.raises(ModelFormatError, match=r"prediction_type 'sample'.*latent_channels 0"):
         PipelineConfig(name="x", prediction_type="sample", latent_channels=0)
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "value", "match"),
+    [
+        ("unet", "sample_size", [], "sample_size"),  # was an IndexError, "internal error"
+        ("unet", "sample_size", "64", "sample_size"),  # was a 12x12 image
+        ("vae_decoder", "scaling_factor", "abc", "scaling_factor"),
+        ("vae_decoder", "scaling_factor", 0, "vae_scaling_factor 0"),  # ran silently
+    ],
+)
+def test_bad_numbers_in_configs_are_refused(
+    config: str, key: str, value: object, match: str, tiny_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 15 finding 8."""
+    copy = tmp_path / "pipe"
+    shutil.copytree(tiny_dir, copy)
+    path = copy / config / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(ModelFormatError, match=match):
+        folder_config(read_layout(copy))

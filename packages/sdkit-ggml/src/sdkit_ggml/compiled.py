@@ -110,7 +110,8 @@ class GgmlCompiledModel(CompiledModel):
             builder = Builder(context, self.options.precision, self._shared_weights)
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
-                runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds)
+                wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
+                runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
                 program = Program(self._lib, self._backend, runnable, self.threads)
             except BaseException:
                 context.free()

@@ -103,3 +103,40 @@ def test_identity_and_inference_dropout(like_reference: Check, f32: Check) -> No
 def test_training_dropout_is_refused(refuses: Check, f32: Check) -> None:
     training = ("t", np.array(True), "const")
     refuses("Dropout", [("x", f32(2, 3)), ("r", np.array(0.5, np.float32), "const"), training], match="training")
+
+
+_SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.0, 3.4e38, -3.4e38], np.float32)
+
+
+def _same_or_both_nan(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    return (got == want) | (np.isnan(got) & np.isnan(want))
+
+
+@pytest.mark.parametrize(
+    ("op", "extra"),
+    [
+        ("Max", "pairs"),
+        ("Min", "pairs"),
+        ("Relu", None),
+        ("Clip", (-1.0, 1.0)),
+    ],
+)
+def test_nan_and_infinities_pass_through_as_onnx_says(op: str, extra: Any, one_node_graph: Check) -> None:
+    """Issue 15 finding 6: Max/Min with +-inf gave NaN (the ``x*(1-m)+y*m`` select) and Relu/Clip
+    turned NaN into numbers; onnx.reference keeps both exactly."""
+    from onnx.reference import ReferenceEvaluator
+
+    import sdkit
+
+    a, b = np.repeat(_SPECIAL, _SPECIAL.size), np.tile(_SPECIAL, _SPECIAL.size)
+    operands: list[Any] = [("a", a)]
+    if extra == "pairs":
+        operands.append(("b", b))
+    elif extra is not None:
+        operands += [("lo", np.array(extra[0], np.float32), "const"), ("hi", np.array(extra[1], np.float32), "const")]
+    model = one_node_graph(op, operands)
+    feeds = {o[0]: o[1] for o in operands if len(o) == 2}
+    got = sdkit.compile(model, backend="ggml").run(feeds)["out0"]
+    want = ReferenceEvaluator(model.graph.to_onnx(model.weights)).run(None, feeds)[0]
+    wrong = ~_same_or_both_nan(got, want)
+    assert not wrong.any(), list(zip(a[wrong], b[wrong], got[wrong], want[wrong], strict=True))[:5]

@@ -78,3 +78,14 @@ def test_gather_with_runtime_indices_range_checks_them(one_node_graph: Check, f3
 
 def test_gather_with_constant_indices_out_of_range_is_refused(refuses: Check, f32: Check) -> None:
     refuses("Gather", [("x", f32(5, 3)), ("i", i64(5), "const")], match="out of range")
+
+
+def test_gather_with_runtime_negative_indices_counts_from_the_end(one_node_graph: Check, f32: Check) -> None:
+    """Issue 15 finding 6: valid negative indices (ONNX: counted from the end) were refused."""
+    table = f32(10, 4)
+    model = one_node_graph("Gather", [("table", table, "const"), ("ids", np.zeros(4, np.int64))])
+    compiled = sdkit.compile(model, backend="ggml")
+    ids = np.array([-1, -10, 3, 0])
+    np.testing.assert_array_equal(compiled.run({"ids": ids})["out0"], table[ids])
+    with pytest.raises(InputError, match=r"indices must lie in \[-10, 10\)"):
+        compiled.run({"ids": np.array([-11, 0, 0, 0])})

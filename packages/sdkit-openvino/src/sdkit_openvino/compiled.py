@@ -19,8 +19,10 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
+from sdkit_openvino.blob_cache import verified_cache_dir
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
 from sdkit_openvino.convert import Converted, convert
+from sdkit_openvino.index_checks import check_indices, index_bounds
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, openvino_version
 from sdkit_openvino.tensors import from_ov, to_ov
 
@@ -60,6 +62,7 @@ class OpenVinoCompiled(CompiledModel):
         }
         start = time.perf_counter()
         self._converted: Converted = convert(graph, weights)
+        self._index_bounds = index_bounds(graph)  # OpenVINO zero-fills out-of-range Gathers
         self.info["convert_seconds"] = time.perf_counter() - start
         static = [i.shape for i in self.inputs if all(isinstance(d, int) and d >= 0 for d in i.shape)]
         if len(static) == len(self.inputs):
@@ -88,17 +91,19 @@ class OpenVinoCompiled(CompiledModel):
         if self._options.cache:
             cache = cache_dir(cache_key(self.graph.hash, openvino_version(), self._ov_device, self._options, shapes))
         supported = list(core.get_property(self._ov_device.vendor_name, "SUPPORTED_PROPERTIES"))
-        props = compile_properties(self._ov_device, self._options, supported, cache)
-        start = time.perf_counter()
-        try:
-            compiled = core.compile_model(model, self._ov_device.vendor_name, props)
-        except Exception as exc:
-            self._raise_unsupported(model)
-            raise SdkitError(
-                f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
-            ) from None
-        seconds = time.perf_counter() - start
-        self._record(compiled, shapes, seconds, cache is not None)
+        # blobs checked against sdkit's sums before OpenVINO may import them (blob_cache.py)
+        with verified_cache_dir(cache) as usable_cache:
+            props = compile_properties(self._ov_device, self._options, supported, usable_cache)
+            start = time.perf_counter()
+            try:
+                compiled = core.compile_model(model, self._ov_device.vendor_name, props)
+            except Exception as exc:
+                self._raise_unsupported(model)
+                raise SdkitError(
+                    f"OpenVINO failed to compile the model for {self._ov_device.vendor_name}: {first_line(exc)}"
+                ) from None
+            seconds = time.perf_counter() - start
+        self._record(compiled, shapes, seconds, usable_cache is not None)
         return Engine(
             compiled, compiled.create_infer_request(), converted.input_index, converted.output_index, threading.Lock()
         )
@@ -143,6 +148,7 @@ class OpenVinoCompiled(CompiledModel):
 
     # -- running ---------------------------------------------------------------------------
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        check_indices(self._index_bounds, feeds)
         engine = self._engine(tuple(tuple(int(d) for d in feeds[i.name].shape) for i in self.inputs))
         with engine.lock:
             try:

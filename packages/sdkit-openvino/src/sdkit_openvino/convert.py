@@ -29,6 +29,8 @@ from sdkit.errors import (
     UnsupportedOperatorError,
 )
 from sdkit.model import Graph
+from sdkit.onnx_checks import refuse_external
+from sdkit_openvino.nan_rewrite import keep_nan
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
@@ -107,7 +109,10 @@ def checked_weight(tensor: TensorProto, weights: Mapping[str, np.ndarray]) -> np
     """The weight for initializer ``tensor``, contiguous, or InputError naming what is wrong."""
     if tensor.name not in weights:
         raise InputError(f"weights are missing initializer {tensor.name!r}")
-    array = np.ascontiguousarray(weights[tensor.name])
+    # np.ascontiguousarray would turn a 0-d (scalar) weight into shape (1,)
+    array = np.asarray(weights[tensor.name])
+    if not array.flags.c_contiguous:
+        array = np.array(array, order="C")
     want_shape = tuple(int(d) for d in tensor.dims)
     want_dtype = _expected_dtype(tensor)
     if array.shape != want_shape or array.dtype != want_dtype:
@@ -134,8 +139,12 @@ def memory_reference(name: str, data_type: int, array: np.ndarray) -> TensorProt
 
 def memory_onnx(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[bytes, list[np.ndarray]]:
     """The serialized ModelProto with weights inlined (small) or referenced in memory (large)."""
+    # Only the references made below may point at memory: any other external tensor (a sparse
+    # Constant at */_ORT_MEM_ADDR_/* in a Graph built without sdkit's loader) is refused here.
+    refuse_external(graph.proto, "the graph", initializers=False)
     proto = onnx.ModelProto()
     proto.CopyFrom(graph.proto)
+    keep_nan(proto)  # Relu/Clip/Max/Min keep NaN as ONNX says (nan_rewrite.py)
     keepalive: list[np.ndarray] = []
     for tensor in proto.graph.initializer:
         array = checked_weight(tensor, weights)

@@ -7,8 +7,10 @@ is only ever used by one thread and a model switch waits for the generation befo
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,7 @@ class Engine:
             backend=self.config.backend,
             device=self.config.device,
             memory=self.config.memory,
-            **self.config.options,
+            **served_options(self.config.options),
         )
         self.model = name
 
@@ -136,3 +138,12 @@ class Engine:
         if name != self.model:
             self._load(name)
         return self.model
+
+
+def served_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The compile options a server uses: isolation on (a backend's native crash in a compile
+    or first run must not take the server down) unless the options or SDKIT_ISOLATE say."""
+    served = dict(options)
+    if "isolate" not in served and not os.environ.get("SDKIT_ISOLATE", "").strip():
+        served["isolate"] = True
+    return served

@@ -12,6 +12,7 @@ import numpy as np
 
 from sdkit.backend import TensorInfo
 from sdkit.errors import InputError
+from sdkit.limits import check_bytes, shape_bytes
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "auto") -> None:
@@ -92,6 +93,8 @@ def collect_inputs(args: argparse.Namespace, inputs: list[TensorInfo]) -> dict[s
         name, shape_text = _split(item, "--random")
         shape = parse_shape(shape_text)
         dtype = by_name[name].dtype if name in by_name else np.dtype(np.float32)
+        # numpy draws float64 (or int64) first, then casts: both exist at once
+        check_bytes(shape_bytes(shape, 8) + shape_bytes(shape, dtype.itemsize), f"--random {name}={shape_text}")
         if np.issubdtype(dtype, np.floating):
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         else:

@@ -83,13 +83,17 @@ def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] 
     return mapping
 
 
-def output_paths(output: str | None, seed: int, count: int) -> list[Path]:
+def output_base(output: str | None, seed: int) -> Path:
     base = Path(output) if output else Path(f"sdkit-{seed}.png")
     if base.suffix.lower() != ".png":
         raise InputError(f"the output must be a .png file, got {base}")
-    if count == 1:
-        return [base]
-    return [base.with_name(f"{base.stem}-{i}{base.suffix}") for i in range(count)]
+    return base
+
+
+def output_path(base: Path, index: int, count: int) -> Path:
+    """Image ``index`` of ``count``'s file (named one at a time: a count is checked against the
+    memory budget by the pipeline, not spent here on a list of paths)."""
+    return base if count == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}")
 
 
 class StepBar:
@@ -150,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     bar = StepBar()
     request = build_request(args, bar)
-    paths = output_paths(args.output, request.seed, request.num_images)
+    base = output_base(args.output, request.seed)
     loras = adapters.check(args)
     start = time.perf_counter()
     settings = {
@@ -174,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         images = pipe.run(request)
     finally:
         bar.close()
-    for image, path in zip(images, paths, strict=True):
+    for index, image in enumerate(images):
+        path = output_path(base, index, len(images))
         save_png(image, path, image.info["sdkit_parameters"])
         print(f"saved {path}")
     backends = ", ".join(f"{name}={backend}" for name, backend in pipe.backends().items() if backend)

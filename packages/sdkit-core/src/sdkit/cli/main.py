@@ -95,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     except SdkitError as exc:
         print(f"sdkit: error: {exc}", file=sys.stderr)
         return 1
+    except MemoryError as exc:  # what the budget's estimates missed: still the user's request
+        print(
+            f"sdkit: error: out of memory ({exc or 'no detail'}); ask for less, or set SDKIT_MEMORY_BUDGET",
+            file=sys.stderr,
+        )
+        return 1
     except BrokenPipeError:  # output piped into head and the like
         sys.stderr.close()
         return 0

@@ -20,6 +20,7 @@ import numpy as np
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
 from sdkit.pipelines.adapters import AdapterMethods, Adapters
+from sdkit.limits import check_generation
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
@@ -201,9 +202,10 @@ class Pipeline(AdapterMethods):
             width, height = init_image_size(request.init_image, width, height)
         width = self._checked_size(width, "width")
         height = self._checked_size(height, "height")
+        shape = config.latent_shape(request.num_images, width, height)
+        check_generation(request.num_images, width, height, shape, request.init_image is not None)
         if request.init_image is not None:
             image = init_image_array(request.init_image, width, height)
-        shape = config.latent_shape(request.num_images, width, height)
         latents = request.latents
         if latents is not None and (latents.shape != shape or latents.dtype != np.float32):
             raise InputError(f"latents must be float32 {list(shape)}, got {latents.dtype}{list(latents.shape)}")

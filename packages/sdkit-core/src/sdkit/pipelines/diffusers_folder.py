@@ -38,7 +38,7 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
         latent_channels=latents,
         vae_scaling_factor=_number(vae.get("scaling_factor", DEFAULT_SCALING_FACTOR), "scaling_factor", layout),
         vae_scale_factor=scale_factor,
-        sample_size=_int(sample if not isinstance(sample, list) else sample[0], "sample_size", layout),
+        sample_size=_int(sample[0] if isinstance(sample, list) and sample else sample, "sample_size", layout),
         inpainting=unet.get("in_channels", latents) == 2 * latents + 1,
         scheduler_config=scheduler,
         tokenizers=dict(layout.tokenizer_dirs),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sdkit.errors import InputError
+from sdkit.limits import check_bytes
 from sdkit.schedulers import sampler_label, schedule_label
 
 if TYPE_CHECKING:
@@ -29,10 +30,12 @@ def open_init_image(image: Any, what: str = "init image") -> Image.Image:
         if not path.is_file():
             raise InputError(f"{what} not found: {path}")
         try:
-            with Image.open(path) as opened:
+            with Image.open(path) as opened:  # reads the header only: the size is known first
+                # decoded RGB, then float32 for the VAE: refused before a pixel is decoded
+                check_bytes(opened.width * opened.height * 3 * 5, f"init image {path} ({opened.width}x{opened.height})")
                 rgb: Image.Image = opened.convert("RGB")
                 return rgb
-        except (UnidentifiedImageError, OSError) as exc:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
             raise InputError(f"{what} {path} is not a readable image: {exc}") from None
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import ModelFormatError
+from sdkit.files import inside_model_folder
 from sdkit.model import refuse_unsafe_or_missing
 
 REQUIRED = ("text_encoder", "unet", "vae_decoder")
@@ -126,6 +127,7 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
         )
     if not (root / "model_index.json").is_file():
         raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
+    inside_model_folder(root, "model_index.json", f"{root.name}: file")
     index = read_json_object(root / "model_index.json", "pipeline index")
     _refuse_other_families(root, index)
     xl = is_xl(index)
@@ -143,6 +145,7 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
         if not folder.is_dir():
             raise ModelFormatError(f"{root.name}: missing {TOKENIZERS[encoder]}/ folder")
         tokenizer_dirs[encoder] = folder
+    _check_contained(root, [*files.values(), *tokenizer_dirs.values()], components)  # before reading them
     scheduler_file = root / "scheduler" / "scheduler_config.json"
     scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
     configs = {c: read_optional_json_object(root / c / "config.json") for c in components}
@@ -176,3 +179,16 @@ def _check_unet_channels(name: str, configs: dict[str, dict[str, Any]]) -> None:
     controlled = configs.get("unet_controlnet", {}).get("in_channels", unet)
     if controlled != unet:
         raise ModelFormatError(f"{name}: unet_controlnet takes {controlled} input channels but unet takes {unet}")
+
+
+def _check_contained(root: Path, paths: list[Path], components: tuple[str, ...]) -> None:
+    """Every file sdkit reads from the folder stays inside it once symlinks are resolved (a
+    folder unpacked from elsewhere must not make sdkit read ``~/.ssh``); links into a Hugging
+    Face cache's ``blobs/`` are the one exception (``inside_model_folder``)."""
+    read = [root / "model_index.json", root / "scheduler" / "scheduler_config.json"]
+    read += [root / c / "config.json" for c in components]
+    for path in paths:
+        read += sorted(path.iterdir()) if path.is_dir() else [path]
+    for path in read:
+        if path.exists() or path.is_symlink():
+            inside_model_folder(root, path.relative_to(root), f"{root.name}: file")

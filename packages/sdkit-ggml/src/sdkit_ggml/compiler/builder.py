@@ -11,9 +11,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sdkit.limits import check_bytes, memory_budget, shape_bytes
 from sdkit_ggml.compiler.context import NeedsValue, Node, Tensor, Unsupported, ValueUnknown, WeightEntry, ne_of
 from sdkit_ggml.runtime import lib as L
-from sdkit_ggml.runtime.tensors import storage_type
+from sdkit_ggml.runtime.tensors import storage_type, type_size
 
 Ne = tuple[int, int, int, int]
 
@@ -66,6 +67,11 @@ class Builder:
         # False for check(): weight arrays (placeholders there) are not kept once shaped
         self.keep_weights = keep_weights
         self.capacity = factory.capacity
+        # Every tensor's byte size is checked against the budget in Python integers before
+        # ggml sees its ne: ggml's own size_t arithmetic wraps (a 2^62-element tensor gets a
+        # 32-byte buffer) and its asserts abort the process.
+        self.memory_budget = memory_budget()
+        self.weight_bytes = 0
         self.precision = precision
         # Weights already on the device from another signature's graph: reused, not re-uploaded.
         self.shared_weights = shared_weights or {}
@@ -84,8 +90,18 @@ class Builder:
         self.input_names: dict[int, str] = {}  # graph input tensor ptr -> input name
         # Runtime index inputs to range-check before compute: input name -> size of the dim.
         self.index_bounds: dict[str, int] = {}
+        # ... and every dim each one indexes: negative indices wrap only where that is one dim
+        self.index_dims: dict[str, set[int]] = {}
 
     # -- low level -------------------------------------------------------------------------
+    def _check_size(self, shape: Sequence[int], ggml_type: int, what: str) -> None:
+        dims = [int(d) for d in shape]
+        if any(d < 0 for d in dims):
+            raise Unsupported(f"negative dimension in {dims}")
+        nbytes = shape_bytes(dims, type_size(ggml_type), what)
+        if nbytes > self.memory_budget:
+            check_bytes(nbytes, f"{what} {dims}", self.memory_budget)
+
     def _reserve(self, n: int = 1) -> None:
         if self.count + n > self.capacity:
             raise Unsupported(f"graph needs more than {self.capacity} ggml tensors")
@@ -103,6 +119,8 @@ class Builder:
             raise Unsupported(f"negative dimension in {list(shape)}")
         if 0 in shape:
             raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
+        # the result's size, before ggml computes it (F32 is the widest type ops produce here)
+        self._check_size(shape, L.GGML_TYPE_F32, "an intermediate tensor")
         self._reserve()
         ptr, got, ggml_type = self.factory.call(fn, *args)
         if not ptr:
@@ -117,6 +135,7 @@ class Builder:
         if 0 in shape:
             raise Unsupported(f"empty tensor {list(shape)}: ggml cannot allocate zero-sized tensors")
         ggml_type = ggml_storage(dtype)
+        self._check_size(shape, ggml_type, "an input")
         self._reserve()
         ptr = self.factory.new_tensor(ggml_type, ne_of(shape), weight=False)
         self.input_names[ptr] = ""
@@ -135,6 +154,10 @@ class Builder:
             raise Unsupported(f"graph needs more than {self.capacity} weight tensors")
         if array.size == 0:
             raise Unsupported("empty constant: ggml cannot allocate zero-sized tensors")
+        self._check_size(array.shape, ggml_type, "a constant")
+        self.weight_bytes += shape_bytes(array.shape, type_size(ggml_type))
+        if self.weight_bytes > self.memory_budget:
+            check_bytes(self.weight_bytes, "the weights together", self.memory_budget)
         self.weight_count += 1
         ptr = self.factory.new_tensor(ggml_type, ne_of(array.shape), weight=True)
         tensor = Tensor(ptr, tuple(int(d) for d in array.shape), np.dtype(dtype), ggml_type)

@@ -128,6 +128,12 @@ def unary(b: Builder, fn: str, x: Tensor, *args: Any) -> Tensor:
     return b.op(fn, x.ptr, *args, shape=x.shape, dtype=x.dtype)
 
 
+def clamp(b: Builder, x: Tensor, low: float, high: float) -> Tensor:
+    """``min(max(x, low), high)`` into a new tensor. ggml_clamp works in place (its result is a
+    view of its input), so clamping ``x`` itself would change it for every other reader."""
+    return unary(b, "ggml_clamp", cont(b, x), float(low), float(high))
+
+
 def scale(b: Builder, x: Tensor, s: float, bias: float = 0.0) -> Tensor:
     require_float(x, what="scale")
     if bias == 0.0:

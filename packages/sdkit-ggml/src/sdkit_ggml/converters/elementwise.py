@@ -9,6 +9,7 @@ from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.converters.integer import integer_binary, is_integer
+from sdkit_ggml.converters.nan_safe import exact_max, exact_min, keep_nan
 from sdkit_ggml.converters.table import converter
 
 BINARY = {"Add": "ggml_add", "Sub": "ggml_sub", "Mul": "ggml_mul", "Div": "ggml_div"}
@@ -28,6 +29,8 @@ UNARY = {
     "Softplus": "ggml_softplus",
     "Sign": "ggml_sgn",
 }
+# ggml kernels written as comparisons (x > 0 ? x : 0) that turn NaN into a number
+DROPS_NAN = frozenset({"Relu"})
 # Abramowitz & Stegun 7.1.26: |erf error| <= 1.5e-7.
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -69,7 +72,9 @@ def convert_binary(b: Builder, node: Node) -> list[Value]:
 
 @converter(list(UNARY), since_version=6)
 def convert_unary(b: Builder, node: Node) -> list[Value]:
-    return [ops.unary(b, UNARY[node.op], b.tensor(node, 0))]
+    x = b.tensor(node, 0)
+    result = ops.unary(b, UNARY[node.op], x)
+    return [keep_nan(b, result, x) if node.op in DROPS_NAN else result]
 
 
 def _training(b: Builder, node: Node) -> bool:
@@ -99,7 +104,7 @@ def convert_elu(b: Builder, node: Node) -> list[Value]:
     if alpha == 1.0:
         return [ops.unary(b, "ggml_elu", x)]
     # elu(x) = relu(x) + alpha * (exp(min(x, 0)) - 1)
-    neg = ops.unary(b, "ggml_clamp", x, float("-inf"), 0.0)
+    neg = ops.clamp(b, x, float("-inf"), 0.0)
     tail = ops.scale(b, ops.unary(b, "ggml_exp", neg), alpha, -alpha)
     return [ops.binary(b, "ggml_add", ops.unary(b, "ggml_relu", x), tail)]
 
@@ -107,7 +112,7 @@ def convert_elu(b: Builder, node: Node) -> list[Value]:
 @converter("HardSigmoid", since_version=6)
 def convert_hardsigmoid(b: Builder, node: Node) -> list[Value]:
     alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
-    return [ops.unary(b, "ggml_clamp", ops.scale(b, b.tensor(node, 0), alpha, beta), 0.0, 1.0)]
+    return [ops.clamp(b, ops.scale(b, b.tensor(node, 0), alpha, beta), 0.0, 1.0)]
 
 
 @converter("PRelu", since_version=7)
@@ -136,7 +141,7 @@ def convert_clip(b: Builder, node: Node) -> list[Value]:
         low = float(np.asarray(b.const(node, 1, "min")).reshape(-1)[0]) if node.has(1) else -np.inf
         high = float(np.asarray(b.const(node, 2, "max")).reshape(-1)[0]) if node.has(2) else np.inf
     low = min(low, high)  # ONNX: min > max sets everything to max
-    return [ops.unary(b, "ggml_clamp", x, low, high)]
+    return [keep_nan(b, ops.clamp(b, x, low, high), x)]  # ggml_clamp turns NaN into max
 
 
 def _exponent_size(node: Node) -> int:
@@ -200,20 +205,12 @@ def convert_gelu(b: Builder, node: Node) -> list[Value]:
     return [ops.binary(b, "ggml_mul", half_x, ops.scale(b, e, 1.0, 1.0))]
 
 
-def select_max(b: Builder, x: Tensor, y: Tensor, want_max: bool) -> Tensor:
-    """max/min without rounding: m = step(y - x) picks y exactly where it is larger."""
-    diff = ops.binary(b, "ggml_sub", y, x) if want_max else ops.binary(b, "ggml_sub", x, y)
-    pick_y = ops.unary(b, "ggml_step", diff)
-    keep_x = ops.scale(b, pick_y, -1.0, 1.0)
-    return ops.binary(b, "ggml_add", ops.binary(b, "ggml_mul", x, keep_x), ops.binary(b, "ggml_mul", y, pick_y))
-
-
 @converter(["Max", "Min"], since_version=8)
 def convert_minmax(b: Builder, node: Node) -> list[Value]:
     tensors = [b.tensor(node, i) for i in range(len(node.inputs))]
     result = tensors[0]
     for other in tensors[1:]:
-        result = select_max(b, result, other, node.op == "Max")
+        result = exact_max(b, result, other) if node.op == "Max" else exact_min(b, result, other)
     return [result]
 
 

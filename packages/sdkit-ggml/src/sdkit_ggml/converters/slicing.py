@@ -95,8 +95,9 @@ def _gather_rows(b: Builder, data: Tensor, indices: Tensor, axis: int, checked: 
         if not proven:
             raise Unsupported("Gather with computed indices not provably in range (ggml would abort on a bad index)")
         source = ""
-    if source:  # a graph input: its values are range-checked before each run
+    if source:  # a graph input: its values are range-checked (and negatives wrapped) before each run
         b.index_bounds[source] = min(dim, b.index_bounds.get(source, dim))
+        b.index_dims.setdefault(source, set()).add(dim)
     if math.prod(data.shape[:axis]) != 1:
         # move the gathered axis outermost, gather rows, move the result axes back
         r = data.rank

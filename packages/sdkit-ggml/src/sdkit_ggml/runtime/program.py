@@ -51,6 +51,9 @@ class BuiltGraph:
     # Runtime index inputs to range-check before compute (ggml asserts on a bad index):
     # input name -> size of the indexed dim.
     index_bounds: dict[str, int] = field(default_factory=dict)
+    # Those whose negative indices count from the end (ONNX), wrapped before upload: inputs
+    # that index one dim size only (another size would wrap them differently).
+    index_wraps: set[str] = field(default_factory=set)
 
 
 class Program:
@@ -97,13 +100,23 @@ class Program:
             data = to_storage(entry.array, entry.tensor, f"constant {entry.source or '<literal>'}")
             self.lib.ggml_backend_tensor_set(entry.tensor.ptr, data.ctypes.data, 0, data.nbytes)
 
-    def run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+    def checked_indices(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Feeds with every index input range-checked (ggml asserts on a bad index) and its
+        negative indices wrapped, as ONNX's Gather defines them."""
+        checked = dict(feeds)
         for name, bound in self.built.index_bounds.items():
             values = np.asarray(feeds[name])
-            if values.size and (values.min() < 0 or values.max() >= bound):
+            low = -bound if name in self.built.index_wraps else 0
+            if values.size and (values.min() < low or values.max() >= bound):
                 raise InputError(
-                    f"input {name!r}: indices must lie in [0, {bound}), got [{values.min()}, {values.max()}]"
+                    f"input {name!r}: indices must lie in [{low}, {bound}), got [{values.min()}, {values.max()}]"
                 )
+            if low and values.size and values.min() < 0:
+                checked[name] = np.where(values < 0, values + bound, values)
+        return checked
+
+    def run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+        feeds = self.checked_indices(feeds)
         for name, tensor in self.built.inputs.items():
             data = to_storage(feeds[name], tensor, f"input {name!r}")
             self.lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)

@@ -33,6 +33,11 @@ def storage_type(dtype: np.dtype[Any]) -> int | None:
     return None
 
 
+def type_size(ggml_type: int) -> int:
+    """Bytes per element of the ggml types the compiler creates (F32, F16, I32)."""
+    return 2 if ggml_type == L.GGML_TYPE_F16 else 4
+
+
 def storage_numpy(ggml_type: int) -> np.dtype[Any]:
     if ggml_type == L.GGML_TYPE_F32:
         return np.dtype(np.float32)
