@@ -170,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
         refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)
         request = request.replace(refiner=refiner)
     pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
+    adapters.apply(pipe, args, loras)  # merged into the weights before they compile: no refit
     for loaded in (pipe, refiner):
         if loaded is not None:
             loaded.prepare()
     try:
-        adapters.apply(pipe, args, loras)
         images = pipe.run(request)
     finally:
         bar.close()
