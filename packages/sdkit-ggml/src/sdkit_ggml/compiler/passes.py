@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from sdkit_ggml.compiler import pass_cleanup
+from sdkit_ggml.compiler import pass_cleanup, pass_fusions
 
 OFF_ENV = "SDKIT_GGML_PASSES_OFF"
 
@@ -36,6 +36,9 @@ class GraphPass:
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("identity", pass_cleanup.remove_identities, "Identity, x*1, x/1, x+0 and same-type Cast bypassed"),
     GraphPass("transpose", pass_cleanup.fold_transposes, "Transpose of a Transpose composed (or dropped)"),
+    GraphPass("attention", pass_fusions.fuse_attention, "MatMul-Softmax-MatMul to ggml_flash_attn_ext"),
+    GraphPass("group_norm", pass_fusions.fuse_group_norm, "Reshape-InstanceNorm-Reshape-Mul-Add to one norm"),
+    GraphPass("silu", pass_fusions.fuse_silu, "x*Sigmoid(x) to ggml_silu"),
     GraphPass("dead", pass_cleanup.remove_dead, "nodes no output depends on dropped"),
 )
 PASS_NAMES = tuple(p.name for p in PASSES)
