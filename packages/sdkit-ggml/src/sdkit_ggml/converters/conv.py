@@ -8,6 +8,7 @@ inserted between input pixels, then a stride-1 conv with the flipped kernel.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import onnx
@@ -20,6 +21,10 @@ from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
 MAX_GROUPS = 64  # grouped convs are lowered one group at a time
+# im2col of a big feature map (1.2 GB for the SD VAE's last convs at 512 px) is built in chunks
+# of at most this many MB (issue 17: peak memory at or below onnxruntime's).
+CHUNK_ENV = "SDKIT_GGML_IM2COL_CHUNK_MB"
+DEFAULT_CHUNK_MB = 64
 
 
 def check_conv(node: onnx.NodeProto) -> str | None:
@@ -65,6 +70,9 @@ def conv2d(
         raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
     k = c * kh * kw
+    rows = chunk_rows(oh, ow * k * (2 if col_type == L.GGML_TYPE_F16 else 4))
+    if n == 1 and rows < oh:
+        return chunked_conv2d(b, x, kernel, rows, stride=stride, pad=pad, dilation=dilation, out_hw=(oh, ow))
     strides_pads_dilations = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
     cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
     cols2 = ops.reshape(b, cols, (n * oh * ow, k))
@@ -75,6 +83,64 @@ def conv2d(
     if n == 1:
         return ops.reshape(b, product, (1, oc, oh, ow))
     return ops.transpose(b, ops.reshape(b, product, (oc, n, oh, ow)), (1, 0, 2, 3))
+
+
+def chunk_rows(out_rows: int, row_bytes: int) -> int:
+    """Output rows per im2col chunk: the whole output when its im2col fits the budget
+    ($SDKIT_GGML_IM2COL_CHUNK_MB, default 64; 0 turns chunking off)."""
+    budget_mb = float(os.environ.get(CHUNK_ENV, DEFAULT_CHUNK_MB) or 0)
+    if budget_mb <= 0:
+        return out_rows
+    return max(1, min(out_rows, int(budget_mb * (1 << 20)) // max(row_bytes, 1)))
+
+
+def chunked_conv2d(
+    b: Builder,
+    x: Tensor,
+    kernel: Tensor,
+    rows: int,
+    *,
+    stride: tuple[int, int],
+    pad: tuple[int, int],
+    dilation: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> Tensor:
+    """A batch-1 conv whose im2col would be large, ``rows`` output rows at a time: each chunk's
+    im2col and product are freed (gallocr reuses their memory) before the next, and each chunk is
+    written in place into the output (ggml_set), so the peak is one chunk, not the whole im2col."""
+    _, c, _, _ = x.shape
+    oc, _, kh, kw = kernel.shape
+    (oh, ow), k = out_hw, c * kh * kw
+    if pad != (0, 0):
+        x = pad_constant(b, x, [0, 0, pad[0], pad[1]], [0, 0, pad[0], pad[1]])
+    hp, wp = x.shape[2], x.shape[3]
+    col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
+    kernel2 = ops.reshape(b, kernel, (oc, k))
+    out: Tensor | None = None
+    for first in range(0, oh, rows):
+        count = min(rows, oh - first)
+        top = first * stride[0]
+        height = (count - 1) * stride[0] + dilation[0] * (kh - 1) + 1
+        # rows [top, top + height) of every channel: im2col reads rows with the input's width
+        # and steps channels by nb[2], so the view needs no copy
+        slab = b.op(
+            "ggml_view_4d", x.ptr, wp, height, c, 1, wp * 4, hp * wp * 4, c * hp * wp * 4, top * wp * 4,
+            shape=(1, c, height, wp),
+        )  # fmt: skip
+        spd = (stride[1], stride[0], 0, 0, dilation[1], dilation[0])
+        cols = b.op("ggml_im2col", kernel.ptr, slab.ptr, *spd, True, col_type, shape=(1, count, ow, k))
+        cols2 = ops.reshape(b, cols, (count * ow, k))
+        part = b.op("ggml_mul_mat", cols2.ptr, kernel2.ptr, shape=(oc, count * ow))
+        if out is None:  # the first chunk, zero-padded to the whole output
+            out = b.op("ggml_pad_ext", part.ptr, 0, (oh - count) * ow, 0, 0, 0, 0, 0, 0, shape=(oc, oh * ow))
+        else:
+            row = oh * ow * 4
+            out = b.op(
+                "ggml_set_inplace", out.ptr, part.ptr, row, row * oc, row * oc, first * ow * 4, shape=(oc, oh * ow)
+            )
+    if out is None:
+        raise Unsupported("Conv: no output rows")
+    return ops.reshape(b, out, (1, oc, oh, ow))
 
 
 def convolution(
