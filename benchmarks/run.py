@@ -41,7 +41,7 @@ import machine  # noqa: E402
 
 ONNX_ENGINES = ("ggml-fp32", "ggml-fp16", "sdkit-openvino", "openvino", "onnxruntime")
 ENGINES = (*ONNX_ENGINES, "sdcpp")
-CASES = ("vae256", "vae512", "unet256", "unet512", "taef2", "txt2img")
+CASES = ("vae128", "vae256", "vae512", "unet256", "unet512", "taef2", "txt2img")
 SDCPP_MODE = {"vae256": "vae256", "vae512": "unet512", "unet512": "unet512", "txt2img": "txt2img"}
 
 
