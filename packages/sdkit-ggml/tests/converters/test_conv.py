@@ -39,6 +39,8 @@ def test_conv2d(attributes: dict[str, Any], like_reference: Check, f32: Check) -
         {"pads": [0, 1, 2, 1], "strides": [2, 1]},
         {"dilations": [2, 1], "pads": [2, 1, 2, 1]},
         {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+        {"pads": [3, 1, 3, 1], "strides": [2, 1]},  # a slab's padding cannot line up: padded once
     ],
 )
 def test_conv2d_in_im2col_chunks(
