@@ -32,6 +32,7 @@ class Case:
 
 
 CASES: dict[str, Case] = {
+    "vae128": Case("vae128", "SD 1.5 VAE decoder, latent 1x4x16x16 -> 128 px", "sd15_vae_decoder", 16),
     "vae256": Case("vae256", "SD 1.5 VAE decoder, latent 1x4x32x32 -> 256 px", "sd15_vae_decoder", 32),
     "vae512": Case("vae512", "SD 1.5 VAE decoder, latent 1x4x64x64 -> 512 px", "sd15_vae_decoder", 64),
     "unet512": Case("unet512", "SD 1.5 UNet, one step, latent 1x4x64x64 (512 px), batch 1", "sd15_unet", 64),

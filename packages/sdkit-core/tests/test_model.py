@@ -204,3 +204,28 @@ def test_unknown_load_options_are_refused(tmp_path: Path) -> None:
     onnx.save(_matmul_model(), tmp_path / "mm.onnx")
     with pytest.raises(OptionError, match="weigths"):
         sdkit.load_model(tmp_path / "mm.onnx", weigths="typo.safetensors")
+
+
+def test_stripped_graph_keeps_everything_but_the_weight_bytes() -> None:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from sdkit.model import strip_weights
+
+    weight = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[weight],
+        doc_string="kept",
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="p")
+    stripped, weights = strip_weights(proto)
+    assert stripped.proto.producer_name == "p" and stripped.proto.graph.doc_string == "kept"
+    assert [n.name for n in stripped.proto.graph.node] == ["mm"]
+    (meta,) = stripped.proto.graph.initializer
+    assert (meta.name, list(meta.dims), meta.raw_data) == ("w", [2, 3], b"")
+    np.testing.assert_array_equal(weights["w"], np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -32,12 +32,20 @@ def test_every_unsupported_node_at_once() -> None:
         helper.make_node("Hardmax", ["b"], ["y"], name="hardmax"),
     ]
     w = numpy_helper.from_array(np.zeros((1, 1, 5, 5), np.float32), "w")
-    result = check_graph(_model(nodes, [_x(1, 1, 3, 3)], [w]).graph.proto, default_registry())
+    model = _model(nodes, [_x(1, 1, 3, 3)], [w])
+    # Det's result is a graph output too: an unused node would be dropped as dead (passes.py)
+    model.graph.proto.graph.output.append(helper.make_tensor_value_info("a", TensorProto.UNDEFINED, None))
+    result = check_graph(model.graph.proto, default_registry())
     assert {u.node: u.reason for u in result.unsupported} == {
         "det": "operator not supported by sdkit-ggml",
         "conv": "Conv: a 5x5 kernel does not fit input 3x3 (padding (0, 0))",
         "hardmax": "operator not supported by sdkit-ggml",  # checked although its input is refused
     }
+
+
+def test_dead_nodes_are_not_checked() -> None:
+    nodes = [helper.make_node("Det", ["x"], ["unused"], name="det"), helper.make_node("Relu", ["x"], ["y"])]
+    assert check_graph(_model(nodes, [_x(1, 3, 3)]).graph.proto, default_registry()).unsupported == []
 
 
 def test_symbolic_shapes_leave_shape_limits_to_compile() -> None:

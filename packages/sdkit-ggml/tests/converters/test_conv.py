@@ -10,6 +10,8 @@ import pytest
 
 from sdkit.errors import ModelFormatError
 
+from sdkit_ggml.converters import conv
+
 Check = Callable[..., Any]
 # float32 sums over C*KH*KW products in another order than onnx.reference
 ATOL = 1e-5
@@ -30,6 +32,26 @@ def test_conv2d(attributes: dict[str, Any], like_reference: Check, f32: Check) -
     groups = attributes.get("group", 1)
     operands = [("x", f32(1, 4, 7, 6)), ("w", f32(6, 4 // groups, 3, 3), "const"), ("b", f32(6), "const")]
     like_reference("Conv", operands, attributes, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"pads": [1, 1, 1, 1]},
+        {"pads": [0, 1, 2, 1], "strides": [2, 1]},
+        {"dilations": [2, 1], "pads": [2, 1, 2, 1]},
+        {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+        {"pads": [3, 1, 3, 1], "strides": [2, 1]},  # a slab's padding cannot line up: padded once
+    ],
+)
+def test_conv2d_in_im2col_chunks(
+    attributes: dict[str, Any], like_reference: Check, f32: Check, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a budget of ~2 output rows' im2col: 3 to 6 chunks, the last one shorter
+    monkeypatch.setenv(conv.CHUNK_ENV, str(2 * 6 * 4 * 9 * 4 / (1 << 20)))
+    operands = [("x", f32(1, 4, 11, 6)), ("w", f32(5, 4, 3, 3), "const"), ("b", f32(5), "const")]
+    like_reference("Conv", operands, attributes, atol=ATOL, oracle="onnxruntime")
 
 
 def test_conv1d_batched_with_a_runtime_kernel(like_reference: Check, f32: Check) -> None:

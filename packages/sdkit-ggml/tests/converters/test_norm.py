@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import sdkit
+
 Check = Callable[..., Any]
 ATOL = 2e-5  # mean and variance summed in another order than onnx.reference
 
@@ -58,3 +60,29 @@ def test_batch_norm_refusals(refuses: Check, f32: Check) -> None:
 def test_group_norm_channels_must_split(refuses: Check, f32: Check) -> None:
     operands = [("x", f32(1, 3, 2, 2)), ("s", f32(3), "const"), ("b", f32(3), "const")]
     refuses("GroupNormalization", operands, {"num_groups": 2}, match="do not split", opset=21, strict=False)
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs"),
+    [
+        ((2, 7, 5, 4), {"size": 5, "alpha": 1e-2, "beta": 0.75, "bias": 1.0}),  # AlexNet style
+        ((1, 3, 4, 2), {"size": 7}),  # window wider than the channels, default attributes
+    ],
+)
+def test_lrn(shape: tuple[int, ...], attrs: dict[str, float], like_reference: Check, f32: Check) -> None:
+    like_reference("LRN", [("x", f32(*shape))], attrs, atol=2e-5, oracle="onnxruntime")
+
+
+def test_lrn_even_window(one_node_graph: Check, f32: Check) -> None:
+    """An even window reaches one channel further after than before. onnxruntime refuses even
+    sizes and onnx.reference loops over the batch instead of the channels, so the oracle is the
+    ONNX spec's formula in numpy."""
+    x = f32(1, 6, 3, 3)
+    attrs = {"size": 2, "alpha": 0.5, "beta": 0.5, "bias": 2.0}
+    got = sdkit.compile(one_node_graph("LRN", [("x", x)], attrs), backend="ggml").run({"x": x})["out0"]
+    square_sum = np.stack([np.sum(x[:, c : c + 2] ** 2, axis=1) for c in range(6)], axis=1)
+    np.testing.assert_allclose(got, x / (2.0 + 0.25 * square_sum) ** 0.5, rtol=1e-5, atol=1e-6)
+
+
+def test_lrn_needs_a_channel_axis(refuses: Check, f32: Check) -> None:
+    refuses("LRN", [("x", f32(4, 5))], {"size": 3}, match="LRN of size 3 on a rank-2 input", strict=False)

@@ -8,6 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sdkit
+from sdkit.model import Model
 
 Check = Callable[..., Any]
 
@@ -70,3 +74,40 @@ def test_shape_producers_specialise_on_input_values(like_reference: Check) -> No
     like_reference("ConstantOfShape", [("shape", i64(2, 3))], atol=0.0)
     scalars = [np.array(v, np.float32) for v in (1.0, 4.0, 0.5)]
     like_reference("Range", [("start", scalars[0]), ("limit", scalars[1]), ("delta", scalars[2])], atol=0.0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [
+        ((2, 3, 4, 5, 6), (0, 2, 1, 3, 4)),  # a channel shuffle's transpose: H and W stay together
+        ((1, 2, 3, 4, 5), (0, 3, 4, 2, 1)),  # a size-1 axis dropped, two axes merged
+        ((2, 3, 1, 4, 5), (4, 0, 2, 1, 3)),
+    ],
+)
+def test_rank5_transpose_folds_to_rank4(
+    shape: tuple[int, ...], perm: tuple[int, ...], like_reference: Check, f32: Check
+) -> None:
+    like_reference("Transpose", [("x", f32(*shape))], {"perm": perm}, atol=0.0, oracle="onnxruntime")
+
+
+def test_channel_shuffle_against_onnxruntime(f32: Check) -> None:
+    """ShuffleNet's channel shuffle: Reshape to [N, g, C/g, H, W], swap g and C/g, Reshape back."""
+    ort = pytest.importorskip("onnxruntime")
+    x = f32(2, 12, 5, 7)
+    nodes = [
+        helper.make_node("Reshape", ["x", "split"], ["grouped"]),
+        helper.make_node("Transpose", ["grouped"], ["shuffled"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["shuffled", "merge"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(i64(2, 3, 4, 5, 7), "split"), numpy_helper.from_array(i64(2, 12, 5, 7), "merge")]
+    graph = helper.make_graph(
+        nodes,
+        "shuffle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+        initializer=inits,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    got = sdkit.compile(Model.from_proto(proto), backend="ggml").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)

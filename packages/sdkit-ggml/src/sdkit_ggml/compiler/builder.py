@@ -28,6 +28,8 @@ class TensorFactory(Protocol):
 
     def new_tensor(self, ggml_type: int, ne: Ne, *, weight: bool) -> int: ...
 
+    def set_prec_f32(self, ptr: int) -> None: ...
+
     def free(self) -> None: ...
 
 
@@ -130,6 +132,10 @@ class Builder:
             # A lowering bug, not a user error: fail loudly rather than compute garbage.
             raise RuntimeError(f"{fn}: ggml produced ne={got}, expected {want} for ONNX shape {tuple(shape)}")
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype or np.float32), ggml_type)
+
+    def set_precision_f32(self, t: Tensor) -> None:
+        """Ask for F32 accumulation in ``t``'s op (flash attention; ignored where ggml has no choice)."""
+        self.factory.set_prec_f32(t.ptr)
 
     def new_input(self, shape: Sequence[int], dtype: np.dtype[Any]) -> Tensor:
         if 0 in shape:

@@ -7,6 +7,7 @@ the same conditions first and raise ``Unsupported`` instead. Every result is con
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -62,7 +63,11 @@ def transpose(b: Builder, t: Tensor, perm: Sequence[int]) -> Tensor:
     if moved == sorted(moved):
         return reshape(b, t, out_shape)
     if r > 4:
-        raise Unsupported(f"Transpose of a rank-{r} tensor: ggml permutes at most 4 dims")
+        folded = _fold_axes(t.shape, perm)
+        if folded is None:
+            raise Unsupported(f"Transpose of a rank-{r} tensor: ggml permutes at most 4 dims")
+        shape4, perm4 = folded
+        return reshape(b, transpose(b, reshape(b, t, shape4), perm4), out_shape)
     # ggml dim k is ONNX axis r-1-k; input dim k goes to output position axes[k].
     axes = list(range(4))
     for j, p in enumerate(perm):
@@ -70,6 +75,26 @@ def transpose(b: Builder, t: Tensor, perm: Sequence[int]) -> Tensor:
     view = b.op("ggml_permute", t.ptr, *axes, shape=out_shape, dtype=t.dtype)
     # permute gives a non-contiguous view whose ne is already out_shape's.
     return with_bounds(b.op("ggml_cont", view.ptr, shape=out_shape, dtype=t.dtype), t.bounds)
+
+
+def _fold_axes(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], list[int]] | None:
+    """The same permutation on at most 4 axes, when size-1 axes are dropped and input axes that
+    stay next to each other in the output are merged (a channel shuffle's [N, g, C/g, H, W]
+    with perm [0, 2, 1, 3, 4] is [N, g, C/g, H*W] with [0, 2, 1, 3]): (merged shape, perm)."""
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    after = dict(itertools.pairwise(kept))  # the next kept input axis
+    groups: list[list[int]] = []
+    for axis in (p for p in perm if shape[p] != 1):
+        if groups and after.get(groups[-1][-1]) == axis:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    if len(groups) > 4:
+        return None
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    merged = tuple(math.prod(shape[a] for a in groups[g]) for g in by_input)
+    position = {g: i for i, g in enumerate(by_input)}
+    return merged, [position[g] for g in range(len(groups))]
 
 
 def broadcast_shape(a: Sequence[int], c: Sequence[int]) -> tuple[int, ...]:

@@ -33,5 +33,8 @@ class ShapeOnlyContext:
     def new_tensor(self, ggml_type: int, ne: Ne, *, weight: bool) -> int:
         return self._new(ggml_type)
 
+    def set_prec_f32(self, ptr: int) -> None:
+        pass
+
     def free(self) -> None:
         self._types.clear()

@@ -10,6 +10,7 @@ from sdkit_ggml.converters import (  # noqa: F401 - imported to register their c
     conv,
     conv_transpose,
     elementwise,
+    fused,
     integer,
     logic,
     matmul,

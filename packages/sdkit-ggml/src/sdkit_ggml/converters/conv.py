@@ -8,6 +8,7 @@ inserted between input pixels, then a stride-1 conv with the flipped kernel.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import onnx
@@ -20,6 +21,10 @@ from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
 MAX_GROUPS = 64  # grouped convs are lowered one group at a time
+# im2col of a big feature map (1.2 GB for the SD VAE's last convs at 512 px) is built in chunks
+# of at most this many MB (issue 17: peak memory at or below onnxruntime's).
+CHUNK_ENV = "SDKIT_GGML_IM2COL_CHUNK_MB"
+DEFAULT_CHUNK_MB = 64
 
 
 def check_conv(node: onnx.NodeProto) -> str | None:
@@ -65,6 +70,9 @@ def conv2d(
         raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
     k = c * kh * kw
+    rows = chunk_rows(oh, ow * k * (2 if col_type == L.GGML_TYPE_F16 else 4))
+    if n == 1 and rows < oh:
+        return chunked_conv2d(b, x, kernel, rows, stride=stride, pad=pad, dilation=dilation, out_hw=(oh, ow))
     strides_pads_dilations = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
     cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
     cols2 = ops.reshape(b, cols, (n * oh * ow, k))
@@ -75,6 +83,115 @@ def conv2d(
     if n == 1:
         return ops.reshape(b, product, (1, oc, oh, ow))
     return ops.transpose(b, ops.reshape(b, product, (oc, n, oh, ow)), (1, 0, 2, 3))
+
+
+def chunk_rows(out_rows: int, row_bytes: int) -> int:
+    """Output rows per im2col chunk: the whole output when its im2col fits the budget
+    ($SDKIT_GGML_IM2COL_CHUNK_MB, default 64; 0 turns chunking off)."""
+    budget_mb = float(os.environ.get(CHUNK_ENV, DEFAULT_CHUNK_MB) or 0)
+    if budget_mb <= 0:
+        return out_rows
+    return max(1, min(out_rows, int(budget_mb * (1 << 20)) // max(row_bytes, 1)))
+
+
+def chunk_rows_plan(
+    first: int, count: int, h: int, kh: int, stride: int, pad: int, dilation: int
+) -> tuple[int, int, int, int] | None:
+    """How output rows [first, first + count) are taken from an input of ``h`` rows padded by
+    ``pad`` above and below, without copying the input: (first input row, input rows, the
+    symmetric pad im2col adds to that slab, output rows of the slab's im2col to skip), or None
+    when im2col's symmetric padding cannot line up (then the input is padded explicitly)."""
+    low = first * stride - pad
+    high = low + (count - 1) * stride + dilation * (kh - 1)
+    missing_top, missing_bottom = max(0, -low), max(0, high - (h - 1))
+    extra = max(missing_top, missing_bottom)
+    if (extra - missing_top) % stride:
+        return None
+    start, height = max(low, 0), min(high, h - 1) - max(low, 0) + 1
+    skip = (extra - missing_top) // stride
+    if height < 1 or (height + 2 * extra - dilation * (kh - 1) - 1) // stride + 1 < skip + count:
+        return None
+    return start, height, extra, skip
+
+
+def chunked_conv2d(
+    b: Builder,
+    x: Tensor,
+    kernel: Tensor,
+    rows: int,
+    *,
+    stride: tuple[int, int],
+    pad: tuple[int, int],
+    dilation: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> Tensor:
+    """A batch-1 conv whose im2col would be large, ``rows`` output rows at a time: each chunk's
+    im2col and product are freed (gallocr reuses their memory) before the next, and each chunk is
+    written in place into the output (ggml_set), so the peak is one chunk, not the whole im2col.
+    Each chunk reads a slab of input rows in place; im2col pads the slab's edges itself."""
+    oc, _, kh, _ = kernel.shape
+    oh, ow = out_hw
+    chunks = [(first, min(rows, oh - first)) for first in range(0, oh, rows)]
+    plans = [chunk_rows_plan(f, n, x.shape[2], kh, stride[0], pad[0], dilation[0]) for f, n in chunks]
+    if any(plan is None for plan in plans):  # pad once, then every slab is plain rows
+        x = pad_constant(b, x, [0, 0, pad[0], 0], [0, 0, pad[0], 0])
+        plans = [chunk_rows_plan(f, n, x.shape[2], kh, stride[0], 0, dilation[0]) for f, n in chunks]
+    kernel2 = ops.reshape(b, kernel, (oc, kernel.size // oc))
+    out: Tensor | None = None
+    for (first, count), plan in zip(chunks, plans, strict=True):
+        if plan is None:
+            raise Unsupported("Conv: an im2col chunk does not line up with the padded input")
+        cols = _slab_cols(b, x, kernel, plan, count, stride=stride, pad_w=pad[1], dilation=dilation, ow=ow)
+        part = b.op("ggml_mul_mat", cols.ptr, kernel2.ptr, shape=(oc, count * ow))
+        if out is None:  # the first chunk, zero-padded to the whole output
+            out = b.op("ggml_pad_ext", part.ptr, 0, (oh - count) * ow, 0, 0, 0, 0, 0, 0, shape=(oc, oh * ow))
+        else:
+            row = oh * ow * 4
+            out = b.op(
+                "ggml_set_inplace", out.ptr, part.ptr, row, row * oc, row * oc, first * ow * 4, shape=(oc, oh * ow)
+            )
+    if out is None:
+        raise Unsupported("Conv: no output rows")
+    return ops.reshape(b, out, (1, oc, oh, ow))
+
+
+def _slab_cols(
+    b: Builder,
+    x: Tensor,
+    kernel: Tensor,
+    plan: tuple[int, int, int, int],
+    count: int,
+    *,
+    stride: tuple[int, int],
+    pad_w: int,
+    dilation: tuple[int, int],
+    ow: int,
+) -> Tensor:
+    """The im2col rows [count * ow, C*KH*KW] of one chunk, from a view of input rows."""
+    _, c, h, w = x.shape
+    _, _, kh, kw = kernel.shape
+    start, height, extra, skip = plan
+    k = c * kh * kw
+    # rows [start, start + height) of every channel: im2col reads rows with the input's width
+    # and steps channels by nb[2], so the view needs no copy
+    slab = b.op(
+        "ggml_view_4d", x.ptr, w, height, c, 1, w * 4, h * w * 4, c * h * w * 4, start * w * 4,
+        shape=(1, c, height, w),
+    )  # fmt: skip
+    col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
+    made = (height + 2 * extra - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    spd = (stride[1], stride[0], pad_w, extra, dilation[1], dilation[0])
+    cols = b.op("ggml_im2col", kernel.ptr, slab.ptr, *spd, True, col_type, shape=(1, made, ow, k))
+    cols2 = ops.reshape(b, cols, (made * ow, k))
+    if made == count:
+        return cols2
+    # the rows the slab's own padding added: a contiguous run of whole rows, skipped by a view
+    size = 2 if col_type == L.GGML_TYPE_F16 else 4
+    row = k * size
+    return b.op(
+        "ggml_view_4d", cols2.ptr, k, count * ow, 1, 1, row, row * count * ow, row * count * ow, skip * ow * row,
+        shape=(count * ow, k),
+    )  # fmt: skip
 
 
 def convolution(

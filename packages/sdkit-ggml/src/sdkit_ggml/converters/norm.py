@@ -1,4 +1,4 @@
-"""Normalizations: Instance, Group, Layer and (inference) Batch normalization.
+"""Normalizations: Instance, Group, Layer, (inference) Batch normalization and LRN.
 
 All reduce to ggml_norm, which normalizes along ne[0]: the tensor is reshaped so that the
 normalized elements are contiguous rows, then scale and bias broadcast per channel.
@@ -14,6 +14,7 @@ import onnx
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
+from sdkit_ggml.converters.pad import pad_constant
 from sdkit_ggml.converters.table import converter
 
 
@@ -113,3 +114,28 @@ def convert_batch_norm(b: Builder, node: Node) -> list[Value]:
     std = ops.unary(b, "ggml_sqrt", ops.scale(b, var, 1.0, eps))
     y = ops.binary(b, "ggml_div", ops.binary(b, "ggml_sub", x, mean), std)
     return [ops.binary(b, "ggml_add", ops.binary(b, "ggml_mul", y, scale), bias)]
+
+
+@converter("LRN", since_version=1)
+def convert_lrn(b: Builder, node: Node) -> list[Value]:
+    """Local response normalization across channels:
+    ``x / (bias + alpha / size * sum of x^2 over the size-wide channel window) ** beta``.
+    The window sum is ``size`` shifted views of the channel-padded squares, added."""
+    x = b.tensor(node, 0)
+    ops.require_float(x, what="LRN")
+    size = int(node.attr("size", 0))
+    if x.rank < 3 or size < 1:
+        raise Unsupported(f"LRN of size {size} on a rank-{x.rank} input (needs size >= 1, rank >= 3)")
+    n, channels = x.shape[0], x.shape[1]
+    flat = ops.reshape(b, x, (n, channels, math.prod(x.shape[2:])))
+    squares = ops.unary(b, "ggml_sqr", flat)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = pad_constant(b, squares, [0, before, 0], [0, after, 0])
+    windows = [ops.slice_view(b, padded, [0, shift, 0], list(flat.shape), [1, 1, 1]) for shift in range(size)]
+    total = windows[0]
+    for window in windows[1:]:
+        total = ops.binary(b, "ggml_add", total, window)
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    base = ops.scale(b, total, alpha / size, bias)
+    denominator = ops.unary(b, "ggml_exp", ops.scale(b, ops.unary(b, "ggml_log", base), beta))
+    return [ops.reshape(b, ops.binary(b, "ggml_div", flat, denominator), x.shape)]

@@ -28,6 +28,7 @@ _SAME_TYPE = frozenset(
         "ggml_concat",
         "ggml_repeat_4d",
         "ggml_pad_ext",
+        "ggml_set_inplace",
     }
 )
 
@@ -81,6 +82,9 @@ class GgmlContext:
         if not weight:
             self.lib.ggml_set_input(ptr)
         return int(ptr)
+
+    def set_prec_f32(self, ptr: int) -> None:
+        self.lib.ggml_flash_attn_ext_set_prec(ptr, L.GGML_PREC_F32)
 
     def free(self) -> None:
         for attr in ("ctx", "wctx"):

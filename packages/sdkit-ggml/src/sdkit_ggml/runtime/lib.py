@@ -36,6 +36,8 @@ GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
 # enum ggml_backend_dev_type
 DEV_TYPE_CPU, DEV_TYPE_GPU, DEV_TYPE_IGPU, DEV_TYPE_ACCEL = 0, 1, 2, 3
 GGML_STATUS_SUCCESS = 0
+# enum ggml_prec
+GGML_PREC_F32 = 10
 
 
 class InitParams(ctypes.Structure):
@@ -128,6 +130,8 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_norm": (_P, (_P, _P, _F)),
     "ggml_soft_max_ext": (_P, (_P, _P, _P, _F, _F)),
     "ggml_mul_mat": (_P, (_P, _P, _P)),
+    "ggml_flash_attn_ext": (_P, (_P, _P, _P, _P, _P, _F, _F, _F)),
+    "ggml_flash_attn_ext_set_prec": (None, (_P, _I)),
     "ggml_cast": (_P, (_P, _P, _I)),
     "ggml_repeat_4d": (_P, (_P, _P, _L, _L, _L, _L)),
     "ggml_concat": (_P, (_P, _P, _P, _I)),
@@ -135,6 +139,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_view_4d": (_P, (_P, _P, _L, _L, _L, _L, _S, _S, _S, _S)),
     "ggml_permute": (_P, (_P, _P, _I, _I, _I, _I)),
     "ggml_get_rows": (_P, (_P, _P, _P)),
+    "ggml_set_inplace": (_P, (_P, _P, _P, _S, _S, _S, _S)),
     "ggml_im2col": (_P, (_P, _P, _P, _I, _I, _I, _I, _I, _I, _B, _I)),
     "ggml_conv_transpose_2d_p0": (_P, (_P, _P, _P, _I)),
     "ggml_pool_1d": (_P, (_P, _P, _I, _I, _I, _I)),

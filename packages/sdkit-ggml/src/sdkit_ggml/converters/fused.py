@@ -1,0 +1,92 @@
+"""Converters of the fused nodes the graph passes create (domain ``ai.sdkit.ggml``,
+``compiler/pass_fusions.py``). Each is built from ggml ops only, so it runs on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sdkit_ggml.compiler import ops
+from sdkit_ggml.compiler.builder import Builder
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
+from sdkit_ggml.compiler.pass_graph import FUSED_DOMAIN
+from sdkit_ggml.converters.norm import normalize_rows
+from sdkit_ggml.converters.table import converter
+
+
+@converter("SiLU", since_version=1, domain=FUSED_DOMAIN)
+def convert_silu(b: Builder, node: Node) -> list[Value]:
+    return [ops.unary(b, "ggml_silu", b.tensor(node, 0))]
+
+
+def _is_fill(b: Builder, node: Node, index: int, fill: float) -> bool:
+    """Whether input ``index`` is a constant refit cannot change, all equal to ``fill``."""
+    value = b.fixed_value(node, index)
+    return value is not None and bool(np.all(value == fill))
+
+
+def _per_channel(b: Builder, node: Node, index: int, channels: int, rank: int) -> Tensor:
+    t = b.tensor(node, index)
+    if t.size not in (1, channels):
+        raise Unsupported(f"GroupNorm: input {index} has {t.size} values for {channels} channels")
+    return ops.reshape(b, t, (1, t.size) + (1,) * (rank - 2))
+
+
+@converter("GroupNorm", since_version=1, domain=FUSED_DOMAIN)
+def convert_group_norm(b: Builder, node: Node) -> list[Value]:
+    """GroupNorm(x, s, t, gamma, beta): per-group normalization with the InstanceNormalization
+    affine ``s``, ``t`` (per group; skipped when they are the ones and zeros torch exports),
+    then the per-channel ``gamma``, ``beta`` and an optional SiLU."""
+    x = b.tensor(node, 0)
+    groups = int(node.attr("num_groups"))
+    if x.rank < 3 or x.shape[1] % groups:
+        raise Unsupported(f"GroupNorm: {list(x.shape)} does not split into {groups} groups")
+    n, channels = x.shape[0], x.shape[1]
+    y = normalize_rows(b, x, n * groups, float(node.attr("epsilon", 1e-5)))
+    if not (_is_fill(b, node, 1, 1.0) and _is_fill(b, node, 2, 0.0)):
+        grouped = ops.reshape(b, y, (n, groups, x.size // (n * groups)))
+        s, t = b.tensor(node, 1), b.tensor(node, 2)
+        if s.size != groups or t.size != groups:
+            raise Unsupported(f"GroupNorm: the instance scale and bias need {groups} values")
+        grouped = ops.binary(b, "ggml_mul", grouped, ops.reshape(b, s, (1, groups, 1)))
+        grouped = ops.binary(b, "ggml_add", grouped, ops.reshape(b, t, (1, groups, 1)))
+        y = ops.reshape(b, grouped, x.shape)
+    y = ops.binary(b, "ggml_mul", y, _per_channel(b, node, 3, channels, x.rank))
+    y = ops.binary(b, "ggml_add", y, _per_channel(b, node, 4, channels, x.rank))
+    activation = str(node.attr("activation", ""))
+    if activation == "silu":
+        y = ops.unary(b, "ggml_silu", y)
+    elif activation:
+        raise Unsupported(f"GroupNorm activation {activation!r}")
+    return [y]
+
+
+def _as_heads(b: Builder, t: Tensor) -> Tensor:
+    """A rank-3 [B*H, L, d] operand as rank 4 [1, B*H, L, d] (ggml's n_head axis)."""
+    return ops.reshape(b, t, (1, *t.shape)) if t.rank == 3 else t
+
+
+@converter("Attention", since_version=1, domain=FUSED_DOMAIN)
+def convert_attention(b: Builder, node: Node) -> list[Value]:
+    """softmax(scale * Q K^T) V as one ggml_flash_attn_ext: the score matrix is never stored.
+    ``k_transposed``: input 1 is K^T ([.., d, Lk]) rather than K."""
+    q, k, v = b.tensor(node, 0), b.tensor(node, 1), b.tensor(node, 2)
+    ops.require_float(q, k, v, what="attention")
+    if not q.rank == k.rank == v.rank or q.rank not in (3, 4):
+        raise Unsupported("attention operands must all be rank 3 or all rank 4")
+    if int(node.attr("k_transposed", 0)):
+        k = ops.transpose(b, k, [*range(k.rank - 2), k.rank - 1, k.rank - 2])
+    batch = q.shape[:-2]
+    if k.shape[:-2] != batch or v.shape[:-2] != batch or k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+        raise Unsupported(f"attention shapes Q {list(q.shape)}, K {list(k.shape)}, V {list(v.shape)} do not match")
+    q4, k4, v4 = _as_heads(b, q), _as_heads(b, k), _as_heads(b, v)
+    nb, heads, lq, dv = q4.shape[0], q4.shape[1], q4.shape[2], v4.shape[3]
+    scale = float(node.attr("scale", 1.0 / math.sqrt(q.shape[-1])))
+    out = b.op(
+        "ggml_flash_attn_ext", q4.ptr, k4.ptr, v4.ptr, None, scale, 0.0, 0.0, shape=(nb, lq, heads, dv), dtype=q.dtype
+    )
+    b.set_precision_f32(out)
+    result = ops.transpose(b, out, (0, 2, 1, 3))  # ggml's result is [batch, Lq, heads, dv]
+    return [ops.reshape(b, result, (*batch, lq, dv))]
