@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from sdkit.errors import ModelFormatError
-
 from sdkit_ggml.converters import conv
 
 Check = Callable[..., Any]

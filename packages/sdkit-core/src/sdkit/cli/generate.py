@@ -164,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         **options_from(args),
     }
     controlnets = control_fields(args)[1] or None
-    pipe = sdkit.load_pipeline(args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings)
+    pipe = sdkit.load_pipeline(
+        args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings
+    )
     refiner = None
     if args.refiner is not None:  # checked to be SDXL by build_request; the same settings
         refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)

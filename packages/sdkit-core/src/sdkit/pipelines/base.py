@@ -19,8 +19,8 @@ import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
-from sdkit.pipelines.adapters import AdapterMethods, Adapters
 from sdkit.limits import check_generation
+from sdkit.pipelines.adapters import AdapterMethods, Adapters
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
