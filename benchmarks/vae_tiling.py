@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-TILE = 512
+TILE = 512  # --tile changes it
 RESULTS = ROOT / "benchmarks" / "results"
 CHILD = r"""
 import json, os, resource, sys, time
@@ -80,9 +80,9 @@ def blend_edges(size: int, tile: int) -> list[int]:
 def seam_ratio(tiled: np.ndarray, whole: np.ndarray, edges: list[int]) -> float:
     """Mean |step| across the blend-zone edges, tiled over untiled (rows and columns)."""
 
-    def steps(image: np.ndarray) -> float:
-        rows = [np.abs(image[:, e] - image[:, e - 1]).mean() for e in edges]
-        cols = [np.abs(image[:, :, e] - image[:, :, e - 1]).mean() for e in edges]
+    def steps(image: np.ndarray) -> float:  # image: [H, W, 3]
+        rows = [np.abs(image[e] - image[e - 1]).mean() for e in edges]
+        cols = [np.abs(image[:, e] - image[:, e - 1]).mean() for e in edges]
         return float(np.mean(rows + cols))
 
     return steps(tiled) / steps(whole)
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024,2048")
     parser.add_argument("--backend", default="openvino")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tile", type=int, default=TILE, help="tile side in pixels (default %(default)s)")
     parser.add_argument("--modes", default="keep,offload,keep+tiled,offload+tiled", help="which to run, in order")
     parser.add_argument("--max-gb", type=float, default=8.0, help="skip a mode whose estimated peak is above this")
     args = parser.parse_args()
@@ -104,11 +105,12 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} cpus; backend {args.backend}, {args.threads} threads"
     )
     rows = []
+    tile_size = args.tile
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             images = {}
             for name in args.modes.split(","):
-                policy, tile = name.split("+")[0], TILE if name.endswith("+tiled") else 0
+                policy, tile = name.split("+")[0], tile_size if name.endswith("+tiled") else 0
                 estimate = 0.3 + 4.6 * (size / 1024) ** 2 if tile == 0 else 1.4  # GB: measured 1024 px, scaled
                 mode = f"{policy}{' + tiled' if tile else ''}"
                 if estimate > args.max_gb:
@@ -122,8 +124,8 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
                 RESULTS.mkdir(parents=True, exist_ok=True)
                 (RESULTS / "vae_tiling.json").write_text(json.dumps(rows, indent=1))
-            whole, tiled = images.get(("keep", 0)), images.get(("keep", TILE))
-            edges = blend_edges(size, TILE)
+            whole, tiled = images.get(("keep", 0)), images.get(("keep", tile_size))
+            edges = blend_edges(size, tile_size)
             if whole is not None and tiled is not None and edges:
                 diff = np.abs(tiled - whole)
                 seam = seam_ratio(tiled[0], whole[0], edges)
