@@ -114,3 +114,27 @@ def test_prompt_lora_tags(tmp_path: Path) -> None:
         prompt_loras("<lora:old:1>", tmp_path)
     with pytest.raises(InputError, match=r"the strength must be a number"):
         prompt_loras("<lora:ink:strong>", tmp_path)
+
+
+def test_sdxl_pipeline_lora_and_embedding(tiny_families: dict[str, Family]) -> None:
+    """SDXL: kohya names in the SGM layout, two text encoders (lora_te1_/lora_te2_), and an
+    embedding with clip_l and clip_g, against diffusers' goldens."""
+    sdxl = TINY / "sdxl"
+    with np.load(sdxl / "adapters.npz", allow_pickle=False) as data:
+        goldens = {k: data[k] for k in data.files}
+    pipe = sdkit.load_pipeline(sdxl / "sdxl_fp16.safetensors", backend="reference")
+    swaps = pipe.set_loras([(sdxl / "lora" / "sdxl_kohya_locon.safetensors", 0.5)])
+    assert set(swaps) == {"unet", "text_encoder", "text_encoder_2"}
+    feeds = {k.rpartition("/")[2]: v for k, v in goldens.items() if k.startswith("sdxl/inputs/unet/")}
+    out = pipe.components["unet"].run(feeds)["out_sample"]
+    assert np.abs(out - goldens["lora/sdxl_kohya_locon@0.5/unet/out_sample"]).max() <= TOLERANCE
+    pipe.set_loras([])
+    pipe.load_embedding(sdxl / "embeddings" / "skxlstyle.safetensors")
+    prompt = "a photo of skxlstyle riding a horse"
+    for component in ("text_encoder", "text_encoder_2"):
+        ids = pipe.text_tokenizers()[component]([prompt])
+        assert ids.tolist() == goldens[f"embeddings/{component}/input_ids"].reshape(1, -1).tolist()
+        results = pipe.components[component].run({"input_ids": ids})  # the outputs SDXL reads
+        assert set(results) == set(pipe.config.text_outputs[component])
+        for output, value in results.items():
+            assert np.abs(value - goldens[f"embeddings/{component}/{output}"]).max() <= TOLERANCE
