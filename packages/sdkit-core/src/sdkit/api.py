@@ -19,8 +19,9 @@ from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.plugins import get_plugins
 from sdkit.selection import choose, get_backend, probe
+from sdkit.trials import compile_choice
 from sdkit.tuned import ShapeDeferred
-from sdkit.tuning import TuneSettings, compile_choice, fixed_shapes, shaped, stored_measured, tuned_before
+from sdkit.tuning import TuneSettings, fixed_shapes, shaped, stored_measured, tuned_before
 from sdkit.tuning import tune as tune_model
 
 

@@ -15,7 +15,8 @@ from sdkit.backend import CompiledModel
 from sdkit.device import Device
 from sdkit.model import Model, WeightSet
 from sdkit.selection import choose
-from sdkit.tuning import TuneResult, TuneSettings, compile_choice, shaped, stored_measured, tune
+from sdkit.trials import compile_choice
+from sdkit.tuning import TuneResult, TuneSettings, shaped, stored_measured, tune
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
