@@ -9,7 +9,7 @@ from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.converters.integer import integer_binary, is_integer
-from sdkit_ggml.converters.nan_safe import exact_max, exact_min, keep_nan
+from sdkit_ggml.converters.nan_safe import exact_max, exact_min, keep_nan, relu
 from sdkit_ggml.converters.table import converter
 
 BINARY = {"Add": "ggml_add", "Sub": "ggml_sub", "Mul": "ggml_mul", "Div": "ggml_div"}
@@ -29,8 +29,6 @@ UNARY = {
     "Softplus": "ggml_softplus",
     "Sign": "ggml_sgn",
 }
-# ggml kernels written as comparisons (x > 0 ? x : 0) that turn NaN into a number
-DROPS_NAN = frozenset({"Relu"})
 # Abramowitz & Stegun 7.1.26: |erf error| <= 1.5e-7.
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -73,8 +71,9 @@ def convert_binary(b: Builder, node: Node) -> list[Value]:
 @converter(list(UNARY), since_version=6)
 def convert_unary(b: Builder, node: Node) -> list[Value]:
     x = b.tensor(node, 0)
-    result = ops.unary(b, UNARY[node.op], x)
-    return [keep_nan(b, result, x) if node.op in DROPS_NAN else result]
+    if node.op == "Relu":  # ggml_relu is x > 0 ? x : 0, which turns NaN into 0
+        return [relu(b, x)]
+    return [ops.unary(b, UNARY[node.op], x)]
 
 
 def _training(b: Builder, node: Node) -> bool:

@@ -36,6 +36,13 @@ def keep_nan(b: Builder, result: Tensor, *sources: Tensor) -> Tensor:
     return result
 
 
+def relu(b: Builder, x: Tensor) -> Tensor:
+    """``max(x, 0)`` keeping NaN, exactly: ``elu(x) * step(x)``. elu keeps NaN and positives as
+    they are and maps -inf to -1, so the product is exact (no ``inf * 0``). Two cheap ops more
+    than ggml_relu (about +10% on the TAEF2 decoder, where ``relu + tanh(x) * 0`` cost +35-45%)."""
+    return ops.binary(b, "ggml_mul", ops.unary(b, "ggml_elu", x), ops.unary(b, "ggml_step", x))
+
+
 def _is_pos_inf(b: Builder, x: Tensor) -> Tensor:
     """1 where ``x`` is +inf, else 0 (x - FLT_MAX > 0 only for +inf; NaN gives 0)."""
     return ops.unary(b, "ggml_step", ops.scale(b, x, 1.0, -FLT_MAX))
