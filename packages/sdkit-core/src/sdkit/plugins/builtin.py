@@ -29,6 +29,7 @@ SCHEDULERS = (
     "sdkit.schedulers.dpm_sde:DPMPPSDE",
     "sdkit.schedulers.ddim:DDIM",
     "sdkit.schedulers.ddim:LCM",
+    "sdkit.schedulers.flow_match:FlowMatchEuler",
 )
 
 
