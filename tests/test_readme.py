@@ -59,7 +59,9 @@ def test_every_other_line_names_something_that_exists() -> None:
         elif words[0] in ("python", "python3") and words[1].endswith(".py"):
             assert (ROOT / words[1]).is_file(), command
         else:
-            assert words[0] in ("sdkit", "pip", "python3", ".", "source"), f"README: unchecked command {command!r}"
+            # curl: the serving section's requests against a running `sdkit serve`.
+            known_tools = ("sdkit", "pip", "python3", ".", "source", "curl")
+            assert words[0] in known_tools, f"README: unchecked command {command!r}"
 
 
 @pytest.mark.slow

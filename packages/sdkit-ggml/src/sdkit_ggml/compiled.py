@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sdkit.backend import CompiledModel, TensorInfo
+from sdkit.backend import CompiledModel, TensorInfo, check_feeds
 from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
@@ -76,6 +76,13 @@ class GgmlCompiledModel(CompiledModel):
     @property
     def signatures(self) -> list[Signature]:
         return list(self._programs)
+
+    def program_for(self, feeds: Mapping[str, np.ndarray]) -> Program:
+        """The allocated ggml program that runs ``feeds`` (built now if their shapes are new):
+        what ``sdkit_ggml.runtime.profile.profile_program`` times node by node."""
+        checked = check_feeds(self.inputs, feeds)
+        specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
+        return self._program(specs, checked)
 
     def _program(
         self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]

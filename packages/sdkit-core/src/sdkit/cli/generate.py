@@ -1,4 +1,5 @@
-"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion pipeline.
+"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion 1.x/2.x or
+SDXL pipeline (SDXL: second prompts, micro-conditioning, ``--refiner``; ``sdkit.cli.sdxl_options``).
 
 The PNG carries the generation parameters in a ``parameters`` text chunk, AUTOMATIC1111 style,
 so other tools read them back.
@@ -16,10 +17,13 @@ import numpy as np
 
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.progress import interactive
+from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
+from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.sdxl_request import XLRequest
 
-HELP = "generate images with a Stable Diffusion pipeline (txt2img, or img2img with --init-image)"
+HELP = "generate images with a Stable Diffusion or SDXL pipeline (txt2img, or img2img with --init-image)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="device for every component, or per component like --backend")
     parser.add_argument("--memory", choices=("keep", "offload"), default="keep", help="memory policy (default: keep)")
     add_option_arguments(parser)
+    add_sdxl_arguments(parser)
 
 
 def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] | None:
@@ -90,9 +95,19 @@ class StepBar:
 
 
 def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> GenerationRequest:
-    """The request the flags describe, checked before any model loads: a typo fails in a second."""
-    return GenerationRequest.create(
+    """The request the flags describe, checked before any model loads: a typo fails in a second.
+    Its class is the model's pipeline's (found from its config files), so SDXL flags on an SD
+    model, or a refiner that is not SDXL, fail here too."""
+    pipeline_class = pipeline_class_for(args.model)
+    if pipeline_class is not None:
+        request_class, extra = pipeline_class.request_class, checked_fields(args, pipeline_class)
+    else:  # a loader that cannot tell: the pipeline checks the fields once it is loaded
+        extra = {field: value for field, (_, value) in sdxl_fields(args).items() if field != "refiner"}
+        request_class = XLRequest if extra or args.refiner else GenerationRequest
+    return request_class.create(
         args.prompt,
+        **extra,
+        prompt_weighting=args.prompt_weighting,
         negative_prompt=args.negative,
         seed=args.seed,
         width=args.width,
@@ -116,13 +131,15 @@ def run(args: argparse.Namespace) -> int:
     request = build_request(args, bar)
     paths = output_paths(args.output, request.seed, request.num_images)
     start = time.perf_counter()
-    pipe = sdkit.load_pipeline(
-        args.model,
-        backend=per_component_argument(args.backend, "--backend") or "auto",
-        device=per_component_argument(args.device, "--device"),
-        memory=args.memory,
+    settings = {
+        "backend": per_component_argument(args.backend, "--backend") or "auto",
+        "device": per_component_argument(args.device, "--device"),
+        "memory": args.memory,
         **options_from(args),
-    )
+    }
+    pipe = sdkit.load_pipeline(args.model, **settings)
+    if args.refiner is not None:  # checked to be SDXL by build_request; the same settings
+        request = request.replace(refiner=sdkit.load_pipeline(args.refiner, **settings))
     try:
         images = pipe.run(request)
     finally:

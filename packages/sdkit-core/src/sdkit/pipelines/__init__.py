@@ -1,4 +1,4 @@
-"""Stable Diffusion pipelines: txt2img and img2img on any backend.
+"""Stable Diffusion 1.x/2.x and SDXL pipelines: txt2img and img2img (SDXL: + refiner) on any backend.
 
     import sdkit
     pipe = sdkit.load_pipeline("path/to/sd15-onnx", backend="auto")
@@ -22,6 +22,8 @@ from sdkit.pipelines.images import GenerationParameters, save_png
 from sdkit.pipelines.loading import PipelineLoader, load_pipeline
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
+from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
+from sdkit.pipelines.sdxl_request import XLRequest
 from sdkit.pipelines.sources import ModelInMemory, ModelSource, OnnxFileSource
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 from sdkit.pipelines.tokenizer import ClipTokenizer, PromptTruncatedWarning
@@ -45,8 +47,10 @@ __all__ = [
     "PipelineLoader",
     "PromptTruncatedWarning",
     "StableDiffusionPipeline",
+    "StableDiffusionXLPipeline",
     "Step",
     "StepHook",
+    "XLRequest",
     "load_pipeline",
     "save_png",
 ]

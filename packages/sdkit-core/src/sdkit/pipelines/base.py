@@ -8,7 +8,8 @@ initial latents, ``DenoiseLoop``, decode, ``deliver``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -19,6 +20,7 @@ from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_imag
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import seed_list
 from sdkit.plugins import get_plugins
+from sdkit.schedulers import pipeline_config_fixups
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
 @dataclass
 class GenerationPlan:
     """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
-    shape, the per-image seeds and the scheduler with its timesteps set."""
+    shape, the per-image seeds and the scheduler with its timesteps set. ``parameters``: PNG
+    labels the stages add as they run (A1111's names, e.g. ``Pad conds``), written after the
+    common ones."""
 
     request: GenerationRequest
     width: int
@@ -39,6 +43,7 @@ class GenerationPlan:
     seeds: list[int]
     scheduler: Scheduler
     image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
+    parameters: dict[str, str] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -48,6 +53,8 @@ class Pipeline:
     component_names: ClassVar[tuple[str, ...]] = ()  # every component it may have
     prepared_components: ClassVar[tuple[str, ...]] = ()  # compiled at load under memory="keep"
     image_encoder: ClassVar[str] = "vae_encoder"  # the component img2img needs
+    # The diffusers pipeline whose scheduler-config fix-ups apply (sdkit.schedulers.PIPELINE_FIXUPS).
+    diffusers_pipeline: ClassVar[str] = ""
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         self.config = config
@@ -102,9 +109,14 @@ class Pipeline:
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
         """``request`` as this pipeline's request class (a base request is re-created as it)."""
+        known = self.request_class.field_names()
+        foreign = [f for f in dataclasses.fields(request) if f.init and f.name not in known]
+        for f in foreign:  # e.g. prompt_2 handed to an SD 1.x pipeline: refused, not ignored
+            if getattr(request, f.name) != f.default:
+                raise OptionError(f"{f.name} is not an option of {self.name} ({type(self).__name__})")
         if isinstance(request, self.request_class):
             return request
-        return self.request_class.create(**{n: getattr(request, n) for n in request.field_names()})
+        return self.request_class.create(**{n: getattr(request, n) for n in request.field_names() if n in known})
 
     def plan(self, request: GenerationRequest) -> GenerationPlan:
         """The checks that need the model, made once: size, img2img support, latents shape, and
@@ -136,9 +148,12 @@ class Pipeline:
         cls = get_plugins().schedulers.get(request.sampler)
         if cls is None:  # the plugin set changed since the request was made
             raise OptionError(f"sampler {request.sampler!r} is no longer registered")
+        config = self.config.scheduler_config
+        if self.diffusers_pipeline:  # what diffusers' pipeline constructor does to the config
+            config = pipeline_config_fixups(config, cls, self.diffusers_pipeline)
         scheduler: Scheduler = cls(
             schedule=request.schedule,
-            config=self.config.scheduler_config,
+            config=config,
             prediction_type=self.config.prediction_type,
         )
         return scheduler
@@ -181,4 +196,5 @@ class Pipeline:
             plan.height,
             self.name,
             float(request.strength) if plan.image is not None else None,
+            tuple(plan.parameters.items()),
         )

@@ -16,7 +16,7 @@ import contextlib
 import ctypes
 import gc
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -186,12 +186,15 @@ class LoadSettings:
         names: tuple[str, ...],
         sources: Mapping[str, ModelSource],
         outputs: Mapping[str, tuple[str, ...]] | None = None,
+        fp32: Collection[str] = (),
     ) -> dict[str, Component]:
         """A Component for each source. ``names`` are every component the pipeline may have
-        (a backend or device mapping may name only those); ``outputs`` the ones it reads."""
+        (a backend, device or precision mapping may name only those); ``outputs`` the ones it
+        reads; ``fp32`` the ones kept in fp32 (see ``component_options``)."""
         names = tuple(dict.fromkeys((*names, *sources)))
         backends = per_component(self.backend, names, "backend", "auto")
         devices = per_component(self.device, names, "device", None)
+        options = self.component_options(names, fp32)
         reads = outputs or {}
         return {
             name: Component(
@@ -199,9 +202,28 @@ class LoadSettings:
                 source,
                 backends[name],
                 devices[name],
-                self.options,
+                options[name],
                 cast("MemoryPolicy", self.memory),  # checked in __post_init__
                 reads.get(name, ()),
             )
             for name, source in sources.items()
         }
+
+    def component_options(self, names: tuple[str, ...], fp32: Collection[str] = ()) -> dict[str, dict[str, Any]]:
+        """Each component's compile options. ``precision`` is one value for every component or a
+        mapping per component (``{"unet": "fp16", "default": "fp16"}``); the ``fp32`` components
+        (SDXL's VAE, ``PipelineConfig.fp32_components``) stay fp32 unless the mapping names them."""
+        precision = self.options.get("precision")
+        if isinstance(precision, Mapping):
+            chosen = per_component(precision, names, "precision", None)
+            named = set(precision)
+        else:
+            chosen, named = dict.fromkeys(names, precision), set()
+        result = {}
+        for name in names:
+            options = {k: v for k, v in self.options.items() if k != "precision"}
+            value = "fp32" if name in fp32 and name not in named and chosen[name] is not None else chosen[name]
+            if value is not None:
+                options["precision"] = value
+            result[name] = options
+        return result

@@ -35,8 +35,16 @@ class PipelineConfig:
     tokenizers: text-encoder component -> tokenizer folder (``vocab.json`` + ``merges.txt`` or
         ``tokenizer.json``); SDXL adds ``text_encoder_2``.
     text_outputs: text-encoder component -> the outputs the pipeline reads (the others are pruned
-        before compiling), e.g. ``last_hidden_state``; SDXL reads penultimate hidden states and
-        the pooled projection.
+        before compiling): first the hidden states the denoiser attends to (``last_hidden_state``
+        for SD 1.x/2.x; SDXL's penultimate layer, ``hidden_states.{layers - 1}``), then, for
+        SDXL's ``text_encoder_2``, the pooled projection (``text_embeds``).
+    force_zeros_for_empty_prompt: SDXL: an empty negative prompt is all-zero embeddings (hidden
+        states and pooled), not the encoded empty string (``model_index.json``; SDXL base: true).
+    requires_aesthetics_score: SDXL refiner: the UNet's ``time_ids`` are original size, crop and
+        an aesthetic score (5 values) instead of original size, crop and target size (6).
+    fp32_components: components compiled in fp32 whatever a pipeline-wide ``precision`` says,
+        unless a per-component ``precision`` names them: SDXL's VAE overflows in fp16 (diffusers'
+        ``force_upcast``), so an SDXL pipeline keeps ``vae_decoder`` and ``vae_encoder`` here.
     """
 
     name: str
@@ -50,6 +58,9 @@ class PipelineConfig:
     text_outputs: Mapping[str, tuple[str, ...]] = field(
         default_factory=lambda: {"text_encoder": ("last_hidden_state",)}
     )
+    force_zeros_for_empty_prompt: bool = False
+    requires_aesthetics_score: bool = False
+    fp32_components: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []

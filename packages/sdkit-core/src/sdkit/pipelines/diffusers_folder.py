@@ -1,9 +1,11 @@
 """The diffusers/optimum ONNX folder as a pipeline: its ``PipelineConfig`` (from the folder's
-``config.json`` and ``scheduler_config.json`` files), its component sources (the ``.onnx``
-files) and the model loader that recognises such folders (``model_index.json`` inside)."""
+``model_index.json``, ``config.json`` and ``scheduler_config.json`` files), its component sources
+(the ``.onnx`` files) and the model loader that recognises such folders (``model_index.json``
+inside): Stable Diffusion 1.x/2.x, and SDXL base and refiner (``text_encoder_2``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -12,6 +14,7 @@ from sdkit.pipelines.components import LoadSettings
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, read_layout
 from sdkit.pipelines.loading import PipelineLoader
+from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.sources import ModelSource, OnnxFileSource
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 
@@ -28,7 +31,7 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
     sample = unet.get("sample_size", 64)
     scheduler = layout.scheduler_config or None
     prediction = (scheduler or {}).get("prediction_type", "epsilon")
-    return PipelineConfig(
+    config = PipelineConfig(
         name=layout.name,
         prediction_type=prediction,
         latent_channels=_int(vae.get("latent_channels", unet.get("in_channels", 4)), "latent_channels", layout),
@@ -36,9 +39,71 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
         vae_scale_factor=scale_factor,
         sample_size=_int(sample if not isinstance(sample, list) else sample[0], "sample_size", layout),
         scheduler_config=scheduler,
-        tokenizers={"text_encoder": layout.tokenizer_dir},
+        tokenizers=dict(layout.tokenizer_dirs),
         text_outputs={"text_encoder": ("last_hidden_state",)},
     )
+    return _xl_config(config, layout) if layout.xl else config
+
+
+def _xl_config(config: PipelineConfig, layout: PipelineLayout) -> PipelineConfig:
+    """SDXL's settings: penultimate hidden states of each text encoder (optimum exports every
+    layer's as ``hidden_states.0..N``) and ``text_embeds`` of the second; the empty-negative and
+    aesthetic-score switches of ``model_index.json`` (diffusers' defaults: true, false); the VAE
+    kept in fp32 unless its config says ``force_upcast: false`` (e.g. madebyollin's fp16-fix VAE)."""
+    outputs: dict[str, tuple[str, ...]] = {}
+    for encoder in ("text_encoder", "text_encoder_2"):
+        if encoder in layout.model_files:
+            layers = layout.configs.get(encoder, {}).get("num_hidden_layers")
+            if isinstance(layers, bool) or not isinstance(layers, int) or layers < 2:
+                raise ModelFormatError(
+                    f"{layout.name}: {encoder}/config.json must give num_hidden_layers (an integer >= 2) "
+                    "to find the penultimate hidden states SDXL reads"
+                )
+            hidden = f"hidden_states.{layers - 1}"
+            outputs[encoder] = (hidden, "text_embeds") if encoder == "text_encoder_2" else (hidden,)
+    vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
+    return dataclasses.replace(
+        config,
+        text_outputs=outputs,
+        force_zeros_for_empty_prompt=_flag(layout, "force_zeros_for_empty_prompt", True),
+        requires_aesthetics_score=_aesthetics(layout),
+        fp32_components=("vae_decoder", "vae_encoder") if vae.get("force_upcast", True) is not False else (),
+    )
+
+
+def _flag(layout: PipelineLayout, key: str, default: bool) -> bool:
+    value = layout.index.get(key, default)
+    if not isinstance(value, bool):
+        raise ModelFormatError(f"{layout.name}: {key} in model_index.json must be true or false, not {value!r}")
+    return value
+
+
+def _aesthetics(layout: PipelineLayout) -> bool:
+    """``requires_aesthetics_score`` from model_index.json, checked against the UNet's time
+    embedding width where the configs give it (5 time ids for a refiner, 6 for a base)."""
+    unet, text = layout.configs.get("unet", {}), layout.configs.get("text_encoder_2", {})
+    width, per_id, pooled = (
+        unet.get("projection_class_embeddings_input_dim"),
+        unet.get("addition_time_embed_dim"),
+        text.get("projection_dim"),
+    )
+    ids = None
+    if (
+        isinstance(width, int)
+        and isinstance(per_id, int)
+        and isinstance(pooled, int)
+        and min(width, per_id, pooled) > 0
+    ):
+        ids = (width - pooled) // per_id
+    if "requires_aesthetics_score" not in layout.index and ids in (5, 6):
+        return bool(ids == 5)
+    flag = _flag(layout, "requires_aesthetics_score", False)
+    if ids is not None and ids != (5 if flag else 6):
+        raise ModelFormatError(
+            f"{layout.name}: the UNet takes {ids} time ids but model_index.json says "
+            f"requires_aesthetics_score={str(flag).lower()} ({5 if flag else 6} time ids)"
+        )
+    return flag
 
 
 def _int(value: Any, key: str, layout: PipelineLayout) -> int:
@@ -74,9 +139,14 @@ class DiffusersOnnxLoader(PipelineLoader):
             return str(exc)
         return ""
 
+    def pipeline_class(self, path: Path) -> type[StableDiffusionPipeline]:
+        return StableDiffusionXLPipeline if read_layout(path).xl else StableDiffusionPipeline
+
     def build(self, path: Path, settings: LoadSettings) -> StableDiffusionPipeline:
         layout = read_layout(path)
         config = folder_config(layout)
-        names = StableDiffusionPipeline.component_names
-        components = settings.components(names, folder_sources(layout), config.text_outputs)
-        return StableDiffusionPipeline(config, components)
+        cls = StableDiffusionXLPipeline if layout.xl else StableDiffusionPipeline
+        components = settings.components(
+            cls.component_names, folder_sources(layout), config.text_outputs, config.fp32_components
+        )
+        return cls(config, components)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from sdkit.backend import CompiledModel
-from sdkit.errors import InputError
+from sdkit.errors import InputError, ModelFormatError
 from sdkit.types import TensorInfo
 
 
@@ -62,3 +62,26 @@ def run_main_input(
     """Run a one-input model: the input called ``name`` (else the first), in its dtype."""
     info = input_info(compiled, name) or compiled.inputs[0]
     return run_batched(compiled, {info.name: array.astype(info.dtype)}, (info.name,), output, component)
+
+
+def run_outputs(
+    compiled: CompiledModel, name: str, array: np.ndarray, outputs: tuple[str, ...], component: str
+) -> dict[str, np.ndarray]:
+    """Run a one-input model (input ``name``, in its dtype) and return exactly ``outputs``, by
+    name: a missing one is a ModelFormatError listing what the graph has (no fallback, unlike
+    ``output_named``: SDXL reads two outputs of one text encoder and must not mix them up)."""
+    info = input_info(compiled, name) or compiled.inputs[0]
+    feeds = {info.name: array.astype(info.dtype)}
+    chunk = fixed_batch(compiled, info.name) or array.shape[0]
+    if array.shape[0] % chunk:
+        raise InputError(f"the {component} model takes batches of {chunk}; {array.shape[0]} cannot be split into them")
+    parts: list[dict[str, np.ndarray]] = []
+    for start in range(0, array.shape[0], chunk):
+        result = compiled.run({k: v[start : start + chunk] for k, v in feeds.items()})
+        missing = [o for o in outputs if o not in result]
+        if missing:
+            raise ModelFormatError(
+                f"the {component} model has no output {missing[0]!r} (it has: {', '.join(result) or 'none'})"
+            )
+        parts.append({o: np.asarray(result[o]) for o in outputs})
+    return {o: np.concatenate([p[o] for p in parts], axis=0) for o in outputs}

@@ -4,6 +4,7 @@ other tools read back)."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ class GenerationParameters:
     height: int
     model: str
     strength: float | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # more "Label: value" fields (A1111's labels), in order
 
     def a1111_text(self) -> str:
         """``prompt\\nNegative prompt: ...\\nSteps: 20, Sampler: Euler a, ...`` (A1111 style). Labels
@@ -102,12 +104,20 @@ class GenerationParameters:
         ]
         if self.strength is not None:
             fields.append(f"Denoising strength: {self.strength:g}")
+        fields.extend(f"{label}: {_quote(value)}" for label, value in self.extra)
         fields.append("Software: sdkit")
         lines = [self.prompt]
         if self.negative_prompt:
             lines.append(f"Negative prompt: {self.negative_prompt}")
         lines.append(", ".join(fields))
         return "\n".join(lines)
+
+
+def _quote(value: str) -> str:
+    """A value as A1111 writes it: JSON-quoted when it holds a comma, colon or newline."""
+    if "," not in value and ":" not in value and "\n" not in value:
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def save_png(image: Image.Image, path: str | os.PathLike[str], parameters: GenerationParameters) -> Path:

@@ -1,18 +1,20 @@
-"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x pipeline.
+"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x or SDXL pipeline.
 
 ```
 model_index.json
-text_encoder/model.onnx        input_ids -> last_hidden_state
-unet/model.onnx                sample, timestep, encoder_hidden_states -> out_sample
+text_encoder/model.onnx        input_ids -> last_hidden_state (SDXL: + hidden_states.N); SDXL refiner: none
+text_encoder_2/model.onnx      SDXL: input_ids -> text_embeds, hidden_states.N
+unet/model.onnx                sample, timestep, encoder_hidden_states (SDXL: + text_embeds, time_ids) -> out_sample
 vae_decoder/model.onnx         latent_sample -> sample
 vae_encoder/model.onnx         sample -> latent_parameters (or latent_sample); img2img only
-tokenizer/                     vocab.json + merges.txt (or tokenizer.json), tokenizer_config.json
+tokenizer/, tokenizer_2/       vocab.json + merges.txt (or tokenizer.json), tokenizer_config.json
 scheduler/scheduler_config.json
 ```
 
 Each ``<component>/config.json`` is optional; from it come the VAE's scaling factor and
-downsampling factor and the UNet's default sample size (SD defaults otherwise): see
-``sdkit.pipelines.diffusers_folder.folder_config``.
+downsampling factor, the UNet's default sample size and the text encoders' layer count (SD
+defaults otherwise): see ``sdkit.pipelines.diffusers_folder.folder_config``. An SDXL folder is
+one whose ``model_index.json`` names an XL pipeline class or a ``text_encoder_2``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from sdkit.model import refuse_unsafe_or_missing
 REQUIRED = ("text_encoder", "unet", "vae_decoder")
 OPTIONAL = ("vae_encoder",)
 COMPONENTS = (*REQUIRED, *OPTIONAL)
+XL_REQUIRED = ("text_encoder_2", "unet", "vae_decoder")
+XL_OPTIONAL = ("text_encoder", "vae_encoder")  # a refiner has no text_encoder
+XL_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder")
+TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 
 def is_pipeline_dir(path: Path) -> bool:
@@ -59,17 +65,46 @@ class PipelineLayout:
     root: Path
     index: dict[str, Any]
     model_files: dict[str, Path]
-    tokenizer_dir: Path
+    tokenizer_dirs: dict[str, Path]  # text-encoder component -> its tokenizer folder
     scheduler_config: dict[str, Any]
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    xl: bool = False  # an SDXL base or refiner
 
     @property
     def name(self) -> str:
         return self.root.name
 
     @property
+    def tokenizer_dir(self) -> Path:
+        """The first text encoder's tokenizer folder."""
+        return next(iter(self.tokenizer_dirs.values()))
+
+    @property
     def has_vae_encoder(self) -> bool:
         return "vae_encoder" in self.model_files
+
+
+def is_xl(index: dict[str, Any]) -> bool:
+    """Whether a ``model_index.json`` describes an SDXL pipeline (base or refiner)."""
+    entry = index.get("text_encoder_2")
+    return "XL" in str(index.get("_class_name", "")) or (isinstance(entry, list) and entry[:1] != [None])
+
+
+def _refuse_other_families(root: Path, index: dict[str, Any]) -> None:
+    class_name = str(index.get("_class_name", ""))
+    if any(word in class_name for word in ("Flux", "StableDiffusion3", "Kandinsky", "Cascade")) or index.get(
+        "text_encoder_3"
+    ):
+        raise ModelFormatError(
+            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x or SDXL pipeline; "
+            "only those are supported"
+        )
+
+
+def _listed(index: dict[str, Any], component: str) -> bool:
+    """Whether ``model_index.json`` names ``component`` with a class (``[null, null]`` does not)."""
+    entry = index.get(component)
+    return isinstance(entry, list) and bool(entry) and entry[0] is not None
 
 
 def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
@@ -89,28 +124,29 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     if not (root / "model_index.json").is_file():
         raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
     index = read_json_object(root / "model_index.json", "pipeline index")
-    class_name = str(index.get("_class_name", ""))
-    if "XL" in class_name or "Flux" in class_name or "text_encoder_2" in index:
-        raise ModelFormatError(
-            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x pipeline; only those are supported"
-        )
+    _refuse_other_families(root, index)
+    xl = is_xl(index)
+    required, components = (XL_REQUIRED, XL_COMPONENTS) if xl else (REQUIRED, COMPONENTS)
     files: dict[str, Path] = {}
-    for component in COMPONENTS:
+    for component in components:
         file = root / component / "model.onnx"
         if file.is_file():
             files[component] = file
-        elif component in REQUIRED:
+        elif component in required or (xl and component == "text_encoder" and _listed(index, component)):
             raise ModelFormatError(f"{root.name}: missing model file {component}/model.onnx")
-    tokenizer_dir = root / "tokenizer"
-    if not tokenizer_dir.is_dir():
-        raise ModelFormatError(f"{root.name}: missing tokenizer/ folder")
+    tokenizer_dirs = {}
+    for encoder in (c for c in TOKENIZERS if c in files):
+        folder = root / TOKENIZERS[encoder]
+        if not folder.is_dir():
+            raise ModelFormatError(f"{root.name}: missing {TOKENIZERS[encoder]}/ folder")
+        tokenizer_dirs[encoder] = folder
     scheduler_file = root / "scheduler" / "scheduler_config.json"
     scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
-    configs = {c: read_optional_json_object(root / c / "config.json") for c in COMPONENTS}
+    configs = {c: read_optional_json_object(root / c / "config.json") for c in components}
     in_channels = configs["unet"].get("in_channels", 4)
     if in_channels != 4:
         raise ModelFormatError(
             f"{root.name}: the UNet takes {in_channels} input channels (an inpainting or depth model); "
             "only txt2img/img2img UNets (4 channels) are supported"
         )
-    return PipelineLayout(root, index, files, tokenizer_dir, scheduler_config, configs)
+    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, xl)

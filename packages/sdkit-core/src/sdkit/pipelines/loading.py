@@ -32,13 +32,15 @@ def load_pipeline(
     **options: Any,
 ) -> Pipeline:
     """Load a pipeline with the first registered pipeline loader that recognises ``path`` (today:
-    a diffusers/optimum ONNX Stable Diffusion 1.x/2.x folder).
+    a diffusers/optimum ONNX Stable Diffusion 1.x/2.x or SDXL folder).
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
-    ``vae_decoder``, ``vae_encoder``). ``memory="keep"`` compiles the text encoder, UNet and VAE
-    decoder now and keeps them resident; ``"offload"`` loads, compiles, runs and releases each one
-    when it is needed. ``options`` (precision, threads, cache, ...) go to every ``sdkit.compile``.
+    ``vae_decoder``, ``vae_encoder``; SDXL adds ``text_encoder_2``). ``memory="keep"`` compiles
+    the text encoder(s), UNet and VAE decoder now and keeps them resident; ``"offload"`` loads,
+    compiles, runs and releases each one when it is needed. ``options`` (precision, threads,
+    cache, ...) go to every ``sdkit.compile``; ``precision`` may be a per-component mapping too,
+    and SDXL's VAE stays fp32 unless that mapping names it.
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
@@ -53,6 +55,19 @@ def load_pipeline(
         raise ModelFormatError(reasons[0][1])
     listed = "; ".join(f"{name}: {why}" for name, why in reasons) or ", ".join(loader.name for loader in loaders)
     raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
+
+
+def pipeline_class_for(path: str | os.PathLike[str]) -> type[Pipeline] | None:
+    """The pipeline class ``load_pipeline(path)`` would make, without loading any model (None when
+    the path's loader cannot tell, or no loader takes it, a missing path included:
+    ``load_pipeline`` then says why)."""
+    path = Path(path).expanduser()
+    for loader in loaders_by_priority("pipeline"):
+        if loader.sniff(path):
+            found = getattr(loader, "pipeline_class", None)
+            result: type[Pipeline] | None = found(path) if callable(found) else None
+            return result
+    return None
 
 
 class PipelineLoader(ABC):
@@ -74,6 +89,12 @@ class PipelineLoader(ABC):
     def explain(self, path: Path) -> str:
         """Why ``path`` is not this loader's format (shown when no loader takes it)."""
         return ""
+
+    def pipeline_class(self, path: Path) -> type[Pipeline] | None:
+        """The pipeline class ``build`` would return for ``path``, found cheaply (config files,
+        a header; no model loaded), or None when it cannot tell. The CLI uses it to check a
+        request against the model (SDXL-only options, a refiner) before loading anything."""
+        return None
 
     @abstractmethod
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
 OUTPUT_TYPES = ("pil", "np")
+PROMPT_WEIGHTINGS = ("none", "a1111")
 R = TypeVar("R", bound="GenerationRequest")
 
 
@@ -106,6 +107,9 @@ class GenerationRequest:
     strength in (0, 1] for img2img. num_images. latents: replaces the initial noise draw (float32
     ``[num_images, channels, height/f, width/f]``). callback(step, total, latents) after each step.
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
+    prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
+    (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
+    ``sdkit.pipelines.text_encoding``).
     """
 
     prompt: str
@@ -123,6 +127,7 @@ class GenerationRequest:
     latents: np.ndarray | None = None
     callback: StepCallback | None = None
     output_type: str = "pil"
+    prompt_weighting: str = "none"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -164,6 +169,10 @@ class GenerationRequest:
             raise InputError(f"callback must be callable, got {type(callback).__name__}")
         if "output_type" in values and values["output_type"] not in OUTPUT_TYPES:
             raise InputError(f"output_type must be 'pil' or 'np', not {values['output_type']!r}")
+        if "prompt_weighting" in values and values["prompt_weighting"] not in PROMPT_WEIGHTINGS:
+            raise InputError(
+                f"prompt_weighting must be one of {', '.join(PROMPT_WEIGHTINGS)}, not {values['prompt_weighting']!r}"
+            )
         return out
 
     def replace(self: R, **changes: Any) -> R:

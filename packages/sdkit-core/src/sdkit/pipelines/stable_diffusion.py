@@ -14,14 +14,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sdkit.errors import ModelFormatError
 from sdkit.pipelines import vae
 from sdkit.pipelines.base import GenerationPlan, Pipeline
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, StepHook
-from sdkit.pipelines.execution import run_main_input
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
+from sdkit.pipelines.text_encoding import TextEncoder, encode_prompts, uses_emphasis
 from sdkit.pipelines.tokenizer import ClipTokenizer
 
 
@@ -30,30 +31,41 @@ class StableDiffusionPipeline(Pipeline):
 
     component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder", "vae_encoder")
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder")
+    diffusers_pipeline: ClassVar[str] = "StableDiffusionPipeline"
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
-        self.tokenizer = ClipTokenizer(config.tokenizers["text_encoder"])
+        missing = [name for name in config.tokenizers if name not in components]
+        if missing:
+            raise ModelFormatError(f"{self.name}: a tokenizer is configured for {missing[0]}, which is missing")
+        self.tokenizers = {name: ClipTokenizer(folder) for name, folder in config.tokenizers.items()}
+
+    @property
+    def tokenizer(self) -> ClipTokenizer:
+        """The first text encoder's tokenizer."""
+        return self.tokenizers["text_encoder"]
+
+    def text_encoder(self, name: str) -> TextEncoder:
+        """The text-encoder component ``name`` with its tokenizer and the outputs read."""
+        outputs = tuple(self.config.text_outputs.get(name, ("last_hidden_state",)))
+        return TextEncoder(self.components[name], self.tokenizers[name], outputs)
 
     # -- stages -----------------------------------------------------------------------------
 
-    def encode_prompts(self, prompts: list[str]) -> np.ndarray:
-        """Text embeddings ``[len(prompts), 77, hidden]`` from the text encoder."""
-        ids = self.tokenizer(prompts)
-        outputs = self.config.text_outputs.get("text_encoder", ("last_hidden_state",))
-        hidden = self.components["text_encoder"].use(
-            lambda compiled: run_main_input(compiled, "input_ids", ids, outputs, "text_encoder")
-        )
-        return np.asarray(hidden, dtype=np.float32)
+    def encode_prompts(self, prompts: list[str], weighting: str = "none") -> np.ndarray:
+        """Text embeddings ``[len(prompts), 77 * chunks, hidden]`` from the text encoder."""
+        [embeddings], _ = encode_prompts([self.text_encoder("text_encoder")], [prompts], weighting)
+        return embeddings.hidden
 
-    def conditioning(self, request: GenerationRequest) -> dict[str, np.ndarray]:
+    def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
         """The UNet's per-request feeds: ``encoder_hidden_states`` as ``[uncond x N, cond x N]``
         under guidance, ``[cond x N]`` without."""
-        if request.guidance_scale > 1.0:
-            embeddings = self.encode_prompts([request.negative_prompt, request.prompt])
-        else:
-            embeddings = self.encode_prompts([request.prompt])
-        return {"encoder_hidden_states": np.repeat(embeddings, request.num_images, axis=0)}
+        request = plan.request
+        prompts = [request.negative_prompt, request.prompt] if request.guidance_scale > 1.0 else [request.prompt]
+        encoder = self.text_encoder("text_encoder")
+        [embeddings], padded = encode_prompts([encoder], [prompts], request.prompt_weighting)
+        note_prompt_weighting(plan, padded, *prompts)
+        return {"encoder_hidden_states": np.repeat(embeddings.hidden, request.num_images, axis=0)}
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
         """txt2img: the first noise draw times ``init_noise_sigma``; img2img: the encoded image
@@ -97,7 +109,7 @@ class StableDiffusionPipeline(Pipeline):
         """Generate ``request.num_images`` images (txt2img, or img2img with an init image)."""
         plan = self.plan(self.accept(request))
         noise = NoiseStream(plan.seeds)
-        conditioning = self.conditioning(plan.request)  # the text encoder first, as diffusers
+        conditioning = self.conditioning(plan)  # the text encoder first, as diffusers
         latents = self.initial_latents(plan, noise)
         latents = self.denoise_loop(plan, noise, conditioning).run(latents)
         return self.deliver(plan, self.decode(latents))
@@ -108,3 +120,12 @@ def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarr
     way, so the per-step noise after it is the same with or without explicit latents."""
     drawn = noise.normal(shape)
     return drawn if latents is None else latents
+
+
+def note_prompt_weighting(plan: GenerationPlan, padded: bool, *prompts: str) -> None:
+    """The PNG labels A1111 writes for how the prompts were read: ``Emphasis: None`` when
+    brackets were left as text, ``Pad conds: True`` when chunk counts were padded."""
+    if plan.request.prompt_weighting == "none" and uses_emphasis(*prompts):
+        plan.parameters["Emphasis"] = "None"
+    if padded:
+        plan.parameters["Pad conds"] = "True"

@@ -309,6 +309,18 @@ class Scheduler(ABC):
         if self._begin >= len(self._timesteps):
             raise InputError(f"strength {strength} with {steps} steps leaves no step to run")
 
+    def set_begin_index(self, index: int) -> None:
+        """Start at ``index`` of the whole schedule (``set_timesteps`` with strength 1 first), as
+        diffusers' ``set_begin_index``: an SDXL refiner's ``denoising_start`` takes over the
+        schedule where the base stopped. ``timesteps`` then holds what is left from there."""
+        if self.num_inference_steps is None:
+            raise InputError("call set_timesteps() before set_begin_index()")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InputError(f"begin index must be an integer, got {index!r}")
+        if not 0 <= int(index) < len(self._timesteps):
+            raise InputError(f"begin index {index} is outside the schedule's {len(self._timesteps)} timesteps")
+        self._index = self._begin = int(index)
+
     def scale_model_input(self, sample: NDArray[np.float32], timestep: float | NDArray[Any]) -> NDArray[np.float32]:
         """The model's input for this step (k-diffusion samplers divide by sqrt(sigma^2 + 1))."""
         self._check_timestep(timestep)

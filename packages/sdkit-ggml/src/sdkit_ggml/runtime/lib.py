@@ -62,6 +62,8 @@ _L = ctypes.c_int64
 _S = ctypes.c_size_t
 _B = ctypes.c_bool
 _C = ctypes.c_char_p
+# ggml_backend_sched_eval_callback: bool (*)(struct ggml_tensor * t, bool ask, void * user_data)
+EVAL_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)
 
 # name -> (restype, argtypes). ctx and tensors are opaque pointers.
 _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
@@ -162,6 +164,15 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_gallocr_free": (None, (_P,)),
     "ggml_gallocr_alloc_graph": (_B, (_P, _P)),
     "ggml_gallocr_get_buffer_size": (_S, (_P, _I)),
+    # introspection and per-node timing (runtime/profile.py, runtime/buildinfo.py)
+    "ggml_op_desc": (_C, (_P,)),
+    "ggml_get_name": (_C, (_P,)),
+    "ggml_backend_sched_new": (_P, (_P, _P, _I, _S, _B, _B)),
+    "ggml_backend_sched_free": (None, (_P,)),
+    "ggml_backend_sched_set_eval_callback": (None, (_P, EVAL_CALLBACK, _P)),
+    "ggml_backend_sched_graph_compute": (_I, (_P, _P)),
+    "ggml_backend_dev_backend_reg": (_P, (_P,)),
+    "ggml_backend_reg_get_proc_address": (_P, (_P, _C)),
 }
 # From libggml-cpu (absent in GPU-only builds).
 _CPU_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
