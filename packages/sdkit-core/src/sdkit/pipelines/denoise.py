@@ -43,6 +43,8 @@ class DenoiserInputs:
     sample: str = "sample"
     timestep: str = "timestep"
     outputs: tuple[str, ...] = ("out_sample",)
+    # Flux and Chroma take the scheduler's timestep / 1000 (sigma), divided in float32 as diffusers.
+    timestep_divisor: float = 1.0
 
 
 @dataclass
@@ -146,6 +148,9 @@ class DenoiseLoop:
         info = input_info(compiled, self.inputs.timestep)
         if info is None:
             raise ModelFormatError(f"the {self.denoiser.name} has no {self.inputs.timestep!r} input")
+        divisor = self.inputs.timestep_divisor
+        if divisor != 1.0:
+            t = float(np.float32(t) / np.float32(divisor))
         value = np.round(t) if np.issubdtype(info.dtype, np.integer) else t
         if not info.shape:
             return np.asarray(value, dtype=info.dtype)

@@ -29,13 +29,17 @@ def encode(encoder: Component, image: np.ndarray, noise: NoiseStream, count: int
         raise ModelFormatError(
             f"the {encoder.name} returns {out.shape[1]} channels; expected {channels} or {2 * channels}"
         )
-    scaled: np.ndarray = (out * np.float32(config.vae_scaling_factor)).astype(np.float32)
+    shifted = out - np.float32(config.vae_shift_factor) if config.vae_shift_factor else out
+    scaled: np.ndarray = (shifted * np.float32(config.vae_scaling_factor)).astype(np.float32)
     return scaled
 
 
 def decode(decoder: Component, latents: np.ndarray, config: PipelineConfig) -> np.ndarray:
-    """Scaled latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
+    """Scaled latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (``latents / scaling_factor +
+    shift_factor`` into the decoder, as diffusers)."""
     unscaled = (latents / config.vae_scaling_factor).astype(np.float32)
+    if config.vae_shift_factor:
+        unscaled = (unscaled + np.float32(config.vae_shift_factor)).astype(np.float32)
     decoded = decoder.use(
         lambda compiled: run_main_input(compiled, "latent_sample", unscaled, DECODER_OUTPUTS, decoder.name)
     )
