@@ -172,6 +172,7 @@ def test_core_registers_its_own_implementations_by_reference() -> None:
         "dpmpp_sde",
         "ddim",
         "lcm",
+        "euler_flow",
     ]
 
 

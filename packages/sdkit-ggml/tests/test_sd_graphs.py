@@ -49,3 +49,14 @@ def test_sd15_vae_encoder(sd_graphs: Any) -> None:
 @pytest.mark.slow
 def test_sd15_vae_decoder(sd_graphs: Any) -> None:
     _check(sd_graphs.load_model("sd15_vae_decoder"), sd_graphs.example_inputs("sd15_vae_decoder"))
+
+
+def test_flux_full_depth_graph_passes_check(sd_graphs: Any) -> None:
+    """FLUX.1-dev's transformer as shipped (19 double + 38 single blocks, 11.9B weights; weightless:
+    check() reads no weights) has no node ggml cannot compile."""
+    from sdkit.model import Graph
+    from sdkit.selection import get_backend
+
+    graph = Graph(sd_graphs.flux_full_graph())
+    report = get_backend("ggml").check(graph)
+    assert report.ok, report.unsupported

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -83,3 +84,12 @@ def test_sd_graphs_are_clean(sd_graphs: object, name: str) -> None:
 
     report = sdkit.selection.get_backend("openvino").check(Graph(proto))
     assert report.ok, report.summary()
+
+
+def test_flux_full_depth_graph_passes_check(sd_graphs: Any) -> None:
+    """FLUX.1-dev's transformer as shipped (19 double + 38 single blocks, 11.9B weights), weightless."""
+    from sdkit.model import Graph
+    from sdkit.selection import get_backend
+
+    report = get_backend("openvino").check(Graph(sd_graphs.flux_full_graph()))
+    assert report.ok, report.unsupported

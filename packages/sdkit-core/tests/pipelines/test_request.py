@@ -27,6 +27,7 @@ BEFORE_SAMPLERS = {
     "dpmpp_sde": "DPM++ SDE",
     "ddim": "DDIM",
     "lcm": "LCM",
+    "euler_flow": "Euler",  # flow matching (SD3, Flux): A1111/Forge write "Euler"
 }
 BEFORE_SCHEDULES = {
     "normal": "Automatic",

@@ -147,13 +147,13 @@ def test_sdxl_folder_problems_are_one_error(tmp_path: Path) -> None:
     def wrong_aesthetics(copy: Path) -> None:
         write_json(copy / "model_index.json", {"requires_aesthetics_score": False})
 
-    def flux(copy: Path) -> None:
-        write_json(copy / "model_index.json", {"_class_name": "FluxPipeline"})
+    def kandinsky(copy: Path) -> None:
+        write_json(copy / "model_index.json", {"_class_name": "KandinskyV22Pipeline"})
 
     for change, match in [
         (no_layers, "text_encoder_2/config.json must give num_hidden_layers"),
         (wrong_aesthetics, "the UNet takes 5 time ids but model_index.json says requires_aesthetics_score=false"),
-        (flux, "FluxPipeline is not an SD 1.x/2.x or SDXL pipeline"),
+        (kandinsky, "KandinskyV22Pipeline is not a supported pipeline"),
     ]:
         copy = edited(tmp_path / change.__name__, "sdxl_refiner", change)
         with pytest.raises(ModelFormatError, match=match):

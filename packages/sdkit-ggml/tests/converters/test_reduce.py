@@ -41,6 +41,14 @@ def test_argmax(op: str, like_reference: Check, rng: np.random.Generator) -> Non
     assert got["out0"].dtype == np.int64
 
 
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_argmax_ties_pick_the_first_or_last_index(op: str, last: int, like_reference: Check) -> None:
+    """ggml_argmax keeps the last maximum; ONNX's default is the first. CLIP's pooling is an
+    ArgMax over ids padded with the end token, where ties are the rule."""
+    x = np.array([[998, 5, 999, 999, 999], [3, 3, 1, 1, 3]], np.float32)
+    like_reference(op, [("x", x)], {"axis": 1, "keepdims": 0, "select_last_index": last}, atol=0.0)
+
+
 def test_reduction_refusals(refuses: Check, f32: Check) -> None:
-    refuses("ArgMax", [("x", f32(2, 3))], {"select_last_index": 1}, match="select_last_index")
     refuses("Softmax", [("x", np.array(1.0, np.float32))], match="Softmax of a scalar", strict=False)

@@ -57,8 +57,18 @@ def test_transpose(perm: list[int] | None, like_reference: Check, f32: Check) ->
     like_reference("Transpose", [("x", x)], {"perm": perm} if perm else {}, atol=0.0)
 
 
-def test_rank_5_transpose_that_cannot_merge_dims_is_refused(refuses: Check, f32: Check) -> None:
-    refuses("Transpose", [("x", f32(2, 3, 2, 3, 2))], {"perm": [4, 3, 2, 1, 0]}, match="at most 4 dims")
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [
+        ((2, 3, 2, 3, 2), [4, 3, 2, 1, 0]),  # no two axes stay neighbours: four 4-d permutes
+        ((2, 2, 3, 2, 2, 5), [0, 5, 1, 3, 2, 4]),  # SD3's unpatchify einsum "nhwpqc->nchpwq"
+        ((1, 4, 3, 1, 2, 2, 3), [6, 2, 0, 5, 1, 4, 3]),  # rank 7 with size-1 axes
+    ],
+)
+def test_transpose_above_rank_4_goes_in_rank_4_steps(
+    shape: tuple[int, ...], perm: list[int], like_reference: Check, f32: Check
+) -> None:
+    like_reference("Transpose", [("x", f32(*shape))], {"perm": perm}, atol=0.0)
 
 
 def test_expand_and_tile(like_reference: Check, f32: Check) -> None:

@@ -31,6 +31,14 @@ def test_split(like_reference: Check, f32: Check) -> None:
     like_reference("Split", [("x", f32(6, 2))], atol=0.0, outputs=2)  # equal parts
 
 
+def test_split_and_concat_above_rank_4(like_reference: Check, f32: Check) -> None:
+    """Flux's RoPE: unbind the last axis of [B, L, heads, D/2, 2], stack the halves back."""
+    like_reference("Split", [("x", f32(2, 3, 2, 4, 2))], {"axis": -1}, atol=0.0, outputs=2)
+    like_reference("Split", [("x", f32(2, 3, 4, 2, 2))], {"axis": 2}, atol=0.0, outputs=2)
+    like_reference("Concat", [("a", f32(2, 3, 2, 4, 1)), ("b", f32(2, 3, 2, 4, 1))], {"axis": -1}, atol=0)
+    like_reference("Concat", [("a", f32(1, 2, 3, 2, 2, 2)), ("b", f32(1, 2, 1, 2, 2, 2))], {"axis": 2}, atol=0)
+
+
 def test_split_sizes_must_add_up(refuses: Check, f32: Check) -> None:
     x, sizes = ("x", f32(2, 6)), ("split", i64(1, 2), "const")
     refuses("Split", [x, sizes], {"axis": 1}, match="do not add up", outputs=2, strict=False)

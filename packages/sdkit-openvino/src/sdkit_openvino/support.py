@@ -1,12 +1,13 @@
 """``check()``: every node OpenVINO's ONNX frontend (or the device) rejects, all at once.
 
-``check`` sees only the Graph, not the weights. Floating-point initializers are pointed at
-one shared zero buffer (no allocation per weight, so a 5 GB UNet costs one buffer the size of
-its largest tensor); integer initializers (shapes, axes, indices, whose values steer shape
-inference) become graph inputs, so no made-up value can make a valid Reshape look invalid.
-The frontend then converts partially: each node it cannot convert becomes a
-``NotSupportedONNXNode`` that maps back to the ONNX node. A fully converted model is also
-asked ``Core.query_model`` for the first device, to catch ops the device plugin lacks.
+``check`` sees only the Graph, not the weights. Floating-point initializers up to 1 MiB are
+pointed at one shared zero buffer; larger ones become graph inputs of their shape (the
+frontend copies every constant: FLUX.1's 11.9B weights as zero constants would take 48 GB);
+integer initializers (shapes, axes, indices, whose values steer shape inference) become graph
+inputs, so no made-up value can make a valid Reshape look invalid. The frontend then converts
+partially: each node it cannot convert becomes a ``NotSupportedONNXNode`` that maps back to
+the ONNX node. A fully converted model is also asked ``Core.query_model`` for the first
+device, to catch ops the device plugin lacks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from sdkit_openvino.runtime import BACKEND_NAME, first_line, get_core, list_devi
 _VALUE_KINDS = "fc"  # float and complex initializers: their values never steer conversion
 
 
+# Float weights above this become graph inputs in check(): OpenVINO's frontend copies every
+# constant, so zero placeholders for FLUX.1's 11.9B weights would need 48 GB to check a graph.
+_PLACEHOLDER_LIMIT = 1 << 20
+
+
 def placeholder_onnx(graph: Graph) -> tuple[bytes, np.ndarray]:
     """The graph with placeholder weights (see module docstring) and the zero buffer they use."""
     proto = onnx.ModelProto()
@@ -35,12 +41,12 @@ def placeholder_onnx(graph: Graph) -> tuple[bytes, np.ndarray]:
         int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
         for t in proto.graph.initializer
     ]
-    zeros = np.zeros(max([64, *sizes]), dtype=np.uint8)
+    zeros = np.zeros(max([64, *(n for n in sizes if n <= _PLACEHOLDER_LIMIT)]), dtype=np.uint8)
     listed = {vi.name for vi in proto.graph.input}
     kept: list[TensorProto] = []
-    for tensor in proto.graph.initializer:
+    for tensor, size in zip(proto.graph.initializer, sizes, strict=True):
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
-        if dtype.kind in _VALUE_KINDS:
+        if dtype.kind in _VALUE_KINDS and size <= _PLACEHOLDER_LIMIT:
             count = int(np.prod(tensor.dims, dtype=np.int64))
             view = zeros[: count * dtype.itemsize].view(dtype).reshape(tuple(tensor.dims))
             kept.append(memory_reference(tensor.name, tensor.data_type, view))

@@ -27,7 +27,7 @@ from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.sdxl_request import XLRequest
 
-HELP = "generate images with a Stable Diffusion or SDXL pipeline (txt2img, or img2img with --init-image)"
+HELP = "generate images with a Stable Diffusion, SDXL, SD3, Flux or Chroma pipeline (img2img: --init-image, SD/SDXL)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--negative", default="", help="negative prompt")
     parser.add_argument("--steps", type=int, default=20, help="sampling steps (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
-    parser.add_argument("--sampler", default="euler_a", help="sampler name or UI label (default: %(default)s)")
+    parser.add_argument(
+        "--sampler", default=None, help="sampler name or UI label (default: Euler a; Euler on SD3, Flux and Chroma)"
+    )
     parser.add_argument("--schedule", default=None, help="sigma schedule: normal, karras, ... (default: the sampler's)")
     parser.add_argument("--cfg", type=float, default=7.5, help="classifier-free guidance scale (default: %(default)s)")
     parser.add_argument("--width", type=int, default=None, help="image width, a multiple of 8 (default: the model's)")
@@ -58,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
     add_inpaint_arguments(parser)
     add_large_image_arguments(parser)
+    parser.add_argument(
+        "--max-sequence-length",
+        type=int,
+        default=None,
+        help="SD3, Flux, Chroma: T5 tokens per prompt (default: 256 for SD3, 512 for Flux and Chroma)",
+    )
     parser.add_argument(
         "--backend",
         default="auto",
@@ -127,6 +135,10 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
     else:  # a loader that cannot tell: the pipeline checks the fields once it is loaded
         extra = {field: value for field, (_, value) in sdxl_fields(args).items() if field != "refiner"}
         request_class = XLRequest if extra or args.refiner else GenerationRequest
+    if args.sampler is not None:  # else the pipeline's request default (Euler for flow models)
+        extra["sampler"] = args.sampler
+    if args.max_sequence_length is not None:  # a flow model's field: refused by the others
+        extra["max_sequence_length"] = args.max_sequence_length
     return request_class.create(
         args.prompt,
         **extra,
@@ -137,7 +149,6 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         height=args.height,
         steps=args.steps,
         guidance_scale=args.cfg,
-        sampler=args.sampler,
         schedule=args.schedule,
         init_image=args.init_image,
         strength=args.strength,

@@ -1,4 +1,5 @@
-"""Stable Diffusion 1.x/2.x and SDXL pipelines: txt2img and img2img (SDXL: + refiner) on any backend.
+"""Stable Diffusion 1.x/2.x and SDXL pipelines (txt2img, img2img, SDXL refiner), SD3, Flux.1 and
+Chroma (txt2img) on any backend.
 
     import sdkit
     pipe = sdkit.load_pipeline("dreamshaper_8.safetensors", backend="auto")   # or an ONNX folder
@@ -14,14 +15,19 @@ shared denoising loop, loaders), the folder layout, the RNG contract and the mem
 from __future__ import annotations
 
 from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.chroma import ChromaPipeline
 from sdkit.pipelines.components import Component, LoadSettings
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, Step, StepHook
 from sdkit.pipelines.diffusers_folder import DiffusersOnnxLoader
+from sdkit.pipelines.flow import FlowPipeline
+from sdkit.pipelines.flow_request import FlowRequest
+from sdkit.pipelines.flux import FluxPipeline
 from sdkit.pipelines.images import GenerationParameters, save_png
 from sdkit.pipelines.loading import PipelineLoader, load_pipeline
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
+from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
 from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.sdxl_request import XLRequest
 from sdkit.pipelines.single_file import CheckpointLoader
@@ -31,11 +37,15 @@ from sdkit.pipelines.tokenizer import ClipTokenizer, PromptTruncatedWarning
 
 __all__ = [
     "CheckpointLoader",
+    "ChromaPipeline",
     "ClipTokenizer",
     "Component",
     "DenoiseLoop",
     "DenoiserInputs",
     "DiffusersOnnxLoader",
+    "FlowPipeline",
+    "FlowRequest",
+    "FluxPipeline",
     "GenerationParameters",
     "GenerationPlan",
     "GenerationRequest",
@@ -49,6 +59,7 @@ __all__ = [
     "PipelineConfig",
     "PipelineLoader",
     "PromptTruncatedWarning",
+    "StableDiffusion3Pipeline",
     "StableDiffusionPipeline",
     "StableDiffusionXLPipeline",
     "Step",

@@ -210,9 +210,14 @@ class Pipeline(AdapterMethods):
         if latents is not None and (latents.shape != shape or latents.dtype != np.float32):
             raise InputError(f"latents must be float32 {list(shape)}, got {latents.dtype}{list(latents.shape)}")
         scheduler = self.make_scheduler(request)
-        scheduler.set_timesteps(request.steps, strength=request.strength if image is not None else 1.0)
+        self.start_schedule(scheduler, request.steps, request.strength if image is not None else 1.0, shape)
         seeds = seed_list(request.seed, request.num_images)
         return GenerationPlan(request, width, height, shape, seeds, scheduler, image)
+
+    def start_schedule(self, scheduler: Scheduler, steps: int, strength: float, latent_shape: tuple[int, ...]) -> None:
+        """Set the scheduler's timesteps for a request (flow models also pass the shift ``mu``
+        of the image size and their own sigmas)."""
+        scheduler.set_timesteps(steps, strength=strength)
 
     def make_scheduler(self, request: GenerationRequest) -> Scheduler:
         """The request's sampler (already canonical), configured from the model's config."""

@@ -16,7 +16,7 @@ from typing import Any
 from sdkit.errors import ModelFormatError
 from sdkit.families.clip_tokenizer import TokenizerSource
 
-PREDICTION_TYPES = ("epsilon", "v_prediction")
+PREDICTION_TYPES = ("epsilon", "v_prediction", "flow")
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,14 @@ class PipelineConfig:
     """A pipeline's model configuration.
 
     name: the model's name (written as ``Model:`` in the PNG parameters).
-    prediction_type: what the denoiser predicts: ``epsilon`` or ``v_prediction`` (SD 2.x-768).
+    prediction_type: what the denoiser predicts: ``epsilon``, ``v_prediction`` (SD 2.x-768) or
+        ``flow`` (a flow-matching velocity: SD3, Flux, Chroma).
     latent_channels: channels of the VAE latent (4 for SD 1.x/2.x/XL, 16 for SD3/Flux).
     vae_scaling_factor: latents are ``vae_output * scaling_factor`` (0.18215 for SD 1.x/2.x).
+    vae_shift_factor: SD3's and Flux's VAEs also shift: latents are
+        ``(vae_output - shift_factor) * scaling_factor`` (0 for SD 1.x/2.x/XL).
+    patch_size: the denoiser's patch: a transformer cuts latents into ``patch x patch`` tokens
+        (SD3 2; Flux packs 2x2 cells itself), so sizes are multiples of ``vae_scale_factor * patch``.
     vae_scale_factor: pixels per latent cell, ``2 ** (VAE blocks - 1)`` (8 for every SD VAE).
     sample_size: the denoiser's native latent size; the default image size is
         ``sample_size * vae_scale_factor`` (512 for SD 1.x, 768 for SD 2.x-768, 1024 for SDXL).
@@ -46,6 +51,8 @@ class PipelineConfig:
         states and pooled), not the encoded empty string (``model_index.json``; SDXL base: true).
     requires_aesthetics_score: SDXL refiner: the UNet's ``time_ids`` are original size, crop and
         an aesthetic score (5 values) instead of original size, crop and target size (6).
+    denoiser_config: the denoiser's ``config.json`` where a pipeline reads more of it (flow
+        transformers: ``joint_attention_dim`` for SD3 without T5, ``guidance_embeds`` for Flux dev).
     fp32_components: components compiled in fp32 whatever a pipeline-wide ``precision`` says,
         unless a per-component ``precision`` names them: SDXL's VAE overflows in fp16 (diffusers'
         ``force_upcast``), so an SDXL pipeline keeps ``vae_decoder`` and ``vae_encoder`` here.
@@ -55,6 +62,8 @@ class PipelineConfig:
     prediction_type: str = "epsilon"
     latent_channels: int = 4
     vae_scaling_factor: float = 0.18215
+    vae_shift_factor: float = 0.0
+    patch_size: int = 1
     vae_scale_factor: int = 8
     sample_size: int = 64
     inpainting: bool = False
@@ -66,12 +75,13 @@ class PipelineConfig:
     force_zeros_for_empty_prompt: bool = False
     requires_aesthetics_score: bool = False
     fp32_components: tuple[str, ...] = ()
+    denoiser_config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = []
         if self.prediction_type not in PREDICTION_TYPES:
             problems.append(f"prediction_type {self.prediction_type!r} (supported: {', '.join(PREDICTION_TYPES)})")
-        for what in ("latent_channels", "vae_scale_factor", "sample_size"):
+        for what in ("latent_channels", "vae_scale_factor", "sample_size", "patch_size"):
             value = getattr(self, what)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 problems.append(f"{what} {value!r} (a positive integer)")
@@ -88,8 +98,9 @@ class PipelineConfig:
 
     @property
     def size_multiple(self) -> int:
-        """Width and height must be multiples of this: the VAE's factor, and at least 8."""
-        return max(8, self.vae_scale_factor)
+        """Width and height must be multiples of this: the VAE's factor times the denoiser's
+        patch, and at least 8."""
+        return max(8, self.vae_scale_factor * self.patch_size)
 
     def latent_shape(self, count: int, width: int, height: int) -> tuple[int, int, int, int]:
         """The latents of ``count`` images of ``width`` x ``height`` pixels."""

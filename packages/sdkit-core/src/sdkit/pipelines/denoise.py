@@ -44,6 +44,8 @@ class DenoiserInputs:
     sample: str = "sample"
     timestep: str = "timestep"
     outputs: tuple[str, ...] = ("out_sample",)
+    # Flux and Chroma take the scheduler's timestep / 1000 (sigma), divided in float32 as diffusers.
+    timestep_divisor: float = 1.0
 
 
 @dataclass
@@ -166,6 +168,8 @@ def timestep_feed(compiled: CompiledModel, t: float, batch: int, names: Denoiser
     info = input_info(compiled, names.timestep)
     if info is None:
         raise ModelFormatError(f"the {component} has no {names.timestep!r} input")
+    if names.timestep_divisor != 1.0:  # Flux and Chroma take t / 1000
+        t = float(np.float32(t) / np.float32(names.timestep_divisor))
     value = np.round(t) if np.issubdtype(info.dtype, np.integer) else t
     if not info.shape:
         return np.asarray(value, dtype=info.dtype)

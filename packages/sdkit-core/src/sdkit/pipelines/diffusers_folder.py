@@ -1,7 +1,8 @@
 """The diffusers/optimum ONNX folder as a pipeline: its ``PipelineConfig`` (from the folder's
 ``model_index.json``, ``config.json`` and ``scheduler_config.json`` files), its component sources
 (the ``.onnx`` files) and the model loader that recognises such folders (``model_index.json``
-inside): Stable Diffusion 1.x/2.x, and SDXL base and refiner (``text_encoder_2``)."""
+inside): Stable Diffusion 1.x/2.x, SDXL base and refiner (``text_encoder_2``), SD3/3.5, FLUX.1
+and Chroma (``model_index.json``'s class, or a ``text_encoder_3``)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,34 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sdkit.errors import ModelFormatError
+from sdkit.pipelines.base import Pipeline
+from sdkit.pipelines.chroma import ChromaPipeline
 from sdkit.pipelines.components import LoadSettings
 from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.flux import FluxPipeline
 from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, latent_channels, read_layout
 from sdkit.pipelines.loading import PipelineLoader
+from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
 from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.sources import ModelSource, OnnxFileSource
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 
 DEFAULT_SCALING_FACTOR = 0.18215  # SD 1.x/2.x; a VAE config.json names its own
+# The released models' VAE factors (scaling, shift), where a folder's VAE config is silent.
+FLOW_VAE_FACTORS = {"sd3": (1.5305, 0.0609), "flux": (0.3611, 0.1159), "chroma": (0.3611, 0.1159)}
+PIPELINE_CLASSES: dict[str, type[Pipeline]] = {
+    "sd": StableDiffusionPipeline,
+    "sdxl": StableDiffusionXLPipeline,
+    "sd3": StableDiffusion3Pipeline,
+    "flux": FluxPipeline,
+    "chroma": ChromaPipeline,
+}
 
 
 def folder_config(layout: PipelineLayout) -> PipelineConfig:
     """The configuration a diffusers folder describes (SD defaults where a file is silent)."""
+    if layout.family in FLOW_VAE_FACTORS:
+        return flow_config(layout)
     vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
     unet = layout.configs.get("unet", {})
     blocks = vae.get("block_out_channels")
@@ -47,6 +63,55 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
     return _xl_config(config, layout) if layout.xl else config
 
 
+def flow_config(layout: PipelineLayout) -> PipelineConfig:
+    """SD3's, Flux's or Chroma's configuration: 16-channel latents with a shifted VAE, the
+    transformer's patch (SD3's config; Flux and Chroma pack 2x2), its config, and the outputs each
+    text encoder gives: SD3's CLIPs their penultimate hidden states and ``text_embeds``, Flux's
+    CLIP ``pooler_output``, T5 ``last_hidden_state``."""
+    family = layout.family
+    vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
+    transformer = layout.configs.get("transformer", {})
+    blocks = vae.get("block_out_channels")
+    scale_factor = 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
+    scaling, shift = FLOW_VAE_FACTORS[family]
+    outputs: dict[str, tuple[str, ...]] = {}
+    if family == "sd3":
+        for encoder in ("text_encoder", "text_encoder_2"):
+            outputs[encoder] = (_penultimate(layout, encoder), "text_embeds")
+        outputs["text_encoder_3"] = ("last_hidden_state",)
+    elif family == "flux":
+        outputs = {"text_encoder": ("pooler_output",), "text_encoder_2": ("last_hidden_state",)}
+    else:
+        outputs = {"text_encoder": ("last_hidden_state",)}
+    patch = transformer.get("patch_size", 2) if family == "sd3" else 2
+    return PipelineConfig(
+        name=layout.name,
+        prediction_type="flow",
+        latent_channels=_int(vae.get("latent_channels", 16), "latent_channels", layout),
+        vae_scaling_factor=_number(vae.get("scaling_factor", scaling), "scaling_factor", layout),
+        vae_shift_factor=_number(vae.get("shift_factor", shift), "shift_factor", layout),
+        patch_size=_int(patch, "patch_size", layout),
+        vae_scale_factor=scale_factor,
+        sample_size=_int(transformer.get("sample_size", 128) if family == "sd3" else 128, "sample_size", layout),
+        scheduler_config=layout.scheduler_config or None,
+        tokenizers=dict(layout.tokenizer_dirs),
+        text_outputs=outputs,
+        fp32_components=("vae_decoder", "vae_encoder") if vae.get("force_upcast", True) is not False else (),
+        denoiser_config=transformer,
+    )
+
+
+def _penultimate(layout: PipelineLayout, encoder: str) -> str:
+    """``hidden_states.{layers - 1}``: the penultimate layer SDXL's and SD3's CLIPs give."""
+    layers = layout.configs.get(encoder, {}).get("num_hidden_layers")
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 2:
+        raise ModelFormatError(
+            f"{layout.name}: {encoder}/config.json must give num_hidden_layers (an integer >= 2) "
+            "to find the penultimate hidden states this model reads"
+        )
+    return f"hidden_states.{layers - 1}"
+
+
 def _xl_config(config: PipelineConfig, layout: PipelineLayout) -> PipelineConfig:
     """SDXL's settings: penultimate hidden states of each text encoder (optimum exports every
     layer's as ``hidden_states.0..N``) and ``text_embeds`` of the second; the empty-negative and
@@ -55,13 +120,7 @@ def _xl_config(config: PipelineConfig, layout: PipelineLayout) -> PipelineConfig
     outputs: dict[str, tuple[str, ...]] = {}
     for encoder in ("text_encoder", "text_encoder_2"):
         if encoder in layout.model_files:
-            layers = layout.configs.get(encoder, {}).get("num_hidden_layers")
-            if isinstance(layers, bool) or not isinstance(layers, int) or layers < 2:
-                raise ModelFormatError(
-                    f"{layout.name}: {encoder}/config.json must give num_hidden_layers (an integer >= 2) "
-                    "to find the penultimate hidden states SDXL reads"
-                )
-            hidden = f"hidden_states.{layers - 1}"
+            hidden = _penultimate(layout, encoder)
             outputs[encoder] = (hidden, "text_embeds") if encoder == "text_encoder_2" else (hidden,)
     vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
     return dataclasses.replace(
@@ -141,16 +200,15 @@ class DiffusersOnnxLoader(PipelineLoader):
             return str(exc)
         return ""
 
-    def pipeline_class(self, path: Path) -> type[StableDiffusionPipeline]:
-        return StableDiffusionXLPipeline if read_layout(path).xl else StableDiffusionPipeline
+    def pipeline_class(self, path: Path) -> type[Pipeline]:
+        return PIPELINE_CLASSES[read_layout(path).family]
 
-    def build(self, path: Path, settings: LoadSettings) -> StableDiffusionPipeline:
+    def build(self, path: Path, settings: LoadSettings) -> Pipeline:
         layout = read_layout(path)
         config = folder_config(layout)
         if settings.prediction is not None:
             config = dataclasses.replace(config, prediction_type=settings.prediction)
-        cls = StableDiffusionXLPipeline if layout.xl else StableDiffusionPipeline
-        components = settings.components(
-            cls.component_names, folder_sources(layout), config.text_outputs, config.fp32_components
-        )
+        cls = PIPELINE_CLASSES[layout.family]
+        sources = {k: v for k, v in folder_sources(layout).items() if k in cls.component_names}
+        components = settings.components(cls.component_names, sources, config.text_outputs, config.fp32_components)
         return cls(config, components)

@@ -1,4 +1,5 @@
-"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x or SDXL pipeline.
+"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x, SDXL, SD3, Flux or
+Chroma pipeline (the last three: ``FLOW_FAMILIES``; ``transformer/`` instead of ``unet/``).
 
 ```
 model_index.json
@@ -40,6 +41,23 @@ XL_OPTIONAL = ("text_encoder", "vae_encoder", "unet_controlnet")  # a refiner ha
 XL_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder", "unet_controlnet")
 TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
+# Flow-matching families (issue 12): required components, optional ones, and the tokenizer folder
+# of each text encoder: CLIP's are required, T5's optional (sdkit ships T5's vocabulary).
+FLOW_FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]] = {
+    "sd3": (
+        ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
+        ("text_encoder_3", "vae_encoder"),
+        {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3"},
+    ),
+    "flux": (
+        ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
+        ("vae_encoder",),
+        {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"},
+    ),
+    "chroma": (("text_encoder", "transformer", "vae_decoder"), ("vae_encoder",), {"text_encoder": "tokenizer"}),
+}
+T5_ENCODERS = {"sd3": "text_encoder_3", "flux": "text_encoder_2", "chroma": "text_encoder"}
+
 
 def is_pipeline_dir(path: Path) -> bool:
     """The cheap sniff: a directory holding ``model_index.json``."""
@@ -73,6 +91,7 @@ class PipelineLayout:
     scheduler_config: dict[str, Any]
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     xl: bool = False  # an SDXL base or refiner
+    family: str = "sd"  # sd, sdxl, or a flow family: sd3, flux, chroma
 
     @property
     def name(self) -> str:
@@ -94,14 +113,24 @@ def is_xl(index: dict[str, Any]) -> bool:
     return "XL" in str(index.get("_class_name", "")) or (isinstance(entry, list) and entry[:1] != [None])
 
 
+def flow_family(index: dict[str, Any]) -> str | None:
+    """The flow-matching family a ``model_index.json`` names (``sd3``, ``flux``, ``chroma``), or None."""
+    class_name = str(index.get("_class_name", ""))
+    if class_name.startswith("StableDiffusion3") or _listed(index, "text_encoder_3"):
+        return "sd3"
+    if class_name.startswith("Chroma"):
+        return "chroma"
+    if class_name.startswith("Flux"):
+        return "flux"
+    return None
+
+
 def _refuse_other_families(root: Path, index: dict[str, Any]) -> None:
     class_name = str(index.get("_class_name", ""))
-    if any(word in class_name for word in ("Flux", "StableDiffusion3", "Kandinsky", "Cascade")) or index.get(
-        "text_encoder_3"
-    ):
+    if any(word in class_name for word in ("Kandinsky", "Cascade", "Control", "Inpaint", "Kontext", "Fill")):
         raise ModelFormatError(
-            f"{root.name}: {class_name or 'this pipeline'} is not an SD 1.x/2.x or SDXL pipeline; "
-            "only those are supported"
+            f"{root.name}: {class_name} is not a supported pipeline "
+            "(SD 1.x/2.x, SDXL, SD3, Flux.1 and Chroma txt2img are)"
         )
 
 
@@ -130,6 +159,9 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     inside_model_folder(root, "model_index.json", f"{root.name}: file")
     index = read_json_object(root / "model_index.json", "pipeline index")
     _refuse_other_families(root, index)
+    family = flow_family(index)
+    if family is not None:
+        return _read_flow_layout(root, index, family)
     xl = is_xl(index)
     required, components = (XL_REQUIRED, XL_COMPONENTS) if xl else (REQUIRED, COMPONENTS)
     files: dict[str, Path] = {}
@@ -150,7 +182,7 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
     scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
     configs = {c: read_optional_json_object(root / c / "config.json") for c in components}
     _check_unet_channels(root.name, configs)
-    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, xl)
+    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, xl, "sdxl" if xl else "sd")
 
 
 def latent_channels(configs: dict[str, dict[str, Any]]) -> int:
@@ -192,3 +224,30 @@ def _check_contained(root: Path, paths: list[Path], components: tuple[str, ...])
     for path in read:
         if path.exists() or path.is_symlink():
             inside_model_folder(root, path.relative_to(root), f"{root.name}: file")
+
+
+def _read_flow_layout(root: Path, index: dict[str, Any], family: str) -> PipelineLayout:
+    """An SD3, Flux or Chroma folder: its transformer, text encoders and VAE; a CLIP tokenizer
+    folder per CLIP encoder (T5's folder is optional: sdkit ships T5's vocabulary)."""
+    required, optional, tokenizers = FLOW_FAMILIES[family]
+    files: dict[str, Path] = {}
+    for component in (*required, *optional):
+        file = root / component / "model.onnx"
+        if file.is_file():
+            files[component] = file
+        elif component in required:
+            raise ModelFormatError(f"{root.name}: missing model file {component}/model.onnx")
+    tokenizer_dirs = {}
+    for encoder, folder_name in tokenizers.items():
+        folder = root / folder_name
+        if encoder not in files:
+            continue
+        if folder.is_dir():
+            tokenizer_dirs[encoder] = folder
+        elif encoder != T5_ENCODERS[family]:
+            raise ModelFormatError(f"{root.name}: missing {folder_name}/ folder")
+    _check_contained(root, [*files.values(), *tokenizer_dirs.values()], (*required, *optional))
+    scheduler_file = root / "scheduler" / "scheduler_config.json"
+    scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
+    configs = {c: read_optional_json_object(root / c / "config.json") for c in (*required, *optional)}
+    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, False, family)

@@ -69,14 +69,18 @@ def encode(
         raise ModelFormatError(
             f"the {encoder.name} returns {out.shape[1]} channels; expected {channels} or {2 * channels}"
         )
-    scaled: np.ndarray = (out * np.float32(config.vae_scaling_factor)).astype(np.float32)
+    shifted = out - np.float32(config.vae_shift_factor) if config.vae_shift_factor else out
+    scaled: np.ndarray = (shifted * np.float32(config.vae_scaling_factor)).astype(np.float32)
     return scaled
 
 
 def decode(decoder: Component, latents: np.ndarray, config: PipelineConfig, tile: int | None = None) -> np.ndarray:
     """Scaled latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]; with ``tile``, in tiles of
-    ``tile`` pixels (``tile / factor`` latents) blended seam-free."""
+    ``tile`` pixels (``tile / factor`` latents) blended seam-free. ``latents / scaling_factor +
+    shift_factor`` go into the decoder, as diffusers."""
     unscaled = (latents / config.vae_scaling_factor).astype(np.float32)
+    if config.vae_shift_factor:
+        unscaled = (unscaled + np.float32(config.vae_shift_factor)).astype(np.float32)
     factor = config.vae_scale_factor
 
     def run(compiled: CompiledModel) -> np.ndarray:

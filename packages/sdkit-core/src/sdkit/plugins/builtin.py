@@ -31,6 +31,7 @@ SCHEDULERS = (
     "sdkit.schedulers.dpm_sde:DPMPPSDE",
     "sdkit.schedulers.ddim:DDIM",
     "sdkit.schedulers.ddim:LCM",
+    "sdkit.schedulers.flow_match:FlowMatchEuler",
 )
 MODEL_FAMILIES = tuple(
     f"sdkit.families.builtin:{name}"

@@ -28,7 +28,15 @@ dpmpp_sde      DPM++ SDE, k_dpmpp_sde, dpm_solver_sde     DPMSolverSDEScheduler 
                                                           the noise callable: see sdkit.schedulers.dpm_sde)
 ddim           DDIM                                       DDIMScheduler, any eta (schedules: normal, sgm_uniform)
 lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
+euler_flow     flow_match_euler, FlowMatchEulerDiscrete   FlowMatchEulerDiscreteScheduler (flow matching: SD3,
+               (label "Euler"; "Euler" on a flow model)   Flux, Chroma; shift, dynamic shift mu; every schedule:
+                                                          see sdkit.schedulers.flow_match)
 =============  =========================================  ========================================================
+
+Flow-matching models (``prediction_type="flow"``, implied by a ``FlowMatch*`` scheduler config)
+take the samplers registered for them: ``create_scheduler("Euler", config=flux_config)`` and
+``scheduler_class("euler", prediction_type="flow")`` give ``euler_flow`` (a class's
+``variant_of``). A sampler without a flow variant is an OptionError naming those that have one.
 
 Each class's ``label`` is what A1111 writes in an image's ``Sampler:`` field
 (``sampler_label("euler_a") == "Euler a"``; a class without one is written under its first
@@ -96,6 +104,7 @@ from sdkit.schedulers.base import SCHEDULES, NoiseFn, Scheduler, SchedulerConfig
 from sdkit.schedulers.names import (
     SCHEDULE_LABELS,
     create_scheduler,
+    implied_prediction_type,
     resolve,
     resolve_schedule,
     sampler_label,
@@ -113,6 +122,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "create_scheduler",
+    "implied_prediction_type",
     "noise_from_seed",
     "pipeline_config_fixups",
     "resolve",

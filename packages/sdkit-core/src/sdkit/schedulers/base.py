@@ -34,7 +34,7 @@ NoiseFn = Callable[[tuple[int, ...]], NDArray[np.float32]]
 """Draws standard-normal float32 noise of a shape; samplers that inject noise call it."""
 
 SCHEDULES = ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
-PREDICTION_TYPES = ("epsilon", "v_prediction")
+PREDICTION_TYPES = ("epsilon", "v_prediction", "flow")
 
 # Stable Diffusion 1.x's scheduler_config.json (what ``config=None`` means).
 SD15_CONFIG: dict[str, Any] = {
@@ -202,6 +202,11 @@ class Scheduler(ABC):
         ``create_scheduler``) with their defaults: ``eta`` (DDIM), ``s_noise`` (A1111's "sigma
         noise" multiplier of the noise ancestral and SDE samplers add). An instance's
         ``options`` holds the values in force.
+      prediction_types: the model predictions it integrates: ``epsilon`` and ``v_prediction``
+        (discrete-time samplers) or ``flow`` (flow-matching velocity: SD3, Flux, Chroma).
+      variant_of: for a sampler of another prediction type, the sampler whose name asks for it
+        (``euler_flow`` is ``euler`` for flow models): ``scheduler_class(name, prediction_type)``
+        and ``create_scheduler`` pick it, so a user's "Euler" works on every model.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
     """
@@ -213,6 +218,8 @@ class Scheduler(ABC):
     order: ClassVar[int] = 1
     needs_noise: ClassVar[bool] = False
     option_defaults: ClassVar[dict[str, float]] = {}
+    prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction")
+    variant_of: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
 
@@ -237,6 +244,11 @@ class Scheduler(ABC):
             data["timestep_spacing"] = "trailing"
         self.schedule = schedule
         self.config = SchedulerConfig.from_dict(data, self.diffusers_defaults)
+        if self.config.prediction_type not in self.prediction_types:
+            raise OptionError(
+                f"sampler {self.name!r} does not run {self.config.prediction_type!r} models "
+                f"(it takes {', '.join(self.prediction_types)})"
+            )
         cfg = self.config
         self.betas = noise_schedule.training_betas(
             cfg.num_train_timesteps, cfg.beta_start, cfg.beta_end, cfg.beta_schedule, cfg.trained_betas

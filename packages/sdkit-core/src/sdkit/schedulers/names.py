@@ -13,7 +13,7 @@ from typing import Any
 
 from sdkit.errors import OptionError, UnknownSchedulerError
 from sdkit.plugins import SchedulerRegistry, get_plugins
-from sdkit.schedulers.base import SCHEDULES, Scheduler
+from sdkit.schedulers.base import PREDICTION_TYPES, SCHEDULES, Scheduler
 
 # Schedule names and the spellings A1111 ("Karras", "SGM Uniform", "Uniform") and ComfyUI use.
 SCHEDULE_ALIASES: dict[str, str] = {
@@ -119,13 +119,41 @@ def scheduler_names(registry: SchedulerRegistry | None = None) -> list[str]:
     return _registry(registry).names()
 
 
-def scheduler_class(name: str, registry: SchedulerRegistry | None = None) -> type[Scheduler]:
-    """The registered class for a sampler name or alias."""
+def scheduler_class(
+    name: str, registry: SchedulerRegistry | None = None, prediction_type: str | None = None
+) -> type[Scheduler]:
+    """The registered class for a sampler name or alias.
+
+    With ``prediction_type``, the class that runs such models: a sampler whose class does not
+    take it is replaced by its registered variant (``variant_of``), so "Euler" on a flow model
+    (``prediction_type="flow"``) is ``euler_flow``. None of either is an OptionError naming
+    the samplers that do.
+    """
     reg = _registry(registry)
     canonical, _ = resolve(name, registry=reg)
     cls = reg.get(canonical)
     assert cls is not None  # resolve() only returns registered names
-    return cls
+    if prediction_type is None or prediction_type in cls.prediction_types:
+        return cls
+    takes = {n: c for n, c in reg.items() if prediction_type in getattr(c, "prediction_types", ())}
+    for other in takes.values():
+        if getattr(other, "variant_of", "") == canonical:
+            return other
+    able = [*takes, *(str(getattr(c, "variant_of", "")) for c in takes.values() if getattr(c, "variant_of", ""))]
+    raise OptionError(
+        f"sampler {canonical!r} does not run {prediction_type!r} models; use one of {', '.join(sorted(set(able)))}"
+    )
+
+
+def implied_prediction_type(config: Mapping[str, Any] | None) -> str | None:
+    """The prediction type a diffusers scheduler config implies: ``flow`` for a ``FlowMatch*``
+    scheduler's config (they have no ``prediction_type`` key), else the config's own, if any."""
+    if not isinstance(config, Mapping):
+        return None  # None, or a bad config the scheduler's constructor refuses
+    if str(config.get("_class_name", "")).startswith("FlowMatch"):
+        return "flow"
+    value = config.get("prediction_type")
+    return value if isinstance(value, str) and value in PREDICTION_TYPES else None
 
 
 def sampler_label(name: str, registry: SchedulerRegistry | None = None) -> str:
@@ -159,13 +187,15 @@ def create_scheduler(
 
     ``schedule`` None takes the name's suffix ("... Karras"), else "normal". ``config`` is
     the model's diffusers ``scheduler_config.json`` dict (None: Stable Diffusion 1.x's);
-    ``prediction_type`` overrides the config's. ``options`` are the sampler's own settings
+    ``prediction_type`` overrides the config's (a ``FlowMatch*`` config implies ``"flow"``); a
+    sampler that does not run that prediction type is replaced by its variant that does
+    (``scheduler_class``): "Euler" on a flow model is ``euler_flow``. ``options`` are the sampler's own settings
     (``eta=`` for DDIM, ``s_noise=`` for euler_a, dpmpp_2m_sde and dpmpp_sde); one the sampler
     does not take is an OptionError.
     """
     reg = _registry(registry)
-    canonical, resolved_schedule = resolve(name, schedule, registry=reg)
-    cls = reg.get(canonical)
-    assert cls is not None
+    _, resolved_schedule = resolve(name, schedule, registry=reg)
+    prediction = prediction_type if prediction_type is not None else implied_prediction_type(config)
+    cls = scheduler_class(name, reg, prediction)
     instance: Scheduler = cls(schedule=resolved_schedule, config=config, prediction_type=prediction_type, **options)
     return instance

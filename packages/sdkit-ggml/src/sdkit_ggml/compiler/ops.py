@@ -64,8 +64,8 @@ def transpose(b: Builder, t: Tensor, perm: Sequence[int]) -> Tensor:
         return reshape(b, t, out_shape)
     if r > 4:
         folded = _fold_axes(t.shape, perm)
-        if folded is None:
-            raise Unsupported(f"Transpose of a rank-{r} tensor: ggml permutes at most 4 dims")
+        if folded is None:  # no merge brings it to 4 axes: permute in rank-4 steps
+            return _transpose_in_steps(b, t, perm)
         shape4, perm4 = folded
         return reshape(b, transpose(b, reshape(b, t, shape4), perm4), out_shape)
     # ggml dim k is ONNX axis r-1-k; input dim k goes to output position axes[k].
@@ -95,6 +95,26 @@ def _fold_axes(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ..
     merged = tuple(math.prod(shape[a] for a in groups[g]) for g in by_input)
     position = {g: i for i, g in enumerate(by_input)}
     return merged, [position[g] for g in range(len(groups))]
+
+
+def _transpose_in_steps(b: Builder, t: Tensor, perm: list[int]) -> Tensor:
+    """A rank > 4 permutation as rank-4 ones (ggml permutes at most 4 dims; SD3's unpatchify is
+    the rank-6 ``nhwpqc->nchpwq``). Output position by position: the axis that belongs at
+    position i sits at j >= i; viewing the tensor as ``[axes < i, axes i..j-1, axis j, axes > j]``
+    and swapping the middle two moves it there. At most r - 1 copies, each a plain 4-d permute."""
+    order = list(range(t.rank))  # the original axis now at each position
+    shape = list(t.shape)
+    current = t
+    for i, wanted in enumerate(perm):
+        j = order.index(wanted)
+        if j == i:
+            continue
+        blocks = (math.prod(shape[:i]), math.prod(shape[i:j]), shape[j], math.prod(shape[j + 1 :]))
+        moved = transpose(b, reshape(b, current, blocks), [0, 2, 1, 3])
+        order = [*order[:i], wanted, *order[i:j], *order[j + 1 :]]
+        shape = [*shape[:i], shape[j], *shape[i:j], *shape[j + 1 :]]
+        current = reshape(b, moved, shape)
+    return current
 
 
 def broadcast_shape(a: Sequence[int], c: Sequence[int]) -> tuple[int, ...]:
@@ -172,12 +192,36 @@ def cast(b: Builder, x: Tensor, ggml_type: int, dtype: np.dtype[Any]) -> Tensor:
     return b.op("ggml_cast", x.ptr, ggml_type, shape=x.shape, dtype=dtype)
 
 
+def _merged_slice(
+    shape: Sequence[int], starts: Sequence[int], sizes: Sequence[int], steps: Sequence[int]
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """The same slice on fewer dims: an axis merges with the axes inside it when those are
+    taken whole and its own step is 1 (rows of a whole inner block stay contiguous). Returns
+    the merged dims and each one's (start, size, step), outermost first."""
+    groups: list[list[int]] = []  # [dim, start, size, step], innermost first
+    for axis in reversed(range(len(shape))):
+        dim, start, size, step = int(shape[axis]), int(starts[axis]), int(sizes[axis]), int(steps[axis])
+        if groups and step == 1:
+            inner = groups[-1]
+            if inner[1] == 0 and inner[2] == inner[0] and inner[3] == 1:
+                groups[-1] = [dim * inner[0], start * inner[0], size * inner[0], 1]
+                continue
+        groups.append([dim, start, size, step])
+    groups.reverse()
+    return [g[0] for g in groups], [(g[1], g[2], g[3]) for g in groups]
+
+
 def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int], steps: Sequence[int]) -> Tensor:
     """A strided view (copied to contiguous) of ``t``: per ONNX axis start, size, step>0."""
     r = t.rank
-    require_rank(t, 4, "Slice")
     if len(starts) != r or len(sizes) != r or len(steps) != r:
         raise Unsupported(f"slice of a rank-{r} tensor given {len(starts)} axes")
+    if r > 4:  # e.g. Flux's RoPE: Split of [B, L, heads, D/2, 2] on its last axis
+        dims, merged = _merged_slice(t.shape, starts, sizes, steps)
+        require_rank(Tensor(t.ptr, tuple(dims), t.dtype, t.ggml_type), 4, "Slice")
+        out_shape = tuple(int(s) for s in sizes)
+        view = slice_view(b, reshape(b, t, dims), *(list(m) for m in zip(*merged, strict=True)))
+        return reshape(b, view, out_shape)
     for dim, start, size, step in zip(t.shape, starts, sizes, steps, strict=True):
         if size < 1 or step < 1 or start < 0 or start + (size - 1) * step >= dim:
             raise Unsupported(f"slice start {start}, size {size}, step {step} outside a dim of {dim}")
@@ -215,8 +259,17 @@ def slice_view(b: Builder, t: Tensor, starts: Sequence[int], sizes: Sequence[int
 
 def concat(b: Builder, tensors: Sequence[Tensor], axis: int) -> Tensor:
     r = tensors[0].rank
+    axis %= max(r, 1)
+    if r > 4 and all(t.rank == r and t.shape[:axis] == tensors[0].shape[:axis] for t in tensors):
+        # The axes outside and inside the concat axis merge (e.g. Flux's RoPE stacks
+        # [B, L, heads, D/2, 1] pairs on the last axis): a rank-3 concat, reshaped back.
+        outer = math.prod(tensors[0].shape[:axis])
+        if all(t.shape[axis + 1 :] == tensors[0].shape[axis + 1 :] for t in tensors):
+            inner = math.prod(tensors[0].shape[axis + 1 :])
+            flat = [reshape(b, t, (outer, t.shape[axis], inner)) for t in tensors]
+            joined = (*tensors[0].shape[:axis], sum(t.shape[axis] for t in tensors), *tensors[0].shape[axis + 1 :])
+            return reshape(b, concat(b, flat, 1), joined)
     require_rank(tensors[0], 4, "Concat")
-    axis %= r
     result = tensors[0]
     for t in tensors[1:]:
         if t.rank != r or any(

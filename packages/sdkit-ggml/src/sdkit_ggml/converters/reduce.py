@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
-from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
+from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
@@ -35,6 +34,21 @@ def _rows_last(b: Builder, x: Tensor, axes: list[int]) -> tuple[Tensor, list[int
     reduced = math.prod(x.shape[a] for a in axes)
     kept_shape = [x.shape[i] for i in kept]
     return ops.reshape(b, moved, (math.prod(kept_shape), reduced)), kept_shape, reduced
+
+
+def _first_argmax(b: Builder, rows: Tensor) -> Tensor:
+    """ONNX's default tie rule, the first maximum of each row. ggml_argmax keeps the *last*
+    (``if (max == x[i]) idx = i``), and CLIP's pooling is an ArgMax over token ids padded with
+    the end token, so ties are the rule there: argmax of the reversed rows, ``n - 1 - index``."""
+    count, n = rows.shape
+    columns = ops.transpose(b, rows, [1, 0])  # get_rows reverses rows, so reverse the columns as rows
+    order = b.constant(np.arange(n - 1, -1, -1, dtype=np.int32), np.dtype(np.int32))
+    reversed_columns = b.op("ggml_get_rows", columns.ptr, order.ptr, shape=(n, count), dtype=rows.dtype)
+    flipped = ops.transpose(b, reversed_columns, [1, 0])
+    last = b.op("ggml_argmax", flipped.ptr, shape=(count,), dtype=np.dtype(np.int64))
+    as_float = ops.cast(b, last, L.GGML_TYPE_F32, np.dtype(np.float32))  # exact: n < 2**24
+    first = ops.scale(b, as_float, -1.0, float(n - 1))
+    return ops.cast(b, first, L.GGML_TYPE_I32, np.dtype(np.int64))
 
 
 def row_max(b: Builder, rows: Tensor) -> Tensor:
@@ -117,12 +131,7 @@ def reduce_rows(b: Builder, op: str, rows: Tensor, n: int) -> Tensor:
     return y
 
 
-def check_arg(node: onnx.NodeProto) -> str | None:
-    # ggml_argmax returns the first maximum
-    return f"{node.op_type} with select_last_index" if attributes(node).get("select_last_index", 0) else None
-
-
-@converter(["ArgMax", "ArgMin"], since_version=1, check=check_arg)
+@converter(["ArgMax", "ArgMin"], since_version=1)
 def convert_argmax(b: Builder, node: Node) -> list[Value]:
     x = b.tensor(node, 0)
     if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24
@@ -132,8 +141,12 @@ def convert_argmax(b: Builder, node: Node) -> list[Value]:
     rows, _, _ = _rows_last(b, x, [axis])
     if node.op == "ArgMin":
         rows = ops.unary(b, "ggml_neg", rows)
-    result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
-    result = ops.with_bounds(result, (0, rows.shape[1] - 1))
+    n = rows.shape[1]
+    if node.attr("select_last_index", 0):
+        result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
+    else:
+        result = _first_argmax(b, rows)
+    result = ops.with_bounds(result, (0, n - 1))
     shape = list(x.shape)
     if node.attr("keepdims", 1):
         shape[axis] = 1

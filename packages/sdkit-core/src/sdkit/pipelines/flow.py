@@ -1,0 +1,195 @@
+"""What the flow-matching pipelines (SD3/3.5, Flux.1, Chroma) share, on any backend.
+
+Unlike the UNet pipelines they denoise with a transformer that predicts a velocity, integrated by
+``euler_flow`` (diffusers' FlowMatchEulerDiscreteScheduler; ``sdkit.schedulers.flow_match``):
+
+- the scheduler is the request's sampler's flow variant ("Euler" -> ``euler_flow``), its
+  timesteps set with the shift ``mu`` of the image's token count when the model shifts by
+  resolution (``use_dynamic_shifting``) and, for Flux and Chroma, diffusers' unshifted sigmas
+  ``linspace(1, 1/steps, steps)`` (schedules normal, karras, exponential; the others are
+  ComfyUI's tables and take none);
+- the initial latents are the first noise draw itself (no ``init_noise_sigma``);
+- T5 reads each prompt as ``max_sequence_length`` tokens (``sdkit.pipelines.t5_tokenizer``);
+- the VAE shifts as well as scales (``PipelineConfig.vae_shift_factor``).
+
+``FlowPipeline.run`` is: plan, conditioning (the family's text encoders), initial latents,
+the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its components,
+T5 encoder, default T5 length and how it packs latents (``to_denoiser`` / ``from_denoiser``).
+img2img and A1111 prompt weighting are refused for now (no diffusers golden checks them yet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sdkit.errors import ModelFormatError, OptionError
+from sdkit.pipelines import vae
+from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.components import Component
+from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
+from sdkit.pipelines.execution import input_info, output_named
+from sdkit.pipelines.flow_request import FlowRequest
+from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.rng import NoiseStream
+from sdkit.pipelines.t5_tokenizer import T5Tokenizer, T5Tokens
+from sdkit.pipelines.text_encoding import TextEncoder
+from sdkit.pipelines.tokenizer import make_tokenizer
+from sdkit.schedulers import Scheduler, scheduler_class
+from sdkit.schedulers.flow_match import FlowMatchEuler, linear_sigmas
+
+# optimum's names for a diffusers transformer export (SD3Transformer2DModel, FluxTransformer2DModel).
+TRANSFORMER_INPUTS = DenoiserInputs(sample="hidden_states", timestep="timestep", outputs=("out_hidden_states",))
+LINEAR_SIGMA_SCHEDULES = ("normal", "karras", "exponential")
+
+
+class FlowPipeline(Pipeline):
+    """Base of the SD3, Flux and Chroma pipelines. Create one with ``sdkit.load_pipeline``."""
+
+    request_class: ClassVar[type[GenerationRequest]] = FlowRequest
+    image_encoder: ClassVar[str] = "vae_encoder"
+    t5_encoder: ClassVar[str] = "text_encoder"  # the component that is T5
+    default_max_sequence_length: ClassVar[int] = 512
+    uses_linear_sigmas: ClassVar[bool] = False  # Flux and Chroma pass linspace(1, 1/n, n)
+    denoiser_inputs: ClassVar[DenoiserInputs] = TRANSFORMER_INPUTS
+
+    def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
+        super().__init__(config, components)
+        if config.prediction_type != "flow":
+            raise ModelFormatError(f"{self.name}: a {type(self).__name__} needs prediction_type 'flow'")
+        missing = [name for name in config.tokenizers if name not in components]
+        if missing:
+            raise ModelFormatError(f"{self.name}: a tokenizer is configured for {missing[0]}, which is missing")
+        t5_folder = config.tokenizers.get(self.t5_encoder)
+        if t5_folder is not None and not isinstance(t5_folder, (str, Path)):
+            raise ModelFormatError(f"{self.name}: the T5 tokenizer must be a folder, not {t5_folder!r}")
+        self.t5 = T5Tokenizer(t5_folder)
+        self.clip_tokenizers = {
+            name: make_tokenizer(source) for name, source in config.tokenizers.items() if name != self.t5_encoder
+        }
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, request: GenerationRequest) -> GenerationPlan:
+        """``Pipeline.plan`` with the requests these pipelines do not run yet refused."""
+        if request.init_image is not None:
+            raise OptionError(f"{self.name}: img2img is not supported for {type(self).__name__} yet")
+        if request.prompt_weighting != "none":
+            raise OptionError(f"{self.name}: prompt_weighting={request.prompt_weighting!r} is not supported here")
+        return super().plan(request)
+
+    def make_scheduler(self, request: GenerationRequest) -> Scheduler:
+        """The request's sampler's flow variant ("Euler" -> ``euler_flow``), from the model's config."""
+        cls = scheduler_class(request.sampler, prediction_type="flow")
+        scheduler: Scheduler = cls(
+            schedule=request.schedule, config=self.config.scheduler_config, prediction_type="flow"
+        )
+        return scheduler
+
+    def image_tokens(self, latent_shape: tuple[int, ...]) -> int:
+        """The transformer's image sequence length (patches of ``patch_size`` latent cells)."""
+        patch = self.config.patch_size
+        return (latent_shape[-2] // patch) * (latent_shape[-1] // patch)
+
+    def start_schedule(self, scheduler: Scheduler, steps: int, strength: float, latent_shape: tuple[int, ...]) -> None:
+        if not isinstance(scheduler, FlowMatchEuler):
+            scheduler.set_timesteps(steps, strength=strength)
+            return
+        mu = scheduler.mu_for(self.image_tokens(latent_shape)) if scheduler.uses_dynamic_shifting else None
+        linear = self.uses_linear_sigmas and scheduler.schedule in LINEAR_SIGMA_SCHEDULES
+        scheduler.set_timesteps(steps, strength, sigmas=linear_sigmas(steps) if linear else None, mu=mu)
+
+    def sequence_length(self, request: GenerationRequest) -> int:
+        """T5 tokens per prompt: the request's ``max_sequence_length`` or the family's default."""
+        length = getattr(request, "max_sequence_length", None)
+        return self.default_max_sequence_length if length is None else int(length)
+
+    # -- text encoders ----------------------------------------------------------------------
+
+    def clip_encoder(self, name: str) -> TextEncoder:
+        """A CLIP text encoder with its tokenizer and the outputs the pipeline reads."""
+        outputs = tuple(self.config.text_outputs.get(name, ("last_hidden_state",)))
+        return TextEncoder(self.components[name], self.clip_tokenizers[name], outputs)
+
+    def t5_tokens(self, prompts: list[str], request: GenerationRequest) -> T5Tokens:
+        return self.t5(prompts, self.sequence_length(request))
+
+    def encode_t5(self, tokens: T5Tokens, masked: bool) -> np.ndarray:
+        """T5's last hidden states ``[P, L, dim]``. ``masked``: the tokenizer's attention mask is
+        fed (Chroma); else all ones, what SD3's and Flux's pipelines (no mask) compute."""
+        component = self.components[self.t5_encoder]
+        mask = tokens.attention_mask if masked else np.ones_like(tokens.attention_mask)
+
+        def run(compiled: Any) -> np.ndarray:
+            feeds = {"input_ids": tokens.input_ids}
+            if input_info(compiled, "attention_mask") is not None:
+                feeds["attention_mask"] = mask
+            elif masked:
+                raise ModelFormatError(
+                    f"the {component.name} model has no attention_mask input, which this model needs"
+                )
+            typed = {k: v.astype(info.dtype) for k, v in feeds.items() if (info := input_info(compiled, k)) is not None}
+            return np.asarray(output_named(compiled.run(typed), ("last_hidden_state",), component.name))
+
+        return np.asarray(component.use(run), dtype=np.float32)
+
+    def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
+        """The transformer's per-request feeds (the family's)."""
+        raise NotImplementedError
+
+    # -- latents ----------------------------------------------------------------------------
+
+    def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
+        """The first noise draw (the request's ``latents`` in its place; the stream advances
+        either way), ``[N, C, h, w]``, as the denoiser takes them."""
+        drawn = noise.normal(plan.latent_shape)
+        latents = drawn if plan.request.latents is None else plan.request.latents
+        return self.to_denoiser(np.asarray(latents, dtype=np.float32))
+
+    def to_denoiser(self, latents: np.ndarray) -> np.ndarray:
+        """``[N, C, h, w]`` latents as the denoiser reads them (Flux packs them)."""
+        return latents
+
+    def from_denoiser(self, latents: np.ndarray, plan: GenerationPlan) -> np.ndarray:
+        """The inverse of ``to_denoiser``: ``[N, C, h, w]``."""
+        return latents
+
+    def loop_guidance(self, request: GenerationRequest) -> float:
+        """The classifier-free guidance scale the loop applies (Flux's is an input instead)."""
+        return float(request.guidance_scale)
+
+    def denoise_loop(self, plan: GenerationPlan, conditioning: dict[str, np.ndarray]) -> DenoiseLoop:
+        return DenoiseLoop(
+            denoiser=self.components["transformer"],
+            scheduler=plan.scheduler,
+            guidance_scale=self.loop_guidance(plan.request),
+            conditioning=conditioning,
+            callback=self._callback(plan),
+            inputs=self.denoiser_inputs,
+        )
+
+    def _callback(self, plan: GenerationPlan) -> StepCallback | None:
+        """The request's callback, handed ``[N, C, h, w]`` latents whatever the denoiser reads."""
+        callback = plan.request.callback
+        if callback is None:
+            return None
+        target: StepCallback = callback
+        return lambda index, total, latents: target(index, total, self.from_denoiser(latents, plan))
+
+    def decode(self, latents: np.ndarray) -> np.ndarray:
+        """``[N, C, h, w]`` latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
+        return vae.decode(self.components["vae_decoder"], latents, self.config)
+
+    # -- the public call --------------------------------------------------------------------
+
+    def run(self, request: GenerationRequest) -> Any:
+        """Generate ``request.num_images`` images (txt2img)."""
+        plan = self.plan(self.accept(request))
+        noise = NoiseStream(plan.seeds)
+        conditioning = self.conditioning(plan)  # the text encoders first, as diffusers
+        latents = self.initial_latents(plan, noise)
+        latents = self.denoise_loop(plan, conditioning).run(latents)
+        return self.deliver(plan, self.decode(self.from_denoiser(latents, plan)))

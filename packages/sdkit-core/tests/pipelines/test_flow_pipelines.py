@@ -1,0 +1,209 @@
+"""SD3, FLUX.1 dev/schnell and Chroma against diffusers' goldens (``fixtures/tiny_flow``).
+
+Oracle: diffusers 0.42.1's ``StableDiffusion3Pipeline``, ``FluxPipeline`` and ``ChromaPipeline``
+images, per-step latents, prompt embeddings and first transformer inputs, made with sdkit's noise
+stream (``make_fixtures.py``). Every image within 1e-3 on [0, 1] pixels on each installed backend
+(reference, ggml with ``threads=1``, openvino), the latents after every step within 1e-4; the
+intermediate arrays on the reference backend within 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sdkit
+from sdkit.errors import InputError, OptionError
+from sdkit.pipelines.chroma import ChromaPipeline
+from sdkit.pipelines.flow_latents import pack
+from sdkit.pipelines.flux import FluxPipeline
+from sdkit.pipelines.loading import pipeline_class_for
+from sdkit.pipelines.rng import NoiseStream
+from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
+
+ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
+TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels
+STEP_TOLERANCE = 1e-4
+FEED_TOLERANCE = 1e-5
+BACKENDS = ("reference", "ggml", "openvino")
+FAMILIES = ("sd3", "flux_dev", "flux_schnell", "chroma")
+CASES = ("sd3_cfg", "sd3_no_cfg", "flux_dev", "flux_schnell", "chroma_cfg")
+CLASSES = {
+    "sd3": StableDiffusion3Pipeline,
+    "flux_dev": FluxPipeline,
+    "flux_schnell": FluxPipeline,
+    "chroma": ChromaPipeline,
+}
+pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_flow missing")
+
+
+@lru_cache(maxsize=1)
+def meta() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
+    return data
+
+
+@lru_cache(maxsize=1)
+def arrays() -> dict[str, np.ndarray]:
+    with np.load(ROOT / "golden.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+def golden(key: str) -> np.ndarray:
+    return arrays()[key]
+
+
+def case(key: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in meta()["cases"] if c["key"] == key)
+    return found
+
+
+def kwargs_for(key: str) -> dict[str, Any]:
+    c = case(key)
+    return {
+        "negative_prompt": c["negative_prompt"] or "",
+        "seed": c["seed"],
+        "steps": c["steps"],
+        "guidance_scale": c["guidance_scale"],
+        "width": c["width"],
+        "height": c["height"],
+        "max_sequence_length": c["max_sequence_length"],
+        "output_type": "np",
+    }
+
+
+def load(family: str, backend: str) -> Any:
+    # threads=1: ggml's thread pool spins, and on a loaded 2-core machine that costs 50x.
+    return sdkit.load_pipeline(ROOT / family, backend=backend, threads=1)
+
+
+def available(backend: str) -> None:
+    info = next((b for b in sdkit.backends() if b.name == backend), None)
+    if info is None or not info.available:
+        pytest.skip(f"backend {backend} unavailable: {info.reason if info else 'not installed'}")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def pipes(request: pytest.FixtureRequest) -> Any:
+    backend = request.param
+    available(backend)
+    loaded = {family: load(family, backend) for family in FAMILIES}
+    yield backend, loaded
+    for pipe in loaded.values():
+        pipe.close()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Any:
+    loaded = {family: load(family, "reference") for family in FAMILIES}
+    yield loaded
+    for pipe in loaded.values():
+        pipe.close()
+
+
+@pytest.mark.parametrize("key", CASES)
+def test_golden_on_every_backend(pipes: Any, key: str) -> None:
+    """The image within 1e-3 and the latents after each step within 1e-4 (diffusers'
+    ``callback_on_step_end`` latents: packed for Flux and Chroma; sdkit's callback unpacks)."""
+    backend, loaded = pipes
+    c = case(key)
+    pipe = loaded[c["family"]]
+    steps: list[tuple[int, int, np.ndarray]] = []
+    image = pipe.generate(c["prompt"], **kwargs_for(key), callback=lambda i, n, x: steps.append((i, n, x.copy())))
+    expected = golden(f"{key}/image")
+    assert image.shape == expected.shape == (1, 32, 48, 3)
+    diff = float(np.abs(image - expected).max())
+    print(f"{key} on {backend}: max |diff| {diff:.3g}")
+    assert diff <= TOLERANCE
+    assert set(pipe.backends().values()) - {None} == {backend}
+    want = golden(f"{key}/step_latents")
+    assert [(i, n) for i, n, _ in steps] == [(i, len(want)) for i in range(len(want))]
+    for (index, _, latents), expected_latents in zip(steps, want, strict=True):
+        assert latents.shape == (1, 16, 16, 24)
+        mine = pack(latents) if expected_latents.ndim == 3 else latents
+        assert np.abs(mine - expected_latents).max() <= STEP_TOLERANCE, f"step {index}"
+
+
+@pytest.mark.parametrize("key", CASES)
+def test_schedule_and_transformer_inputs_are_diffusers(reference: Any, key: str) -> None:
+    """Timesteps/sigmas (shift, Flux's linear sigmas and mu), the conditioning feeds and the
+    first transformer call's inputs, on the reference backend."""
+    c = case(key)
+    pipe = reference[c["family"]]
+    plan = pipe.plan(pipe.accept(pipe.request_class.create(c["prompt"], **kwargs_for(key))))
+    assert np.abs(np.asarray(plan.scheduler.timesteps) - golden(f"{key}/timesteps")).max() <= 1e-4
+    assert np.abs(np.asarray(plan.scheduler.sigmas) - golden(f"{key}/sigmas")).max() <= 1e-6
+    feeds = pipe.conditioning(plan)
+    latents = pipe.initial_latents(plan, NoiseStream(plan.seeds))
+    call = f"{key}/transformer_call0"
+    assert np.abs(latents - golden(f"{call}/hidden_states")[:1]).max() == 0  # the same noise draw
+    guided = c["family"] in ("sd3", "chroma") and c["guidance_scale"] > 1
+    for name, value in feeds.items():
+        if guided and c["family"] == "chroma" and name in ("encoder_hidden_states", "attention_mask"):
+            # diffusers' Chroma calls the transformer twice, positive first: sdkit's [negative, positive]
+            theirs = np.concatenate([golden(f"{key}/transformer_call1/{name}"), golden(f"{call}/{name}")])
+        else:
+            theirs = golden(f"{call}/{name}")
+        assert value.shape == theirs.shape, name
+        assert np.abs(value - theirs).max() <= FEED_TOLERANCE, name
+
+
+def test_folders_load_as_their_family() -> None:
+    for family, cls in CLASSES.items():
+        assert pipeline_class_for(ROOT / family) is cls
+
+
+def test_parameters_and_refusals(reference: Any) -> None:
+    pipe = reference["flux_schnell"]
+    [image] = pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "output_type": "pil"})
+    text = image.info["parameters"]
+    assert "Steps: 2, Sampler: Euler, Schedule type: Automatic, CFG scale: 0, Seed: 11, Size: 48x32" in text
+    assert "Model: flux_schnell, Software: sdkit" in text
+    with pytest.raises(InputError, match=r"expects \[1,32,16\]"):  # the fixture's fixed T5 length
+        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "max_sequence_length": 64})
+    with pytest.raises(OptionError, match="img2img is not supported"):
+        pipe.generate("a photo", **kwargs_for("flux_schnell"), init_image=np.zeros((32, 48, 3), np.uint8))
+    with pytest.raises(OptionError, match="prompt_weighting"):
+        pipe.generate("a photo", **kwargs_for("flux_schnell"), prompt_weighting="a1111")
+    with pytest.raises(OptionError, match="does not run 'flow' models"):
+        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "dpmpp_2m"})
+
+
+def test_batch_is_the_single_images(reference: Any) -> None:
+    """Image i of a batch is the one-image request with seed + i (Chroma: CFG batch of 4 through a
+    batch-1 transformer, in four calls)."""
+    pipe = reference["chroma"]
+    kwargs = {**kwargs_for("chroma_cfg"), "steps": 2}
+    batch = pipe.generate("a photo of an astronaut", **{**kwargs, "num_images": 2})
+    for i in range(2):
+        single = pipe.generate("a photo of an astronaut", **{**kwargs, "seed": kwargs["seed"] + i})
+        assert np.abs(batch[i] - single[0]).max() <= 1e-5
+
+
+def test_command_line_makes_the_golden_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sdkit generate`` on a Flux folder: Euler by default, ``--max-sequence-length``, and the
+    PNG holds diffusers' image (8-bit) with A1111's parameters."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    c = case("flux_dev")
+    out = tmp_path / "flux.png"
+    argv = ["generate", c["prompt"], "--model", str(ROOT / "flux_dev"), "-o", str(out), "--backend", "ggml"]
+    argv += ["--steps", "3", "--seed", "11", "--cfg", "3.5", "--width", "48", "--height", "32", "--threads", "1"]
+    available("ggml")
+    assert main([*argv, "--max-sequence-length", "32"]) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+        text = image.info["parameters"]
+    assert "Steps: 3, Sampler: Euler, Schedule type: Automatic, CFG scale: 3.5, Seed: 11" in text
+    assert np.abs(pixels - golden("flux_dev/image")[0]).max() <= 1 / 255 + TOLERANCE
+    capsys.readouterr()
+    sd_folder = ROOT.parent / "tiny_pipeline" / "model"
+    assert main(["generate", "a cat", "--model", str(sd_folder), "--max-sequence-length", "32"]) == 1
+    assert "unknown generation option 'max_sequence_length'" in capsys.readouterr().err
