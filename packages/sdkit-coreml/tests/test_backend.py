@@ -33,7 +33,7 @@ def test_probe_says_why_and_what_to_install() -> None:
     if not runtime_missing():
         pytest.skip(f"Core ML runs here: {availability.reason}")
     assert not availability.ok
-    assert availability.install_hint == "on a Mac: pip install sdkit[apple]"
+    assert availability.install_hint == 'on a Mac: pip install "sdkit[apple]>=3.0.0.dev0"'
     if sys.platform != "darwin":
         assert availability.reason.startswith(f"Core ML runs on macOS only (this is {sys.platform})")
         if coremltools_version():
