@@ -127,10 +127,13 @@ def flow_family(index: dict[str, Any]) -> str | None:
 
 def _refuse_other_families(root: Path, index: dict[str, Any]) -> None:
     class_name = str(index.get("_class_name", ""))
-    if any(word in class_name for word in ("Kandinsky", "Cascade", "Control", "Inpaint", "Kontext", "Fill")):
+    flow_variant = class_name.startswith(("Flux", "StableDiffusion3", "Chroma")) and any(
+        word in class_name for word in ("Control", "Inpaint", "Img2Img")
+    )  # SD and SDXL inpainting/ControlNet folders are supported; the flow models' are not yet
+    if flow_variant or any(word in class_name for word in ("Kandinsky", "Cascade", "Kontext", "Fill")):
         raise ModelFormatError(
-            f"{root.name}: {class_name} is not a supported pipeline "
-            "(SD 1.x/2.x, SDXL, SD3, Flux.1 and Chroma txt2img are)"
+            f"{root.name}: {class_name} is not a supported pipeline (SD 1.x/2.x and SDXL, with inpainting "
+            "and ControlNet, and SD3, Flux.1 and Chroma txt2img are)"
         )
 
 
