@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,8 +46,8 @@ CASES = ("vae128", "vae256", "vae512", "unet256", "unet512", "taef2", "txt2img")
 SDCPP_MODE = {"vae256": "vae256", "vae512": "unet512", "unet512": "unet512", "txt2img": "txt2img"}
 
 
-def run_process(command: list[str]) -> dict[str, Any]:
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+def run_process(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}, no output"]
@@ -55,11 +56,22 @@ def run_process(command: list[str]) -> dict[str, Any]:
     return result
 
 
+def split_engine(engine: str, libs: dict[str, str]) -> tuple[str, dict[str, str] | None]:
+    """``ggml-fp32@NAME`` -> (``ggml-fp32``, an environment loading the ggml build NAME)."""
+    base, _, lib = engine.partition("@")
+    if not lib:
+        return base, None
+    env = dict(os.environ)
+    env["SDKIT_GGML_LIB_DIR"] = libs[lib]
+    return base, env
+
+
 def onnx_measure(engine: str, case: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    engine, env = split_engine(engine, args.ggml_libs)
     command = [sys.executable, str(HERE / "worker.py"), "--engine", engine, "--case", case,
                "--repeat", str(args.repeat), "--warmup", str(args.warmup), "--threads", str(args.threads),
                "--outputs", str(out)]  # fmt: skip
-    return run_process(command)
+    return run_process(command, env)
 
 
 def sdcpp_measure(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -178,10 +190,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="txt2img sampling steps (cfg 7: two UNet runs each)")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default benchmarks/results/<time>.json)")
     parser.add_argument("--compare", type=Path, default=None, help="an earlier results JSON to compare with")
+    parser.add_argument("--ggml-lib", action="append", default=[], metavar="NAME=DIR",
+                        help="a ggml build (SDKIT_GGML_LIB_DIR): engines ggml-fp32@NAME, ggml-fp16@NAME")  # fmt: skip
     args = parser.parse_args()
+    args.ggml_libs = dict(item.split("=", 1) for item in args.ggml_lib)
     cases = [c for c in args.cases.split(",") if c]
     engines = [e for e in args.engines.split(",") if e]
-    unknown = [x for x in cases if x not in CASES] + [x for x in engines if x not in ENGINES]
+    known = {*ENGINES, *(f"{e}@{lib}" for e in ONNX_ENGINES if e.startswith("ggml") for lib in args.ggml_libs)}
+    unknown = [x for x in cases if x not in CASES] + [x for x in engines if x not in known]
     if unknown:
         parser.error(f"unknown case or engine: {', '.join(unknown)}")
     if "sdcpp" in engines and importlib.util.find_spec("stable_diffusion_cpp") is None:
