@@ -21,6 +21,7 @@ class GgmlBackend(Backend):
 
     def probe(self) -> Availability:
         from sdkit_ggml.converter_plugins import default_registry
+        from sdkit_ggml.runtime.buildinfo import build_note
         from sdkit_ggml.runtime.lib import INSTALL_HINT, load_library
 
         try:
@@ -29,7 +30,7 @@ class GgmlBackend(Backend):
             return Availability(False, exc.reason, exc.install_hint or INSTALL_HINT)
         # collect converter plugins now, so a failing one shows in `sdkit backends` / `doctor`
         default_registry()
-        return Availability(True, f"ggml {lib.version} from {lib.directory}", version=lib.version)
+        return Availability(True, f"ggml {lib.version} from {lib.directory}{build_note(lib)}", version=lib.version)
 
     def devices(self) -> list[Device]:
         from sdkit_ggml.runtime.devices import list_devices

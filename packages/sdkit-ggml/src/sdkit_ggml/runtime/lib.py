@@ -12,6 +12,7 @@ import ctypes
 import importlib.util
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,11 +218,14 @@ def _package_dir() -> Path | None:
 
 
 def library_dir() -> Path | None:
-    """Where the ggml libraries are: $SDKIT_GGML_LIB_DIR, else the libggml-python package."""
+    """Where the ggml libraries are: $SDKIT_GGML_LIB_DIR, else the build made for this machine
+    (``native.native_dir``), else the libggml-python package."""
     override = os.environ.get("SDKIT_GGML_LIB_DIR")
     if override:
         return Path(override)
-    return _package_dir()
+    from sdkit_ggml.runtime.native import native_dir
+
+    return native_dir() or _package_dir()
 
 
 def _shared_name(directory: Path, stem: str) -> Path:
@@ -294,7 +298,7 @@ def _load(directory: Path) -> GgmlLib:
             functions[name] = fn
     lib = GgmlLib(directory, version, handles, has_cpu=cpu_handle is not None, functions=functions)
     # Backends built as loadable modules (GGML_BACKEND_DL) register only when loaded.
-    if os.environ.get("SDKIT_GGML_LIB_DIR"):
+    if directory != _package_dir():
         lib.ggml_backend_load_all_from_path(str(directory).encode())
     return lib
 
@@ -311,8 +315,21 @@ def load_library() -> GgmlLib:
             directory = library_dir()
             if directory is None:
                 raise BackendUnavailableError("ggml", "libggml-python is not installed", INSTALL_HINT)
-            _loaded = _load(directory)
+            _loaded = _load_or_fall_back(directory)
         return _loaded
+
+
+def _load_or_fall_back(directory: Path) -> GgmlLib:
+    """Load ``directory``; a machine build that does not load gives way to the wheel's build."""
+    packaged = _package_dir()
+    try:
+        return _load(directory)
+    except BackendUnavailableError as exc:
+        if os.environ.get("SDKIT_GGML_LIB_DIR") or packaged is None or directory == packaged:
+            raise
+        warnings.warn(f"the ggml build in {directory} does not load ({exc.reason}); using libggml-python's",
+                      RuntimeWarning, stacklevel=3)  # fmt: skip
+        return _load(packaged)
 
 
 def tensor_head(ptr: int) -> TensorHead:

@@ -1,7 +1,6 @@
 """Opt-in: build ggml for this machine from libggml-python's own sources.
 
     python -m sdkit_ggml.runtime.native_build [--dest DIR] [--no-openmp] [--no-llamafile] [--jobs N]
-    export SDKIT_GGML_LIB_DIR=DIR          # what the command prints at the end
 
 The PyPI wheel of libggml-python is one portable CPU build (AVX2/FMA/F16C/BMI2, no llamafile
 sgemm, no OpenMP, no AVX-512 variant). This command fetches the sdist of the *installed*
@@ -9,7 +8,9 @@ libggml-python version with pip (the ggml sources of the same release, so the bi
 version check still holds), configures it with ``GGML_NATIVE`` (the ISA of this CPU),
 ``GGML_LLAMAFILE`` (tinyBLAS sgemm for f32/f16 mul_mat) and ``GGML_OPENMP``, builds the shared
 libraries with CMake and copies them to ``--dest``. It needs a C/C++ compiler and CMake; users
-who do not run it keep the prebuilt wheel and need neither.
+who do not run it keep the prebuilt wheel and need neither. Built into the default folder (no
+``--dest``), sdkit-ggml loads it from then on by itself, as long as it matches the installed
+libggml-python and this CPU (``native.py``); built elsewhere, point ``SDKIT_GGML_LIB_DIR`` at it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from sdkit.cache import cache_root
-
-PACKAGE = "libggml-python"
-
-
-def default_dest(version: str) -> Path:
-    return cache_root() / "ggml-native" / version
+from sdkit_ggml.runtime.native import PACKAGE, default_dest, write_record
 
 
 def cmake_flags(native: bool = True, llamafile: bool = True, openmp: bool = True) -> list[str]:
@@ -109,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sources = ggml_sources(download_sdist(version, Path(tmp)), Path(tmp) / "src")
         build(sources, dest, flags, args.jobs)
-    print(f"built ggml {version} for this machine: {features_of(dest)}")
-    print(f"export SDKIT_GGML_LIB_DIR={dest}")
+    features = features_of(dest)
+    write_record(dest, version, flags)
+    print(f"built ggml {version} for this machine: {features}")
+    if args.dest is None:
+        print(f"sdkit-ggml uses it from now on ({dest}); SDKIT_GGML_NATIVE=0 turns that off")
+    else:
+        print(f"export SDKIT_GGML_LIB_DIR={dest}")
     return 0
 
 
