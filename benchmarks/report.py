@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 ORDER = ("ggml-fp32", "ggml-fp16", "sdkit-openvino", "openvino", "onnxruntime", "sdcpp")
+
+
+def engine_order(engine: str) -> tuple[int, str]:
+    """Table order: ORDER, with ``ggml-fp32@NAME`` (another ggml build) after its base engine."""
+    base = engine.partition("@")[0]
+    return (ORDER.index(base) if base in ORDER else len(ORDER), engine)
+
+
 TITLES = {
     "vae256": "SD 1.5 VAE decoder, latent 1x4x32x32 -> 256 px",
     "vae512": "SD 1.5 VAE decoder, latent 1x4x64x64 -> 512 px",
@@ -24,7 +32,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def case_table(case: str, rows: list[dict[str, Any]]) -> str:
-    mine = sorted((r for r in rows if r["case"] == case), key=lambda r: ORDER.index(r["engine"]))
+    mine = sorted((r for r in rows if r["case"] == case), key=lambda r: engine_order(r["engine"]))
     timed = [r for r in mine if "median_s" in r]
     fastest = min((r["median_s"] for r in timed), default=None)
     peer = next((r["median_s"] for r in timed if r["engine"] == "onnxruntime"), None)
@@ -59,7 +67,7 @@ def txt2img_table(rows: list[dict[str, Any]], steps: int) -> str:
             )
         )
     table = [("engine", "sampling s (2 x steps x unet512)", "decode s (vae512)", "sampling + decode s")]
-    for engine in ORDER:
+    for engine in sorted({engine for _, engine in by}, key=engine_order):
         unet, vae = by.get(("unet512", engine)), by.get(("vae512", engine))
         if unet and vae:
             sampling = 2 * steps * unet["median_s"]

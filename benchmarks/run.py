@@ -217,14 +217,14 @@ def main() -> int:
     rows = summarise(got)
     report = {"machine": info, "args": {k: str(v) for k, v in vars(args).items()}, "results": rows,
               "sdcpp": [{k: v for k, v in r.items() if k != "runs"} for r in sdcpp_raw]}  # fmt: skip
+    out = args.out or HERE / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))  # first: a failing printer must not lose the run
     import report as printer
 
     print(printer.render(report, args.steps))
     if args.compare:
         print(printer.compare(rows, json.loads(args.compare.read_text())["results"]))
-    out = args.out or HERE / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
     print(f"\nwritten: {out}")
     return 0
 
