@@ -1,11 +1,11 @@
 """fp16 and bf16 weights (initializers stored half-width, widened by a Cast to the float32 the
 graph computes in): OpenVINO's results, and what the compiled model holds on to.
 
-At precision="fp32" the CPU plugin computes in f32 and keeps the weights widened (its constant
-folding turns each Convert of a constant into an f32 constant): results within 1e-5 of
-onnxruntime. precision="fp16"/"bf16" runs in that dtype only where the CPU has the instructions
-(AVX512-FP16/BF16, AMX), else in f32 with a ``PrecisionFallbackWarning``; either way within 3e-2
-(``sdkit.tuning.TOLERANCES``). The ONNX frontend copies the weights into its own constants
+At precision="fp32" the CPU plugin computes in f32; MatMul weights stay f16/bf16 in the
+compiled model (``half_weights.py`` marks their Converts as decompressions; other weights, e.g.
+Conv's, are folded to f32): results within 1e-5 of onnxruntime. precision="fp16"/"bf16" runs in
+that dtype only where the CPU has the instructions (AVX512-FP16/BF16, AMX), else in f32 with a
+``PrecisionFallbackWarning``; either way within 3e-2 (``sdkit.tuning.TOLERANCES``). The ONNX frontend copies the weights into its own constants
 (``frontend_copies_memory``), so the compiled model keeps no reference to the caller's arrays.
 """
 
@@ -90,3 +90,37 @@ def test_compiled_model_does_not_hold_the_callers_weights() -> None:
     gc.collect()
     assert watched() is None
     assert float(np.abs(compiled.run(feeds)["y"] - expected).max()) <= 1e-5
+
+
+@pytest.mark.parametrize("stored", ["fp16", "bf16"])
+def test_matmul_weights_stay_in_their_dtype_in_the_compiled_model(stored: str) -> None:
+    """``half_weights.keep_half_weights``: the CPU plugin's runtime graph holds the MatMul weight
+    (and its transposed copy) as f16/bf16, not widened to f32, and computes the same."""
+    model, feeds = half_weight_model("MatMul", stored)
+    compiled = sdkit.compile(model, backend="openvino", threads=1, cache=False)
+    assert float(np.abs(compiled.run(feeds)["y"] - onnxruntime_result(model, feeds)).max()) <= 1e-5
+    [engine] = compiled._engines.values()  # type: ignore[attr-defined]
+    runtime = engine.compiled.get_runtime_model()
+    big = [
+        str(op.get_output_element_type(0).get_type_name())
+        for op in runtime.get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) in ("Const", "Transpose")
+        and int(np.prod(op.get_output_shape(0))) == 64 * 96
+    ]
+    assert big and set(big) == {"f16" if stored == "fp16" else "bf16"}
+
+
+def test_fp32_weights_are_not_compressed() -> None:
+    rng = np.random.default_rng(4)
+    weight = rng.standard_normal((64, 96), dtype=np.float32)
+    x = rng.standard_normal((4, 64), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "fp32",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10))
+    got = sdkit.compile(model, backend="openvino", threads=1, cache=False).run({"x": x})["y"]
+    assert float(np.abs(got - x @ weight).max()) <= 1e-4  # f16 weights would be ~1e-2 off

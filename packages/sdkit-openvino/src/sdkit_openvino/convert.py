@@ -35,6 +35,7 @@ from sdkit.errors import (
 )
 from sdkit.model import Graph
 from sdkit.onnx_checks import refuse_external
+from sdkit_openvino.half_weights import keep_half_weights
 from sdkit_openvino.nan_rewrite import keep_nan
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 
@@ -272,5 +273,6 @@ def convert(graph: Graph, weights: Mapping[str, np.ndarray]) -> Converted:
     """Graph + weights -> ``Converted`` (the model and the buffers it may reference)."""
     model_bytes, keepalive = memory_onnx(graph, weights)
     model = convert_bytes(graph, model_bytes)
+    keep_half_weights(model)  # fp16/bf16 MatMul weights stay half-width (half_weights.py)
     inputs, outputs = port_maps(graph, model)
     return Converted(model, [] if frontend_copies_memory() else keepalive, inputs, outputs)
