@@ -5,8 +5,9 @@ At precision="fp32" the CPU plugin computes in f32; MatMul weights stay f16/bf16
 compiled model (``half_weights.py`` marks their Converts as decompressions; other weights, e.g.
 Conv's, are folded to f32): results within 1e-5 of onnxruntime. precision="fp16"/"bf16" runs in
 that dtype only where the CPU has the instructions (AVX512-FP16/BF16, AMX), else in f32 with a
-``PrecisionFallbackWarning``; either way within 3e-2 (``sdkit.tuning.TOLERANCES``). The ONNX frontend copies the weights into its own constants
-(``frontend_copies_memory``), so the compiled model keeps no reference to the caller's arrays.
+``PrecisionFallbackWarning``; either way within 3e-2 (``sdkit.tuning.TOLERANCES``). The ONNX
+frontend copies the weights into its own constants (``frontend_copies_memory``), so the
+compiled model keeps no reference to the caller's arrays.
 """
 
 from __future__ import annotations
