@@ -1,5 +1,5 @@
 """FLUX.1-dev's transformer at full width: check() of the full-depth graph, one 512 px step of
-the reduced-depth one (2 double + 2 single blocks, 1.2B random weights), per backend.
+the reduced-depth one (2 double + 2 single blocks, 1.03B random weights), per backend.
 
     nice python benchmarks/flux_transformer.py [--backend ggml --backend openvino] [--threads 2]
         [--weights bf16 --weights fp32]
