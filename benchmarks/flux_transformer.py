@@ -1,14 +1,17 @@
 """FLUX.1-dev's transformer at full width: check() of the full-depth graph, one 512 px step of
-the reduced-depth one (2 double + 2 single blocks, 1.2B random weights), per backend.
+the reduced-depth one (2 double + 2 single blocks, 1.03B random weights), per backend.
 
     nice python benchmarks/flux_transformer.py [--backend ggml --backend openvino] [--threads 2]
+        [--weights bf16 --weights fp32]
 
 Graphs: ``fixtures/sd/flux_transformer_2x2.onnx`` (weightless, ``make_sd_graphs.py``) and
 ``sd_graphs.flux_full_graph()`` (its blocks repeated to 19 + 38, 11.9B weights, weightless:
 check() reads no weights). The step runs in a fresh subprocess per backend (peak RSS is a
-per-process high-water mark): compile from ``sd_graphs.model_path`` (seeded fp32 weights
-written once to ``fixtures/cache/``, external data), run the 512 px inputs twice, report
-compile time, each run's time and the peak RSS, and the max |diff| between backends' outputs.
+per-process high-water mark): compile from ``sd_graphs.model_path`` (seeded weights written once to ``fixtures/cache/``,
+external data; ``--weights bf16``, the default, stores them as bf16 widened by a Cast to the
+fp32 the backends compute in, ``sd_graphs.stored_as``), run the 512 px inputs twice, report
+compile time, each run's time, the RSS after loading, after compiling and at its peak, and the
+max |diff| between backends' outputs (and between weight dtypes: bf16 rounding of the weights).
 """
 
 from __future__ import annotations
@@ -30,20 +33,30 @@ import json, resource, sys, time
 import numpy as np, sdkit
 sys.path.insert(0, sys.argv[4])
 import sd_graphs
-backend, threads, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-path = sd_graphs.model_path("flux_transformer_2x2")
+backend, threads, out, weights, repeats = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5], int(sys.argv[6])
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+path = sd_graphs.model_path("flux_transformer_2x2", weight_dtype=weights)
 feeds = sd_graphs.example_inputs("flux_transformer_2x2")
+model = sdkit.load_model(path)
+loaded, load_peak = rss_mb(), peak_mb()
+weight_mb = sum(model.weights[name].nbytes for name in model.weights) / 2**20
 start = time.perf_counter()
-compiled = sdkit.compile(path, backend=backend, threads=threads, cache=False)
+compiled = sdkit.compile(model, backend=backend, threads=threads, cache=False)
 compiled_s = time.perf_counter() - start
+del model
+after_compile, compile_peak = rss_mb(), peak_mb()
 runs = []
-for _ in range(2):
+for _ in range(repeats):
     t = time.perf_counter()
     result = compiled.run(feeds)["out_hidden_states"]
     runs.append(time.perf_counter() - t)
 np.save(out, result)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"compile_s": compiled_s, "run_s": runs, "peak_rss_mb": peak,
+print(json.dumps({"weights_mb": weight_mb, "loaded_rss_mb": loaded, "load_peak_mb": load_peak,
+                  "compile_s": compiled_s, "compiled_rss_mb": after_compile, "compile_peak_mb": compile_peak,
+                  "run_s": runs, "run_rss_mb": rss_mb(), "peak_rss_mb": peak_mb(),
                   "finite": bool(np.isfinite(result).all()), "std": float(result.std())}))
 """
 
@@ -63,9 +76,9 @@ def full_graph_check(backend: str) -> dict[str, object]:
     }
 
 
-def one_step(backend: str, threads: int, out: Path) -> dict[str, object]:
+def one_step(backend: str, threads: int, out: Path, weights: str, runs: int) -> dict[str, object]:
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, backend, str(threads), str(out), str(ROOT / "fixtures")],
+        [sys.executable, "-c", CHILD, backend, str(threads), str(out), str(ROOT / "fixtures"), weights, str(runs)],
         capture_output=True,
         text=True,
         check=False,
@@ -80,21 +93,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", action="append", default=None, help="repeatable (default: ggml, openvino)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--weights", action="append", default=None, help="bf16|fp16|fp32, repeatable (default: bf16)")
+    parser.add_argument("--runs", type=int, default=2, help="steps timed per backend (the first warms up)")
+    parser.add_argument("--skip-check", action="store_true", help="skip check() of the full-depth graph")
     parser.add_argument("--skip-step", action="store_true", help="only check() the full-depth graph")
     args = parser.parse_args()
     backends = args.backend or ["ggml", "openvino"]
-    outputs = {}
+    outputs: dict[tuple[str, str], np.ndarray] = {}
     for backend in backends:
-        print(backend, "full-depth check():", json.dumps(full_graph_check(backend), default=str), flush=True)
-        if args.skip_step:
-            continue
-        out = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}.npy"
-        print(backend, "2x2 one step at 512 px:", json.dumps(one_step(backend, args.threads, out)), flush=True)
-        if out.exists():
-            outputs[backend] = np.load(out)
-    if len(outputs) == 2:
-        a, b = outputs.values()
-        print("max |diff| between backends:", float(np.abs(a - b).max()), "output std", float(a.std()))
+        if not args.skip_check:
+            print(backend, "full-depth check():", json.dumps(full_graph_check(backend), default=str), flush=True)
+        for weights in [] if args.skip_step else args.weights or ["bf16"]:
+            out = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}_{weights}.npy"
+            out.unlink(missing_ok=True)
+            step = one_step(backend, args.threads, out, weights, args.runs)
+            print(backend, f"2x2 one step at 512 px, {weights} weights:", json.dumps(step), flush=True)
+            if out.exists():
+                outputs[backend, weights] = np.load(out)
+    for backend, weights in ((b, w) for b in ("ggml", "openvino") for w in ("bf16", "fp16", "fp32")):
+        earlier = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}_{weights}.npy"
+        if (backend, weights) not in outputs and earlier.exists():  # from an earlier invocation
+            outputs[backend, weights] = np.load(earlier)
+    keys = sorted(outputs)
+    for i, first in enumerate(keys):
+        for second in keys[i + 1 :]:
+            diff = float(np.abs(outputs[first] - outputs[second]).max())
+            print(f"max |diff| {first} vs {second}: {diff:.3e} (output std {float(outputs[first].std()):.3f})")
     return 0
 
 

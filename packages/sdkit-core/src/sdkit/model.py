@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.external_data import load_external
 from sdkit.limits import check_shape, empty_input_message
 from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
 from sdkit.types import Dim, TensorInfo
@@ -333,17 +334,21 @@ def _copy_field(target: Any, field: Any, value: Any) -> None:
         getattr(target, field.name).extend(value)
 
 
-def strip_weights(proto: onnx.ModelProto, name: str = "the model") -> tuple[Graph, WeightSet]:
+def strip_weights(
+    proto: onnx.ModelProto, name: str = "the model", external: Mapping[str, LazyArray] | None = None
+) -> tuple[Graph, WeightSet]:
     """Split a loaded ModelProto into a weightless Graph and a WeightSet. Every model passes
-    here: its opsets and tensors are checked (``sdkit.onnx_checks``) for every backend alike."""
+    here: its opsets and tensors are checked (``sdkit.onnx_checks``) for every backend alike.
+    ``external``: initializers left as external references, read on access (``load_onnx``)."""
+    external = external or {}
     check_opsets(proto, name)
     check_declared_dims(proto, name)
-    refuse_external(proto, name)
-    arrays: dict[str, np.ndarray] = {}
+    refuse_external(proto, name, initializers=not external)
+    arrays: dict[str, np.ndarray | LazyArray] = {}
     stripped = _copy_without_initializers(proto)
     for tensor in proto.graph.initializer:
         try:
-            arrays[tensor.name] = numpy_helper.to_array(tensor)
+            arrays[tensor.name] = external[tensor.name] if tensor.name in external else numpy_helper.to_array(tensor)
         except Exception as exc:
             raise ModelFormatError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
         meta = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=list(tensor.dims))
@@ -375,8 +380,10 @@ class Model:
         return Model(self.graph, self.weights.updated(weights, strict=strict), self.path)
 
     @classmethod
-    def from_proto(cls, proto: onnx.ModelProto, path: Path | None = None) -> Model:
-        graph, weights = strip_weights(proto, path.name if path is not None else "the model")
+    def from_proto(
+        cls, proto: onnx.ModelProto, path: Path | None = None, external: Mapping[str, LazyArray] | None = None
+    ) -> Model:
+        graph, weights = strip_weights(proto, path.name if path is not None else "the model", external)
         return cls(graph, weights, path)
 
 
@@ -400,7 +407,8 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
         proto = onnx.load_model(str(path), load_external_data=False)
         # locations checked before any external file is opened (special ones, outside the folder)
         check_external_locations(proto, path.parent, path.name)
-        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        # external initializers are memory-mapped, read on access (sdkit.external_data)
+        external = load_external(proto, path.parent)
     except ModelFormatError:
         raise
     except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
@@ -410,14 +418,14 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
     if not proto.graph.node and not proto.graph.output:
         raise ModelFormatError(f"{path.name} is not an ONNX model (empty graph)")
     try:
-        if _serialized_size(proto) < _PROTO_LIMIT:
+        if not external and _serialized_size(proto) < _PROTO_LIMIT:
             onnx.checker.check_model(proto)
-        else:  # by path: the checker reads external data itself past protobuf's limit
+        else:  # by path: the checker finds the external files beside it (past protobuf's limit too)
             onnx.checker.check_model(str(path))
     except Exception as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ModelFormatError(f"{path.name} is not a valid ONNX model: {first}") from None
-    model = Model.from_proto(proto, path)
+    model = Model.from_proto(proto, path, external)
     if weights is not None:
         model = model.with_weights(WeightSet.load_safetensors(weights))
     return model

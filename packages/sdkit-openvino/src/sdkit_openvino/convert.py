@@ -5,11 +5,16 @@ data* (location ``*/_ORT_MEM_ADDR_/*``, offset = the numpy buffer's address, len
 size), a convention OpenVINO's ONNX frontend shares with onnxruntime. The protobuf message
 then holds only the topology, so models whose weights exceed protobuf's 2 GiB limit convert
 the same way as small ones, and no weight is copied into a protobuf or written to disk. The
-numpy buffers must outlive the conversion: ``Converted.keepalive`` holds them.
+numpy buffers must outlive the conversion. OpenVINO's frontend copies them into its constants
+(checked once per process, ``frontend_copies_memory``): then the compiled model does not hold
+them (a pipeline component that drops its Model after compiling frees them); a frontend that
+referenced them instead would get them held in ``Converted.keepalive``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import io
 import re
 from collections.abc import Mapping
@@ -30,6 +35,7 @@ from sdkit.errors import (
 )
 from sdkit.model import Graph
 from sdkit.onnx_checks import refuse_external
+from sdkit_openvino.half_weights import keep_half_weights
 from sdkit_openvino.nan_rewrite import keep_nan
 from sdkit_openvino.runtime import BACKEND_NAME, first_line, import_openvino
 
@@ -240,9 +246,33 @@ def convert_bytes(graph: Graph, model_bytes: bytes) -> Any:
     raise ModelFormatError(f"OpenVINO cannot convert this model: {first_line(Exception(message))}")
 
 
+@functools.cache
+def frontend_copies_memory() -> bool:
+    """Whether the ONNX frontend copies in-memory external data into its own constants (then
+    the numpy buffers may go once the conversion returns): a weight is converted, its buffer
+    zeroed, and the converted constant read back."""
+    from sdkit.model import Model
+
+    weight = np.ones(INLINE_BYTES // 4 + 1, dtype=np.float32)  # past INLINE_BYTES: referenced
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(weight.shape)) for n in ("x", "y")]
+    initializer = [helper.make_tensor("w", TensorProto.FLOAT, list(weight.shape), [0.0] * weight.size)]
+    proto = helper.make_model(
+        helper.make_graph(nodes, "probe", info[:1], info[1:], initializer),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = Model.from_proto(proto).graph
+    model_bytes, _ = memory_onnx(graph, {"w": weight})
+    model = convert_bytes(graph, model_bytes)
+    ctypes.memset(weight.ctypes.data, 0, weight.nbytes)
+    constants = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
+    return any(float(np.asarray(op.get_data()).ravel()[0]) == 1.0 for op in constants)
+
+
 def convert(graph: Graph, weights: Mapping[str, np.ndarray]) -> Converted:
     """Graph + weights -> ``Converted`` (the model and the buffers it may reference)."""
     model_bytes, keepalive = memory_onnx(graph, weights)
     model = convert_bytes(graph, model_bytes)
+    keep_half_weights(model)  # fp16/bf16 MatMul weights stay half-width (half_weights.py)
     inputs, outputs = port_maps(graph, model)
-    return Converted(model, keepalive, inputs, outputs)
+    return Converted(model, [] if frontend_copies_memory() else keepalive, inputs, outputs)

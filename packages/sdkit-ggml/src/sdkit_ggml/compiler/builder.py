@@ -155,22 +155,26 @@ class Builder:
         dtype: np.dtype[Any],
         source: str | None,
         transform: Callable[[np.ndarray], np.ndarray] | None,
+        shape: tuple[int, ...] | None = None,
     ) -> Tensor:
+        """``shape``: the uploaded shape where ``array`` is transformed at upload (pending)."""
+        pending = shape is not None
+        shape = tuple(int(d) for d in (array.shape if shape is None else shape))
         if self.weight_count + 1 > self.capacity:
             raise Unsupported(f"graph needs more than {self.capacity} weight tensors")
-        if array.size == 0:
+        if array.size == 0 or 0 in shape:
             raise Unsupported("empty constant: ggml cannot allocate zero-sized tensors")
-        self._check_size(array.shape, ggml_type, "a constant")
-        self.weight_bytes += shape_bytes(array.shape, type_size(ggml_type))
+        self._check_size(shape, ggml_type, "a constant")
+        self.weight_bytes += shape_bytes(shape, type_size(ggml_type))
         # check() builds shapes only (keep_weights=False) and allocates nothing: the budget is
         # the compile's to enforce (a 12B-weight graph is checkable on a 24 GB machine)
         if self.keep_weights and self.weight_bytes > self.memory_budget:
             check_bytes(self.weight_bytes, "the weights together", self.memory_budget)
         self.weight_count += 1
-        ptr = self.factory.new_tensor(ggml_type, ne_of(array.shape), weight=True)
-        tensor = Tensor(ptr, tuple(int(d) for d in array.shape), np.dtype(dtype), ggml_type)
+        ptr = self.factory.new_tensor(ggml_type, ne_of(shape), weight=True)
+        tensor = Tensor(ptr, shape, np.dtype(dtype), ggml_type)
         if self.keep_weights:
-            self.weights.append(WeightEntry(tensor, source, array, transform))
+            self.weights.append(WeightEntry(tensor, source, array, transform, pending))
         return tensor
 
     def constant(
@@ -193,10 +197,16 @@ class Builder:
                 return self.weight_cache[cache_key]
             if cache_key in self.shared_weights:
                 return self.shared_weights[cache_key]
-        value = self._transformed(raw, source, transform)
         onnx_dtype = np.dtype(dtype or (raw.dtype if raw.dtype != np.float64 else np.float32))
         ggml_type = L.GGML_TYPE_F16 if half else ggml_storage(onnx_dtype)
-        tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
+        if self.keep_weights and isinstance(transform, WeightTransform):
+            # transformed at upload, one weight at a time (WeightEntry.pending): building the
+            # graph holds no transposed copy of the model's weights
+            shape = transform.out_shape(tuple(int(d) for d in raw.shape))
+            tensor = self._new_weight(raw, ggml_type, onnx_dtype, source, transform, shape)
+        else:
+            value = self._transformed(raw, source, transform)
+            tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
         if source is not None:
             self.weight_cache[cache_key] = tensor
         return tensor

@@ -96,13 +96,16 @@ class Program:
         return int(weights), int(compute)
 
     def upload(self, entries: list[WeightEntry]) -> None:
-        """Copy each constant into its tensor. The host array is then let go (only its shape is
-        kept, for refit's checks): transformed weights (transposed, F16, one conv group...) would
-        otherwise stay in memory twice."""
+        """Copy each constant into its tensor, transforming it now where that was deferred. The
+        host array is then let go (only its shape is kept, for refit's checks): transformed
+        weights (transposed, F16, one conv group...) would otherwise stay in memory twice."""
         for entry in entries:
-            data = to_storage(entry.array, entry.tensor, f"constant {entry.source or '<literal>'}")
+            value = entry.value()
+            data = to_storage(value, entry.tensor, f"constant {entry.source or '<literal>'}")
             self.lib.ggml_backend_tensor_set(entry.tensor.ptr, data.ctypes.data, 0, data.nbytes)
-            entry.array = np.broadcast_to(np.zeros((), dtype=entry.array.dtype), entry.array.shape)
+            del data
+            entry.array = np.broadcast_to(np.zeros((), dtype=value.dtype), value.shape)
+            entry.pending = False
 
     def checked_indices(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Feeds with every index input range-checked (ggml asserts on a bad index) and its

@@ -79,9 +79,18 @@ class Tensor:
 @dataclass
 class WeightEntry:
     """A constant uploaded to a weight buffer; ``source`` names the graph value it comes from
-    (recomputed on refit) and ``transform`` the compile-time preprocessing applied to it."""
+    (recomputed on refit) and ``transform`` the compile-time preprocessing applied to it.
+    ``pending``: ``array`` is still the untransformed value, transformed at upload (one weight
+    at a time, so a model's transposed copies never all sit in memory beside its weights)."""
 
     tensor: Tensor
     source: str | None
     array: np.ndarray
     transform: Callable[[np.ndarray], np.ndarray] | None = None
+    pending: bool = False
+
+    def value(self) -> np.ndarray:
+        """The array to upload: ``array``, transformed now when that is pending."""
+        if self.pending and self.transform is not None:
+            return self.transform(self.array)
+        return self.array
