@@ -74,6 +74,9 @@ class CheckpointTensor:
         array = self.file.read(self.entry, self.dtype, self.source.rows)
         if self.source.transpose:
             array = array.T
+        if self.source.swap_halves:
+            half = array.shape[0] // 2
+            array = np.concatenate([array[half:], array[:half]])
         return np.ascontiguousarray(array).reshape(self.shape)
 
 
