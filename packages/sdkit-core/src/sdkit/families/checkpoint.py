@@ -27,7 +27,14 @@ from sdkit.model import PICKLED_SUFFIXES, pickle_refusal
 # The component folders of a diffusers pipeline whose weights a family reads.
 DIFFUSERS_FOLDERS = ("unet", "text_encoder", "text_encoder_2", "vae")
 _WEIGHTS_FILE = re.compile(r"^(diffusion_pytorch_model|model)(\.fp16)?(-\d+-of-\d+)?\.safetensors$")
-DTYPE_NAMES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16", "F64": "fp64"}
+DTYPE_NAMES = {
+    "F32": "fp32",
+    "F16": "fp16",
+    "BF16": "bf16",
+    "F64": "fp64",
+    "F8_E4M3": "fp8_e4m3",
+    "F8_E5M2": "fp8_e5m2",
+}
 PREDICTIONS = {"epsilon": "epsilon", "eps": "epsilon", "v": "v_prediction", "v_prediction": "v_prediction"}
 
 

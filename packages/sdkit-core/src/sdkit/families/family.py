@@ -30,7 +30,7 @@ from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.keymaps import KeyMapper, TensorSource
 from sdkit.model import Graph, LazyArray, WeightSet
 
-LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers"}
+LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers", "bfl": "BFL original (Flux)"}
 # What LDM training files carry besides the modules: EMA copies and the DDPM schedule buffers.
 LDM_EXTRA_PREFIXES = ("model_ema.",)
 LDM_EXTRA_KEYS = frozenset(

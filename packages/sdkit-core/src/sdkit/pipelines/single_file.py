@@ -48,6 +48,11 @@ class CheckpointLoader(PipelineLoader):
             return None
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
+        # The family's pipeline first, from the header alone: a file whose pipeline is missing is
+        # refused for that, before its graphs are looked for.
+        _pipeline_class(
+            detect(Checkpoint.open(path), registered_families(), settings.prediction).family, Path(path).name
+        )
         opened = open_for_pipeline(path, settings.prediction)
         cls = _pipeline_class(opened.mapped.family, Path(path).name)
         config = opened.config
