@@ -22,21 +22,39 @@ from safetensors.numpy import save_file
 
 import sdkit
 import sdkit.pipelines.families
+import sdkit.pipelines.single_file
 from sdkit.errors import ModelFormatError, UnsupportedFamilyError
-from sdkit.families import Checkpoint, MappedCheckpoint, describe, detect
-from sdkit.families.flux import FluxArch, flux_family
+from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
+from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
 from sdkit.model import Model
-from sdkit.pipelines.sources import GraphWithWeights
 
 REPO = Path(__file__).resolve().parents[4]
 TINY = REPO / "fixtures" / "families" / "tiny" / "flux"
 TINY_FLOW = REPO / "fixtures" / "tiny_flow"
 ARCH = FluxArch(hidden=32, in_channels=64, context_dim=16, pooled_dim=32, double_blocks=1, single_blocks=1)
-DEV = flux_family("tiny_flux_dev", "tiny FLUX.1 dev", TINY / "flux_dev_transformer.onnx", ARCH, guidance=True)
-SCHNELL = flux_family(
-    "tiny_flux_schnell", "tiny FLUX.1 schnell", TINY / "flux_schnell_transformer.onnx", ARCH, guidance=False
-)
+
+
+def tiny_graphs(model: str) -> FluxGraphs:
+    return FluxGraphs(
+        TINY / f"{model}_transformer.onnx", TINY / "clip_l.onnx", TINY / "t5xxl.onnx", TINY / "vae_decoder.onnx", 2
+    )
+
+
+def tiny_family(model: str, guidance: bool) -> Family:
+    return flux_family(
+        f"tiny_{model}",
+        f"tiny {model}",
+        tiny_graphs(model),
+        ARCH,
+        guidance=guidance,
+        pipeline="sdkit.pipelines.flux:FluxPipeline",
+        clip_tokenizer=TINY_FLOW / model / "tokenizer",
+    )
+
+
+DEV, SCHNELL = tiny_family("flux_dev", True), tiny_family("flux_schnell", False)
 FAMILIES = [DEV, SCHNELL]
+SIDE = {"clip_l": TINY / "clip_l.safetensors", "t5xxl": TINY / "t5xxl.safetensors", "vae": TINY / "ae.safetensors"}
 FILES = ("flux_dev_fp16", "flux_dev_bf16_comfy", "flux_schnell_bf16", "flux_dev_fp8_comfy")
 IMAGE_TOLERANCE = 1e-3
 OUTPUT_TOLERANCE = 1e-4
@@ -55,9 +73,15 @@ def golden(key: str) -> np.ndarray:
 
 
 def mapped(file: str) -> MappedCheckpoint:
-    checkpoint = Checkpoint.open(TINY / f"{file}.safetensors")
-    found = detect(checkpoint, FAMILIES)
-    return found.family.map(checkpoint, found.layout)
+    return load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE)
+
+
+@pytest.fixture
+def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny Flux families registered before the installed ones (as a plugin would add them)."""
+    installed = sdkit.pipelines.families.registered_families()
+    for module in (sdkit.pipelines.families, sdkit.pipelines.single_file):
+        monkeypatch.setattr(module, "registered_families", lambda: [*FAMILIES, *installed])
 
 
 def available(backend: str) -> None:
@@ -74,9 +98,10 @@ def test_detected_as_dev_or_schnell_and_every_weight_mapped(file: str) -> None:
     found = detect(checkpoint, FAMILIES)
     assert found.family is (DEV if "dev" in file else SCHNELL)
     assert found.layout == "bfl" and found.prediction_type == "flow"
-    result = found.family.map(checkpoint, found.layout)
-    graph = found.family.components["transformer"].load_graph()
-    assert set(result.weights["transformer"]) == {t.name for t in graph.proto.graph.initializer}
+    result = found.family.map(checkpoint.with_files(SIDE), found.layout)
+    for component, spec in found.family.components.items():
+        graph = spec.load_graph()
+        assert set(result.weights[component]) == {t.name for t in graph.proto.graph.initializer}
     assert result.unknown == ()
     assert len(checkpoint) == info()["files"][file]["tensors"]
 
@@ -118,17 +143,14 @@ IMAGE_CASES = [
 
 
 @pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
-def test_image_equals_diffusers_with_the_single_file_transformer(backend: str, file: str) -> None:
-    """tiny_flow's Flux pipeline with its transformer taken from the BFL file (graph + mapped
-    weights) makes diffusers' image with ``from_single_file``'s transformer."""
+def test_image_equals_diffusers_from_the_single_files(tiny_flux: None, backend: str, file: str) -> None:
+    """``load_pipeline(transformer file, clip_l=, t5xxl=, vae=)`` makes the image diffusers'
+    ``FluxPipeline`` makes with ``from_single_file``'s transformer and the same CLIP, T5 and VAE."""
     available(backend)
-    record = info()["files"][file]
-    case = record["case"]
-    pipe = sdkit.load_pipeline(TINY_FLOW / record["model"], backend=backend, threads=1)
+    case = info()["files"][file]["case"]
+    pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
     try:
-        result = mapped(file)
-        source = GraphWithWeights(result.family.components["transformer"].load_graph, result.weights["transformer"])
-        pipe.components["transformer"].set_source(source)
+        assert pipe.checkpoint is not None and pipe.checkpoint.family.name == f"tiny_{info()['files'][file]['model']}"
         image = pipe.generate(
             "a photo of an astronaut riding a horse on the moon",
             seed=case["seed"],
@@ -139,11 +161,35 @@ def test_image_equals_diffusers_with_the_single_file_transformer(backend: str, f
             max_sequence_length=case["max_sequence_length"],
             output_type="np",
         )
+        assert set(pipe.backends().values()) == {backend}
     finally:
         pipe.close()
     diff = float(np.abs(image - golden(f"{file}/image")).max())
     print(f"{file} on {backend}: image max |diff| {diff:.3g}")
     assert diff <= IMAGE_TOLERANCE
+
+
+def test_missing_component_files_are_named(tiny_flux: None) -> None:
+    """A transformer-only file without its CLIP-L / T5-XXL / VAE files: one error naming the flags;
+    a component file for a family that takes none: refused."""
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", t5xxl=SIDE["t5xxl"])
+    message = str(err.value)
+    assert "--clip_l FILE" in message and "--vae FILE" in message and "--t5xxl" not in message
+    assert "clip_l=PATH, vae=PATH" in message
+    with pytest.raises(ModelFormatError, match="vae file not found"):
+        sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", **{**SIDE, "vae": TINY / "nothing.safetensors"})
+
+
+def test_set_checkpoint_keeps_the_component_files(tiny_flux: None) -> None:
+    """Another transformer file of the family swaps only the transformer's weights (reference)."""
+    pipe = sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", backend="reference", prepare=False, **SIDE)
+    try:
+        swaps = pipe.set_checkpoint(TINY / "flux_dev_bf16_comfy.safetensors")
+        assert pipe.checkpoint is not None and pipe.checkpoint.checkpoint.path.name == "flux_dev_bf16_comfy.safetensors"
+        assert set(swaps) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+    finally:
+        pipe.close()
 
 
 def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
@@ -153,7 +199,7 @@ def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
     path = tmp_path / "renamed.safetensors"
     save_file(tensors, str(path))
     with pytest.raises(ModelFormatError) as err:
-        DEV.map(Checkpoint.open(path), "bfl")
+        DEV.map(Checkpoint.open(path).with_files(SIDE), "bfl")
     assert "double_blocks.0.img_attn.qkv.weight (missing)" in str(err.value)
     assert "qkv_renamed" in str(err.value)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,7 @@ class Checkpoint:
     def __init__(self, path: Path, files: Sequence[tuple[str, SafetensorsFile]]) -> None:
         self.path = path
         self.files = [f for _, f in files]
+        self._prefixed_files = list(files)
         self._tensors: dict[str, tuple[SafetensorsFile, TensorEntry]] = {}
         for prefix, file in files:
             for key, entry in file.entries.items():
@@ -110,6 +111,19 @@ class Checkpoint:
         if path.is_dir():
             return cls._open_folder(path)
         return cls(path, [("", SafetensorsFile(path))])
+
+    def with_files(self, files: Mapping[str, str | os.PathLike[str]]) -> Checkpoint:
+        """This checkpoint plus other ``.safetensors`` files, each one's keys under
+        ``<name>.`` (a Flux transformer file with its ``clip_l.``, ``t5xxl.`` and ``vae.`` files)."""
+        extra: list[tuple[str, SafetensorsFile]] = []
+        for name, file in files.items():
+            path = Path(file).expanduser()
+            if path.suffix.lower() in PICKLED_SUFFIXES:
+                raise ModelFormatError(pickle_refusal(path.name))
+            if not path.is_file():
+                raise ModelFormatError(f"{name} file not found: {path}")
+            extra.append((f"{name}.", SafetensorsFile(path)))
+        return Checkpoint(self.path, [*self._prefixed_files, *extra])
 
     @classmethod
     def _open_folder(cls, path: Path) -> Checkpoint:

@@ -15,11 +15,16 @@ and 38 single blocks, MLP ratio 4.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from sdkit.families.builtin import CLIP_VOCAB
+from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.family import Family, FamilyComponent
 from sdkit.families.flux_keys import BflFlux
+from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource
 
 FLUX_LAYOUT = "bfl"
 TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
@@ -27,6 +32,18 @@ TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
 # pipeline takes CLIP-L, T5-XXL and the VAE from their own files); until then load_pipeline
 # refuses such a file by name (``sdkit.pipelines.families.PENDING``).
 FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux_single_file:FluxSingleFilePipeline"
+# black-forest-labs/FLUX.1-dev and -schnell scheduler/scheduler_config.json as published.
+FLUX_DEV_SCHEDULER: dict[str, Any] = {
+    "_class_name": "FlowMatchEulerDiscreteScheduler",
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "max_image_seq_len": 4096,
+    "max_shift": 1.15,
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "use_dynamic_shifting": True,
+}
+FLUX_SCHNELL_SCHEDULER: dict[str, Any] = {**FLUX_DEV_SCHEDULER, "shift": 1.0, "use_dynamic_shifting": False}
 
 
 @dataclass(frozen=True)
@@ -58,33 +75,95 @@ class FluxArch:
         return found
 
 
+@dataclass(frozen=True)
+class FluxGraphs:
+    """The family's weightless graphs (shipped names or ``.onnx`` paths) and the VAE's depth."""
+
+    transformer: str | Path
+    clip: str | Path = "clip_l"
+    t5: str | Path = "t5xxl_encoder"
+    vae_decoder: str | Path = "flux_vae_decoder"
+    vae_blocks: int = 4  # the VAE's down (= up) blocks: 8 pixels per latent cell
+
+
+@dataclass(frozen=True)
+class T5File:
+    """T5's encoder as ComfyUI's ``t5xxl_fp16.safetensors`` stores it: transformers'
+    ``T5EncoderModel`` names under ``prefix``; the tied embedding is ``shared.weight``, some files
+    repeat it as ``encoder.embed_tokens.weight``."""
+
+    prefix: str = "t5xxl."
+
+    def source(self, name: str, shape: Sequence[int]) -> TensorSource:
+        if name in _T5_EMBEDDING:
+            return TensorSource(tuple(self.prefix + n for n in (name, *(n for n in _T5_EMBEDDING if n != name))))
+        return TensorSource((self.prefix + name,))
+
+    def ignored(self, key: str) -> bool:
+        return key.removeprefix(self.prefix) in _T5_EMBEDDING  # the tied copy not read
+
+
+_T5_EMBEDDING = ("shared.weight", "encoder.embed_tokens.weight")
+
+
+@dataclass(frozen=True)
+class AeDecoder(LdmVae):
+    """BFL's ``ae.safetensors`` (LDM VAE names, no quant convs) read for its decoder: the
+    encoder's tensors are deliberately left (txt2img decodes only)."""
+
+    def ignored(self, key: str) -> bool:
+        return key.startswith(self.prefix + "encoder.")
+
+
+COMPONENT_FILES = {
+    "clip_l": "CLIP-L text encoder, e.g. ComfyUI's clip_l.safetensors",
+    "t5xxl": "T5-XXL text encoder, e.g. t5xxl_fp16.safetensors",
+    "vae": "the Flux VAE, e.g. BFL's ae.safetensors",
+}
+
+
 def flux_family(
     name: str,
     label: str,
-    transformer_graph: str | Path,
+    graphs: FluxGraphs,
     arch: FluxArch,
     guidance: bool,
     pipeline: str = FLUX_SINGLE_FILE_PIPELINE,
+    clip_tokenizer: TokenizerSource = CLIP_VOCAB,
 ) -> Family:
-    """A Flux transformer family: the graph (diffusers' parameter names), the BFL key map."""
-    component = FamilyComponent(
-        graph=transformer_graph,
-        layouts={FLUX_LAYOUT: BflFlux(arch.hidden)},
-        probes=arch.probes(guidance),
-    )
+    """A Flux family: the transformer from a BFL-layout file, CLIP-L, T5 and the VAE from their
+    own files (``Family.files``), the published FLUX.1 configuration."""
+    components = {
+        "text_encoder": FamilyComponent(graphs.clip, {FLUX_LAYOUT: LdmClip("clip_l.")}),
+        "text_encoder_2": FamilyComponent(graphs.t5, {FLUX_LAYOUT: T5File()}),
+        "transformer": FamilyComponent(
+            graphs.transformer, {FLUX_LAYOUT: BflFlux(arch.hidden)}, probes=arch.probes(guidance)
+        ),
+        "vae_decoder": FamilyComponent(graphs.vae_decoder, {FLUX_LAYOUT: AeDecoder(graphs.vae_blocks, "vae.")}),
+    }
+    scheduler = FLUX_DEV_SCHEDULER if guidance else FLUX_SCHNELL_SCHEDULER
     return Family(
         name=name,
         label=label,
         pipeline=pipeline,
-        components={"transformer": component},
+        components=components,
         prediction_type="flow",
+        scheduler_config=scheduler,
+        tokenizers={"text_encoder": clip_tokenizer},
+        text_outputs={"text_encoder": ("pooler_output",), "text_encoder_2": ("last_hidden_state",)},
         sample_size=128,
         latent_channels=16,
         vae_scaling_factor=0.3611,
+        vae_scale_factor=2 ** (graphs.vae_blocks - 1),
+        fp32_components=("vae_decoder",),
         priority=1 if guidance else 0,
+        files=COMPONENT_FILES,
+        config={"vae_shift_factor": 0.1159, "patch_size": 2, "denoiser_config": {"guidance_embeds": guidance}},
     )
 
 
 FLUX = FluxArch()
-FLUX_DEV = flux_family("flux_dev", "FLUX.1 dev", "flux_dev_transformer", FLUX, guidance=True)
-FLUX_SCHNELL = flux_family("flux_schnell", "FLUX.1 schnell", "flux_schnell_transformer", FLUX, guidance=False)
+FLUX_DEV = flux_family("flux_dev", "FLUX.1 dev", FluxGraphs("flux_dev_transformer"), FLUX, guidance=True)
+FLUX_SCHNELL = flux_family(
+    "flux_schnell", "FLUX.1 schnell", FluxGraphs("flux_schnell_transformer"), FLUX, guidance=False
+)

@@ -10,6 +10,7 @@ takes ``.safetensors`` files and diffusers folders holding ``unet/*.safetensors`
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,14 +54,15 @@ class CheckpointLoader(PipelineLoader):
         _pipeline_class(
             detect(Checkpoint.open(path), registered_families(), settings.prediction).family, Path(path).name
         )
-        opened = open_for_pipeline(path, settings.prediction)
+        opener = partial(open_for_pipeline, files=settings.files) if settings.files else open_for_pipeline
+        opened = opener(path, settings.prediction)
         cls = _pipeline_class(opened.mapped.family, Path(path).name)
         config = opened.config
         components = settings.components(
             cls.component_names, opened.sources, config.text_outputs, config.fp32_components
         )
         pipeline = cls(config, components)
-        pipeline.bind_checkpoint(opened.mapped, open_for_pipeline)
+        pipeline.bind_checkpoint(opened.mapped, opener)  # set_checkpoint keeps the component files
         return pipeline
 
 
