@@ -292,3 +292,30 @@ def test_image_goldens_move_with_the_file_dtype() -> None:
         fp32 = {k: data[f"{k}/image"] for k in ("flux_dev", "flux_schnell")}
     for file, case in (("flux_dev_bf16_comfy", "flux_dev"), ("flux_schnell_bf16", "flux_schnell")):
         assert float(np.abs(golden(f"{file}/image") - fp32[case]).max()) > IMAGE_TOLERANCE
+
+
+def test_command_line_takes_the_component_files(
+    tiny_flux: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sdkit generate --model flux.safetensors --clip_l ... --t5xxl ... --vae ...`` (as
+    stable-diffusion.cpp): the PNG holds diffusers' image (8-bit); without them, one line naming
+    the flags."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    available("ggml")
+    out = tmp_path / "flux.png"
+    model = TINY / "flux_dev_bf16_comfy.safetensors"
+    argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--model", str(model), "-o", str(out)]
+    argv += ["--backend", "ggml", "--threads", "1", "--steps", "3", "--seed", "11", "--cfg", "3.5"]
+    argv += ["--width", "48", "--height", "32", "--max-sequence-length", "32"]
+    files = ["--clip_l", str(SIDE["clip_l"]), "--t5xxl", str(SIDE["t5xxl"]), "--vae", str(SIDE["vae"])]
+    assert main([*argv, *files]) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+    assert np.abs(pixels - golden("flux_dev_bf16_comfy/image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdkit: error: ") and "--clip_l FILE" in err and err.count("\n") == 1
