@@ -1,16 +1,20 @@
-"""FLUX.1 dev and schnell transformer files as families (``flux_family``), BFL layout.
+"""FLUX.1 dev and schnell single files as families (``flux_family``): BFL's transformer file
+plus CLIP-L, T5-XXL and VAE files.
 
 The files users have (``flux1-dev.safetensors``, ``flux1-schnell.safetensors``, ComfyUI's
 copies under ``model.diffusion_model.``, ``flux1-dev-fp8``) hold the transformer only, in BFL's
-key layout (``sdkit.families.flux_keys``). A family here has one component, ``transformer``, and
-detection tells dev from schnell by the guidance embedder (``guidance_in``: dev's distilled
-guidance input; schnell has none): both families' probes match a dev file, and dev's higher
-``priority`` wins.
+key layout (``sdkit.families.flux_keys``); the other components come from their own files, as
+stable-diffusion.cpp's ``--clip_l``, ``--t5xxl``, ``--vae`` take them (``Family.files``: ComfyUI's
+``clip_l.safetensors`` and ``t5xxl_fp16.safetensors`` in transformers' names, BFL's
+``ae.safetensors`` in the LDM VAE names), read under ``clip_l.``, ``t5xxl.`` and ``vae.``.
+Detection looks at the transformer only and tells dev from schnell by the guidance embedder
+(``guidance_in``: dev's distilled guidance input; schnell has none): both families' probes match
+a dev file, and dev's higher ``priority`` wins.
 
 The published numbers (diffusers' ``FluxTransformer2DModel`` config of FLUX.1-dev/-schnell):
 width 3072 (24 heads of 128), 64 input channels (16-channel latents packed 2x2), T5-XXL context
 4096, CLIP-L pooled 768, timestep and guidance embedded from 256 sinusoidal channels, 19 double
-and 38 single blocks, MLP ratio 4.
+and 38 single blocks, MLP ratio 4; the VAE's scaling 0.3611 and shift 0.1159.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource
 
 FLUX_LAYOUT = "bfl"
 TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
-# The pipeline a transformer-only file will get once the full-size Flux graphs ship (and the
-# pipeline takes CLIP-L, T5-XXL and the VAE from their own files); until then load_pipeline
-# refuses such a file by name (``sdkit.pipelines.families.PENDING``).
+# The full-size families' pipeline: ``sdkit.pipelines.flux:FluxPipeline`` once the full-size
+# weightless Flux transformer, T5-XXL and VAE graphs ship (the tiny test families use it already);
+# until then load_pipeline refuses such a file by name (``sdkit.pipelines.families.PENDING``).
 FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux_single_file:FluxSingleFilePipeline"
 # black-forest-labs/FLUX.1-dev and -schnell scheduler/scheduler_config.json as published.
 FLUX_DEV_SCHEDULER: dict[str, Any] = {

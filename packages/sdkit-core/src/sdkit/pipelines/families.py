@@ -34,9 +34,9 @@ from sdkit.plugins.registries import import_object
 PENDING = {
     "sdkit.pipelines.inpaint": "the inpainting pipeline is issue 9's work",
     "sdkit.pipelines.flux_single_file": (
-        "a FLUX.1 transformer-only file runs once sdkit ships the full-size Flux, T5-XXL and 16-channel VAE "
-        "graphs and takes CLIP-L, T5-XXL and the VAE from their own files (stable-diffusion.cpp's --clip_l, "
-        "--t5xxl, --vae); `sdkit inspect` describes the file meanwhile, and a diffusers/optimum Flux folder loads"
+        "sdkit does not ship the full-size weightless Flux transformer, T5-XXL and 16-channel VAE graphs yet "
+        "(the file itself is read: `sdkit inspect`; it will take CLIP-L, T5-XXL and the VAE from their own "
+        "files, --clip_l, --t5xxl, --vae); a diffusers/optimum Flux folder loads"
     ),
 }
 
