@@ -23,7 +23,7 @@ from safetensors.numpy import save_file
 import sdkit
 import sdkit.pipelines.families
 import sdkit.pipelines.single_file
-from sdkit.errors import ModelFormatError, UnsupportedFamilyError
+from sdkit.errors import ModelFormatError, OptionError, UnsupportedFamilyError
 from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
 from sdkit.model import Model
@@ -319,3 +319,13 @@ def test_command_line_takes_the_component_files(
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("sdkit: error: ") and "--clip_l FILE" in err and err.count("\n") == 1
+
+
+def test_component_files_are_refused_where_nothing_takes_them(tiny_families: Any) -> None:
+    """``clip_l=`` for an ONNX folder, ``vae=`` at load for an SD checkpoint: one OptionError."""
+    with pytest.raises(OptionError, match="clip_l= is for a single-file model"):
+        sdkit.load_pipeline(TINY_FLOW / "flux_dev", clip_l=SIDE["clip_l"])
+    sd1 = REPO / "fixtures" / "families" / "tiny" / "sd1" / "sd1_fp16.safetensors"
+    if sd1.is_file():
+        with pytest.raises(OptionError, match="vae not used"):
+            sdkit.load_pipeline(sd1, vae=SIDE["vae"])

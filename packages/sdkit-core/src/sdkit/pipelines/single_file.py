@@ -28,6 +28,7 @@ class CheckpointLoader(PipelineLoader):
 
     name: ClassVar[str] = "checkpoint"
     priority: ClassVar[int] = 30  # before the ONNX folder loader: a folder of safetensors is ours
+    takes_component_files: ClassVar[bool] = True
 
     def sniff(self, path: Path) -> bool:
         path = Path(path)
