@@ -37,8 +37,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a textual-inversion .safetensors file, triggered by its file name in the prompt; repeatable",
     )
     parser.add_argument(
-        "--vae", default=None, metavar="FILE", help="a standalone VAE .safetensors file (LDM or diffusers keys)"
+        "--vae",
+        default=None,
+        metavar="FILE",
+        help="a standalone VAE .safetensors file (LDM or diffusers keys); "
+        "with --clip_l/--t5xxl, the Flux VAE (ae.safetensors)",
     )
+    parser.add_argument(
+        "--clip_l",
+        default=None,
+        metavar="FILE",
+        help="a Flux transformer-only --model's CLIP-L text encoder (ComfyUI's clip_l.safetensors)",
+    )
+    parser.add_argument(
+        "--t5xxl",
+        default=None,
+        metavar="FILE",
+        help="a Flux transformer-only --model's T5-XXL text encoder (t5xxl_fp16.safetensors)",
+    )
+
+
+def component_files(args: argparse.Namespace) -> dict[str, str]:
+    """The component files a transformer-only --model takes at load (stable-diffusion.cpp's
+    --clip_l, --t5xxl, --vae): given --clip_l or --t5xxl, --vae is that model's VAE file."""
+    files = {name: str(path) for name in ("clip_l", "t5xxl") if (path := getattr(args, name, None)) is not None}
+    if files and args.vae is not None:
+        files["vae"] = str(args.vae)
+    return files
 
 
 def lora_argument(text: str) -> tuple[Path, float]:
@@ -69,7 +94,7 @@ def apply(pipe: Any, args: argparse.Namespace, loras: list[tuple[Path, float]]) 
     """Load the embeddings, the VAE and the LoRAs onto a loaded pipeline."""
     for path in args.embedding:
         pipe.load_embedding(path)
-    if args.vae is not None:
+    if args.vae is not None and "vae" not in component_files(args):
         pipe.set_vae(args.vae)
     if loras:
         pipe.set_loras(loras)

@@ -175,8 +175,9 @@ def run(args: argparse.Namespace) -> int:
         **options_from(args),
     }
     controlnets = control_fields(args)[1] or None
+    files = adapters.component_files(args)
     pipe = sdkit.load_pipeline(
-        args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings
+        args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings, **files
     )
     refiner = None
     if args.refiner is not None:  # checked to be SDXL by build_request; the same settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,14 @@ from sdkit.model import PICKLED_SUFFIXES, pickle_refusal
 # The component folders of a diffusers pipeline whose weights a family reads.
 DIFFUSERS_FOLDERS = ("unet", "text_encoder", "text_encoder_2", "vae")
 _WEIGHTS_FILE = re.compile(r"^(diffusion_pytorch_model|model)(\.fp16)?(-\d+-of-\d+)?\.safetensors$")
-DTYPE_NAMES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16", "F64": "fp64"}
+DTYPE_NAMES = {
+    "F32": "fp32",
+    "F16": "fp16",
+    "BF16": "bf16",
+    "F64": "fp64",
+    "F8_E4M3": "fp8_e4m3",
+    "F8_E5M2": "fp8_e5m2",
+}
 PREDICTIONS = {"epsilon": "epsilon", "eps": "epsilon", "v": "v_prediction", "v_prediction": "v_prediction"}
 
 
@@ -74,6 +81,9 @@ class CheckpointTensor:
         array = self.file.read(self.entry, self.dtype, self.source.rows)
         if self.source.transpose:
             array = array.T
+        if self.source.swap_halves:
+            half = array.shape[0] // 2
+            array = np.concatenate([array[half:], array[:half]])
         return np.ascontiguousarray(array).reshape(self.shape)
 
 
@@ -84,6 +94,7 @@ class Checkpoint:
     def __init__(self, path: Path, files: Sequence[tuple[str, SafetensorsFile]]) -> None:
         self.path = path
         self.files = [f for _, f in files]
+        self._prefixed_files = list(files)
         self._tensors: dict[str, tuple[SafetensorsFile, TensorEntry]] = {}
         for prefix, file in files:
             for key, entry in file.entries.items():
@@ -100,6 +111,19 @@ class Checkpoint:
         if path.is_dir():
             return cls._open_folder(path)
         return cls(path, [("", SafetensorsFile(path))])
+
+    def with_files(self, files: Mapping[str, str | os.PathLike[str]]) -> Checkpoint:
+        """This checkpoint plus other ``.safetensors`` files, each one's keys under
+        ``<name>.`` (a Flux transformer file with its ``clip_l.``, ``t5xxl.`` and ``vae.`` files)."""
+        extra: list[tuple[str, SafetensorsFile]] = []
+        for name, file in files.items():
+            path = Path(file).expanduser()
+            if path.suffix.lower() in PICKLED_SUFFIXES:
+                raise ModelFormatError(pickle_refusal(path.name))
+            if not path.is_file():
+                raise ModelFormatError(f"{name} file not found: {path}")
+            extra.append((f"{name}.", SafetensorsFile(path)))
+        return Checkpoint(self.path, [*self._prefixed_files, *extra])
 
     @classmethod
     def _open_folder(cls, path: Path) -> Checkpoint:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, OptionError
 from sdkit.families.checkpoint import Checkpoint, a1111_yaml, normalize_prediction, yaml_prediction
 from sdkit.families.family import LAYOUT_LABELS, Family, MappedCheckpoint
 from sdkit.families.inspect import describe
@@ -72,11 +72,36 @@ def _stated_prediction(checkpoint: Checkpoint) -> tuple[str | None, str]:
 
 
 def load_checkpoint(
-    path: str | os.PathLike[str], families: Sequence[Family], prediction: str | None = None
+    path: str | os.PathLike[str],
+    families: Sequence[Family],
+    prediction: str | None = None,
+    files: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> MappedCheckpoint:
     """Open ``path`` (a ``.safetensors`` file or a diffusers folder), detect its family and map
-    its weights: a lazy ``WeightSet`` per component, checked complete."""
+    its weights: a lazy ``WeightSet`` per component, checked complete. ``files``: the components
+    the family takes from their own files (``Family.files``: Flux's ``clip_l``, ``t5xxl``, ``vae``)."""
     checkpoint = Checkpoint.open(path)
     found = detect(checkpoint, families, prediction)
+    given = dict(files or {})
+    check_component_files(checkpoint.path.name, found.family, given)
+    if given:
+        checkpoint = checkpoint.with_files(given)
     mapped = found.family.map(checkpoint, found.layout)
     return replace(mapped, prediction_type=found.prediction_type)
+
+
+def check_component_files(name: str, family: Family, given: Mapping[str, object]) -> None:
+    """One error naming every component file the family needs and was not given (with its
+    command-line flag), or given files the family does not take."""
+    unexpected = [n for n in given if n not in family.files]
+    if unexpected:
+        takes = f"it takes {', '.join(family.files)}" if family.files else "it holds every component itself"
+        raise OptionError(f"{name} is a {family.label} checkpoint: {', '.join(unexpected)} not used ({takes})")
+    missing = [n for n in family.files if given.get(n) is None]
+    if missing:
+        flags = ", ".join(f"--{n} FILE ({family.files[n]})" for n in missing)
+        python = ", ".join(f"{n}=PATH" for n in missing)
+        raise ModelFormatError(
+            f"{name} holds the {family.label} transformer only; give its other components: {flags} "
+            f"(in Python: load_pipeline(path, {python}))"
+        )

@@ -30,7 +30,7 @@ from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.keymaps import KeyMapper, TensorSource
 from sdkit.model import Graph, LazyArray, WeightSet
 
-LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers"}
+LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers", "bfl": "BFL original (Flux)"}
 # What LDM training files carry besides the modules: EMA copies and the DDPM schedule buffers.
 LDM_EXTRA_PREFIXES = ("model_ema.",)
 LDM_EXTRA_KEYS = frozenset(
@@ -128,6 +128,11 @@ class Family:
     requires_aesthetics_score: bool = False
     fp32_components: tuple[str, ...] = ()
     priority: int = 0  # among families a file matches equally, the higher is the default
+    # Components a file of this family does not hold, each from its own file (Flux's transformer
+    # files): option name (``clip_l``: ``load_pipeline(..., clip_l=PATH)``, ``--clip_l PATH``) ->
+    # what it is. Their keys are read under ``<name>.`` (``Checkpoint.with_files``).
+    files: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)  # more PipelineConfig fields (flow models')
 
     def layouts(self) -> list[str]:
         """The checkpoint layouts every component has a mapper for."""

@@ -35,12 +35,15 @@ class TensorSource:
     rows: a ``[begin, end)`` slice of the first axis (OpenCLIP's fused ``in_proj`` q/k/v).
     transpose: the stored matrix is the transpose of the graph's (OpenCLIP ``text_projection``).
     reshape: same values, the graph's shape (an LDM 1x1 conv ``[C, C, 1, 1]`` for a Linear ``[C, C]``).
+    swap_halves: the two halves of the first axis are stored in the other order (Flux's final
+    modulation: BFL's (shift, scale) is diffusers' (scale, shift)).
     """
 
     keys: tuple[str, ...]
     rows: tuple[int, int] | None = None
     transpose: bool = False
     reshape: bool = False
+    swap_halves: bool = False
 
     @property
     def key(self) -> str:

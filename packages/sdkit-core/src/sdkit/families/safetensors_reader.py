@@ -51,7 +51,27 @@ STORAGE: dict[str, np.dtype[Any]] = {
     "F8_E4M3": np.dtype("u1"),
     "F8_E5M2": np.dtype("u1"),
 }
-FLOATS = ("F64", "F32", "F16", "BF16")
+FLOATS = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+
+
+def _e4m3fn_values() -> np.ndarray:
+    """The float32 value of each of the 256 ``float8_e4m3fn`` bytes (1 sign, 4 exponent bits
+    biased by 7, 3 mantissa bits; exponent 0 is subnormal; ``S.1111.111`` is NaN, no infinities)."""
+    byte = np.arange(256)
+    sign = np.where(byte & 0x80, -1.0, 1.0)
+    exponent, mantissa = (byte >> 3) & 0xF, byte & 0x7
+    normal = (1.0 + mantissa / 8.0) * np.exp2(exponent - 7.0)
+    values = sign * np.where(exponent == 0, mantissa / 8.0 * 2.0**-6, normal)
+    values[(byte & 0x7F) == 0x7F] = np.nan
+    return values.astype(np.float32)
+
+
+# fp8 files (``flux1-dev-fp8``) are upcast through a 256-entry table: exact, one gather per tensor.
+# E5M2 is the upper byte of a float16.
+FP8_VALUES: dict[str, np.ndarray] = {
+    "F8_E4M3": _e4m3fn_values(),
+    "F8_E5M2": (np.arange(256, dtype=np.uint16) << 8).view(np.float16).astype(np.float32),
+}
 MAX_HEADER = 100_000_000  # the safetensors library's own limit
 _PAGE = mmap.PAGESIZE
 
@@ -202,10 +222,10 @@ class SafetensorsFile:
             if wanted.kind != "f":
                 raise ModelFormatError(f"{self.path.name}: tensor {entry.key!r} is bf16, not convertible to {wanted}")
             result = (raw.astype(np.uint32) << 16).view(np.float32).astype(wanted, copy=False)
-        elif entry.dtype.startswith("F8"):
-            raise ModelFormatError(
-                f"{self.path.name}: tensor {entry.key!r} is {entry.dtype}; fp8 files are not supported"
-            )
+        elif entry.dtype in FP8_VALUES:
+            if wanted.kind != "f":
+                raise ModelFormatError(f"{self.path.name}: tensor {entry.key!r} is {entry.dtype}, not {wanted}")
+            result = FP8_VALUES[entry.dtype][raw].astype(wanted, copy=False)
         elif raw.dtype == wanted:
             result = np.array(raw)
         else:

@@ -36,6 +36,8 @@ MemoryPolicy = Literal["keep", "offload"]
 MEMORY_POLICIES: tuple[str, ...] = ("keep", "offload")
 PerComponent = str | Device | None | Mapping[str, Any]
 WeightSwap = Literal["refit", "recompile"]
+# load_pipeline options naming a component's own file (stable-diffusion.cpp's --clip_l, --t5xxl, --vae).
+COMPONENT_FILES = ("clip_l", "t5xxl", "vae")
 
 
 def per_component(value: PerComponent, components: tuple[str, ...], what: str, default: Any) -> dict[str, Any]:
@@ -196,6 +198,8 @@ class LoadSettings:
     memory: str = "keep"
     options: Mapping[str, Any] = field(default_factory=dict)
     prediction: str | None = None  # what the model predicts when its files do not say (or to override them)
+    # Components a checkpoint takes from their own files (a Flux transformer file's clip_l, t5xxl, vae).
+    files: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_POLICIES:
@@ -211,7 +215,8 @@ class LoadSettings:
         prediction: str | None = None,
         **options: Any,
     ) -> LoadSettings:
-        return cls(backend, device, memory, options, prediction)
+        files = {name: str(path) for name in COMPONENT_FILES if (path := options.pop(name, None)) is not None}
+        return cls(backend, device, memory, options, prediction, files)
 
     def components(
         self,

@@ -96,6 +96,7 @@ class PipelineLoader(ABC):
     name: ClassVar[str]
     priority: ClassVar[int] = 0
     kind: ClassVar[str] = "pipeline"
+    takes_component_files: ClassVar[bool] = False  # clip_l=, t5xxl=, vae= (a Flux transformer file's)
 
     @abstractmethod
     def sniff(self, path: Path) -> bool:
@@ -118,6 +119,9 @@ class PipelineLoader(ABC):
     def load(self, path: Path, controlnets: Any = None, prepare: bool = True, **kwargs: Any) -> Pipeline:
         """``sdkit.load_model`` and ``load_pipeline`` call this: ``kwargs`` are ``load_pipeline``'s."""
         settings = LoadSettings.create(**kwargs)
+        if settings.files and not self.takes_component_files:
+            given = ", ".join(f"{name}=" for name in settings.files)
+            raise OptionError(f"{Path(path).name}: {given} is for a single-file model that lacks those components")
         pipeline = self.build(Path(path), settings)
         if controlnets:
             attach_controlnets(pipeline, controlnets, settings)

@@ -10,6 +10,7 @@ takes ``.safetensors`` files and diffusers folders holding ``unet/*.safetensors`
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ class CheckpointLoader(PipelineLoader):
 
     name: ClassVar[str] = "checkpoint"
     priority: ClassVar[int] = 30  # before the ONNX folder loader: a folder of safetensors is ours
+    takes_component_files: ClassVar[bool] = True
 
     def sniff(self, path: Path) -> bool:
         path = Path(path)
@@ -48,14 +50,20 @@ class CheckpointLoader(PipelineLoader):
             return None
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        opened = open_for_pipeline(path, settings.prediction)
+        # The family's pipeline first, from the header alone: a file whose pipeline is missing is
+        # refused for that, before its graphs are looked for.
+        _pipeline_class(
+            detect(Checkpoint.open(path), registered_families(), settings.prediction).family, Path(path).name
+        )
+        opener = partial(open_for_pipeline, files=settings.files) if settings.files else open_for_pipeline
+        opened = opener(path, settings.prediction)
         cls = _pipeline_class(opened.mapped.family, Path(path).name)
         config = opened.config
         components = settings.components(
             cls.component_names, opened.sources, config.text_outputs, config.fp32_components
         )
         pipeline = cls(config, components)
-        pipeline.bind_checkpoint(opened.mapped, open_for_pipeline)
+        pipeline.bind_checkpoint(opened.mapped, opener)  # set_checkpoint keeps the component files
         return pipeline
 
 

@@ -33,9 +33,13 @@ SCHEDULERS = (
     "sdkit.schedulers.ddim:LCM",
     "sdkit.schedulers.flow_match:FlowMatchEuler",
 )
-MODEL_FAMILIES = tuple(
-    f"sdkit.families.builtin:{name}"
-    for name in ("SD1", "SD1_INPAINT", "SD2", "SD2V", "SDXL", "SDXL_INPAINT", "SDXL_REFINER")
+MODEL_FAMILIES = (
+    *(
+        f"sdkit.families.builtin:{name}"
+        for name in ("SD1", "SD1_INPAINT", "SD2", "SD2V", "SDXL", "SDXL_INPAINT", "SDXL_REFINER")
+    ),
+    "sdkit.families.flux:FLUX_DEV",
+    "sdkit.families.flux:FLUX_SCHNELL",
 )
 
 

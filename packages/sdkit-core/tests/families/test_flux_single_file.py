@@ -1,0 +1,331 @@
+"""FLUX.1 single files in BFL's layout (``sdkit.families.flux``, ``flux_keys``) on a tiny graph.
+
+Oracle: diffusers' ``FluxTransformer2DModel.from_single_file`` on the same files (its own BFL
+converter; ``fixtures/families/make_flux_single_file.py``, goldens in
+``fixtures/families/tiny/flux/golden.npz``): the transformer's output on fixed inputs, and the
+image ``FluxPipeline`` makes with that transformer and tiny_flow's other components (tiny_flow's
+``flux_dev`` / ``flux_schnell`` case). Required: the image within 1e-3 on [0, 1] pixels on the
+reference, ggml (threads=1) and openvino backends; the transformer output within 1e-4.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import sdkit
+import sdkit.pipelines.families
+import sdkit.pipelines.single_file
+from sdkit.errors import ModelFormatError, OptionError, UnsupportedFamilyError
+from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
+from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
+from sdkit.model import Model
+
+REPO = Path(__file__).resolve().parents[4]
+TINY = REPO / "fixtures" / "families" / "tiny" / "flux"
+TINY_FLOW = REPO / "fixtures" / "tiny_flow"
+ARCH = FluxArch(hidden=32, in_channels=64, context_dim=16, pooled_dim=32, double_blocks=1, single_blocks=1)
+
+
+def tiny_graphs(model: str) -> FluxGraphs:
+    return FluxGraphs(
+        TINY / f"{model}_transformer.onnx", TINY / "clip_l.onnx", TINY / "t5xxl.onnx", TINY / "vae_decoder.onnx", 2
+    )
+
+
+def tiny_family(model: str, guidance: bool) -> Family:
+    return flux_family(
+        f"tiny_{model}",
+        f"tiny {model}",
+        tiny_graphs(model),
+        ARCH,
+        guidance=guidance,
+        pipeline="sdkit.pipelines.flux:FluxPipeline",
+        clip_tokenizer=TINY_FLOW / model / "tokenizer",
+    )
+
+
+DEV, SCHNELL = tiny_family("flux_dev", True), tiny_family("flux_schnell", False)
+FAMILIES = [DEV, SCHNELL]
+SIDE = {"clip_l": TINY / "clip_l.safetensors", "t5xxl": TINY / "t5xxl.safetensors", "vae": TINY / "ae.safetensors"}
+FILES = ("flux_dev_fp16", "flux_dev_bf16_comfy", "flux_schnell_bf16", "flux_dev_fp8_comfy")
+IMAGE_TOLERANCE = 1e-3
+OUTPUT_TOLERANCE = 1e-4
+
+
+@lru_cache(maxsize=1)
+def info() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((TINY / "golden.json").read_text(encoding="utf-8"))
+    return data
+
+
+def golden(key: str) -> np.ndarray:
+    with np.load(TINY / "golden.npz") as data:
+        value: np.ndarray = data[key]
+    return value
+
+
+def mapped(file: str) -> MappedCheckpoint:
+    return load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE)
+
+
+@pytest.fixture
+def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny Flux families registered before the installed ones (as a plugin would add them)."""
+    installed = sdkit.pipelines.families.registered_families()
+    for module in (sdkit.pipelines.families, sdkit.pipelines.single_file):
+        monkeypatch.setattr(module, "registered_families", lambda: [*FAMILIES, *installed])
+
+
+def available(backend: str) -> None:
+    found = next((b for b in sdkit.backends() if b.name == backend), None)
+    if found is None or not found.available:
+        pytest.skip(f"backend {backend} unavailable: {found.reason if found else 'not installed'}")
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_detected_as_dev_or_schnell_and_every_weight_mapped(file: str) -> None:
+    """dev by its guidance embedder, schnell without; every initializer of the graph found, every
+    tensor of the file read (no unknown keys), with or without ComfyUI's prefix."""
+    checkpoint = Checkpoint.open(TINY / f"{file}.safetensors")
+    found = detect(checkpoint, FAMILIES)
+    assert found.family is (DEV if "dev" in file else SCHNELL)
+    assert found.layout == "bfl" and found.prediction_type == "flow"
+    result = found.family.map(checkpoint.with_files(SIDE), found.layout)
+    for component, spec in found.family.components.items():
+        graph = spec.load_graph()
+        assert set(result.weights[component]) == {t.name for t in graph.proto.graph.initializer}
+    assert result.unknown == ()
+    assert len(checkpoint) == info()["files"][file]["tensors"]
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_transformer_output_is_diffusers_from_single_file(file: str) -> None:
+    """The mapped graph's output equals diffusers' ``from_single_file`` model's (reference backend):
+    the fused q/k/v and linear1 slices, the swapped final modulation, fp16/bf16/fp8 upcasts."""
+    model = Model(DEV.components["transformer"].load_graph() if "dev" in file else _schnell_graph(), _weights(file))
+    feeds = {k.rpartition("/")[2]: golden(k) for k in _input_keys(file)}
+    compiled = sdkit.compile(model, backend="reference")
+    out = compiled.run(feeds)["out_hidden_states"]
+    diff = float(np.abs(out - golden(f"{file}/output")).max())
+    print(f"{file}: transformer max |diff| {diff:.3g}")
+    assert diff <= OUTPUT_TOLERANCE
+
+
+def _schnell_graph() -> Any:
+    return SCHNELL.components["transformer"].load_graph()
+
+
+def _weights(file: str) -> Any:
+    return mapped(file).weights["transformer"]
+
+
+def _input_keys(file: str) -> list[str]:
+    with np.load(TINY / "golden.npz") as data:
+        return [k for k in data.files if k.startswith(f"{file}/inputs/")]
+
+
+IMAGE_CASES = [
+    *[
+        pytest.param("reference", f, id=f"reference-{f}")
+        for f in ("flux_dev_fp16", "flux_dev_bf16_comfy", "flux_schnell_bf16")
+    ],
+    *[pytest.param(b, "flux_dev_bf16_comfy", id=f"{b}-flux_dev_bf16_comfy") for b in ("ggml", "openvino")],
+    *[pytest.param(b, "flux_schnell_bf16", id=f"{b}-flux_schnell_bf16") for b in ("ggml", "openvino")],
+]
+
+
+@pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
+def test_image_equals_diffusers_from_the_single_files(tiny_flux: None, backend: str, file: str) -> None:
+    """``load_pipeline(transformer file, clip_l=, t5xxl=, vae=)`` makes the image diffusers'
+    ``FluxPipeline`` makes with ``from_single_file``'s transformer and the same CLIP, T5 and VAE."""
+    available(backend)
+    case = info()["files"][file]["case"]
+    pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
+    try:
+        assert pipe.checkpoint is not None and pipe.checkpoint.family.name == f"tiny_{info()['files'][file]['model']}"
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            seed=case["seed"],
+            steps=case["steps"],
+            guidance_scale=case["guidance_scale"],
+            width=case["width"],
+            height=case["height"],
+            max_sequence_length=case["max_sequence_length"],
+            output_type="np",
+        )
+        assert set(pipe.backends().values()) == {backend}
+    finally:
+        pipe.close()
+    diff = float(np.abs(image - golden(f"{file}/image")).max())
+    print(f"{file} on {backend}: image max |diff| {diff:.3g}")
+    assert diff <= IMAGE_TOLERANCE
+
+
+def test_missing_component_files_are_named(tiny_flux: None) -> None:
+    """A transformer-only file without its CLIP-L / T5-XXL / VAE files: one error naming the flags;
+    a component file for a family that takes none: refused."""
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", t5xxl=SIDE["t5xxl"])
+    message = str(err.value)
+    assert "--clip_l FILE" in message and "--vae FILE" in message and "--t5xxl" not in message
+    assert "clip_l=PATH, vae=PATH" in message
+    with pytest.raises(ModelFormatError, match="vae file not found"):
+        sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", **{**SIDE, "vae": TINY / "nothing.safetensors"})
+
+
+def test_set_checkpoint_keeps_the_component_files(tiny_flux: None) -> None:
+    """Another transformer file of the family swaps only the transformer's weights (reference)."""
+    pipe = sdkit.load_pipeline(TINY / "flux_dev_fp16.safetensors", backend="reference", prepare=False, **SIDE)
+    try:
+        swaps = pipe.set_checkpoint(TINY / "flux_dev_bf16_comfy.safetensors")
+        assert pipe.checkpoint is not None and pipe.checkpoint.checkpoint.path.name == "flux_dev_bf16_comfy.safetensors"
+        assert set(swaps) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+    finally:
+        pipe.close()
+
+
+def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.open(TINY / "flux_dev_fp16.safetensors")
+    tensors = {k: checkpoint.files[0].read(checkpoint.entry(k)) for k in checkpoint}
+    tensors["double_blocks.0.img_attn.qkv_renamed.weight"] = tensors.pop("double_blocks.0.img_attn.qkv.weight")
+    path = tmp_path / "renamed.safetensors"
+    save_file(tensors, str(path))
+    with pytest.raises(ModelFormatError) as err:
+        DEV.map(Checkpoint.open(path).with_files(SIDE), "bfl")
+    assert "double_blocks.0.img_attn.qkv.weight (missing)" in str(err.value)
+    assert "qkv_renamed" in str(err.value)
+
+
+def test_fp8_e4m3_bytes_upcast_exactly() -> None:
+    """Every float8_e4m3fn byte against its definition (bias 7, subnormals, NaN, no infinity)."""
+    from sdkit.families.safetensors_reader import FP8_VALUES
+
+    table = FP8_VALUES["F8_E4M3"]
+    assert table[0x38] == 1.0 and table[0x40] == 2.0 and table[0xB8] == -1.0
+    assert table[0x7E] == 448.0 and table[0x01] == 2.0**-9 and table[0x08] == 2.0**-6
+    assert np.isnan(table[0x7F]) and np.isnan(table[0xFF]) and np.isfinite(table[:0x7F]).all()
+    e5m2 = FP8_VALUES["F8_E5M2"]
+    assert e5m2[0x3C] == 1.0 and np.isinf(e5m2[0x7C])
+
+
+def bfl_header(path: Path, guidance: bool, prefix: str = "", dtype: str = "BF16") -> None:
+    """A full-width (3072), depth-1 FLUX.1 file in BFL's layout, header only: the data region is a
+    sparse hole (detection and mapping read headers; nothing here reads data). The key list is
+    BFL's ``flux`` module tree (``fixtures/families/flux_full_size_check.py`` checks the full
+    780-key one against diffusers' converter)."""
+    h, t, mlp = 3072, 256, 4 * 3072
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(name: str, out: int, inp: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (out, inp), (out,)
+
+    linear("img_in", h, 64)
+    linear("txt_in", h, 4096)
+    for embedder, width in (("time_in", t), ("vector_in", 768), *((("guidance_in", t),) if guidance else ())):
+        linear(f"{embedder}.in_layer", h, width)
+        linear(f"{embedder}.out_layer", h, h)
+    for side in ("img", "txt"):
+        block = f"double_blocks.0.{side}"
+        linear(f"{block}_mod.lin", 6 * h, h)
+        linear(f"{block}_attn.qkv", 3 * h, h)
+        linear(f"{block}_attn.proj", h, h)
+        linear(f"{block}_mlp.0", mlp, h)
+        linear(f"{block}_mlp.2", h, mlp)
+        shapes[f"{block}_attn.norm.query_norm.scale"] = shapes[f"{block}_attn.norm.key_norm.scale"] = (128,)
+    linear("single_blocks.0.linear1", 3 * h + mlp, h)
+    linear("single_blocks.0.linear2", h, h + mlp)
+    linear("single_blocks.0.modulation.lin", 3 * h, h)
+    shapes["single_blocks.0.norm.query_norm.scale"] = shapes["single_blocks.0.norm.key_norm.scale"] = (128,)
+    linear("final_layer.linear", 64, h)
+    linear("final_layer.adaLN_modulation.1", 2 * h, h)
+    header: dict[str, Any] = {}
+    offset = 0
+    for key, shape in shapes.items():
+        size = int(np.prod(shape)) * (1 if dtype.startswith("F8") and len(shape) == 2 else 2)
+        kind = dtype if len(shape) == 2 else "BF16"
+        header[prefix + key] = {"dtype": kind, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + offset)
+
+
+@pytest.mark.parametrize(
+    ("guidance", "prefix", "dtype", "family"),
+    [
+        (True, "", "BF16", "flux_dev"),
+        (True, "model.diffusion_model.", "F8_E4M3", "flux_dev"),
+        (False, "", "F16", "flux_schnell"),
+    ],
+)
+def test_full_width_files_are_flux_dev_or_schnell(
+    tmp_path: Path, guidance: bool, prefix: str, dtype: str, family: str
+) -> None:
+    """The registered full-size families tell dev (``guidance_in``) from schnell from a header;
+    ``sdkit inspect`` names them; ``load_pipeline`` refuses a transformer-only file by name."""
+    path = tmp_path / "flux1.safetensors"
+    bfl_header(path, guidance, prefix, dtype)
+    checkpoint = Checkpoint.open(path)
+    families = sdkit.pipelines.families.registered_families()
+    assert detect(checkpoint, families).family.name == family
+    text = "\n".join(describe(checkpoint, families).lines())
+    assert ("FLUX.1 dev" if guidance else "FLUX.1 schnell") in text
+    assert "BFL original" in text and ("fp8_e4m3" in text if dtype.startswith("F8") else dtype.lower() in text)
+    with pytest.raises(UnsupportedFamilyError, match="--clip_l, --t5xxl, --vae"):
+        sdkit.load_pipeline(path)
+
+
+def test_image_goldens_move_with_the_file_dtype() -> None:
+    """The image goldens are sensitive to what they check: the bf16 files' images differ from the
+    fp32 weights' (tiny_flow's golden) by more than the tolerance."""
+    with np.load(TINY_FLOW / "golden.npz") as data:
+        fp32 = {k: data[f"{k}/image"] for k in ("flux_dev", "flux_schnell")}
+    for file, case in (("flux_dev_bf16_comfy", "flux_dev"), ("flux_schnell_bf16", "flux_schnell")):
+        assert float(np.abs(golden(f"{file}/image") - fp32[case]).max()) > IMAGE_TOLERANCE
+
+
+def test_command_line_takes_the_component_files(
+    tiny_flux: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sdkit generate --model flux.safetensors --clip_l ... --t5xxl ... --vae ...`` (as
+    stable-diffusion.cpp): the PNG holds diffusers' image (8-bit); without them, one line naming
+    the flags."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    available("ggml")
+    out = tmp_path / "flux.png"
+    model = TINY / "flux_dev_bf16_comfy.safetensors"
+    argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--model", str(model), "-o", str(out)]
+    argv += ["--backend", "ggml", "--threads", "1", "--steps", "3", "--seed", "11", "--cfg", "3.5"]
+    argv += ["--width", "48", "--height", "32", "--max-sequence-length", "32"]
+    files = ["--clip_l", str(SIDE["clip_l"]), "--t5xxl", str(SIDE["t5xxl"]), "--vae", str(SIDE["vae"])]
+    assert main([*argv, *files]) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+    assert np.abs(pixels - golden("flux_dev_bf16_comfy/image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdkit: error: ") and "--clip_l FILE" in err and err.count("\n") == 1
+
+
+def test_component_files_are_refused_where_nothing_takes_them(tiny_families: Any) -> None:
+    """``clip_l=`` for an ONNX folder, ``vae=`` at load for an SD checkpoint: one OptionError."""
+    with pytest.raises(OptionError, match="clip_l= is for a single-file model"):
+        sdkit.load_pipeline(TINY_FLOW / "flux_dev", clip_l=SIDE["clip_l"])
+    sd1 = REPO / "fixtures" / "families" / "tiny" / "sd1" / "sd1_fp16.safetensors"
+    if sd1.is_file():
+        with pytest.raises(OptionError, match="vae not used"):
+            sdkit.load_pipeline(sd1, vae=SIDE["vae"])
