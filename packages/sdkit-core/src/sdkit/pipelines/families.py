@@ -14,11 +14,12 @@ the loaders, in the layer ``.importlinter`` reserves for it.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sdkit.errors import UnsupportedFamilyError
-from sdkit.families import Family, MappedCheckpoint, load_checkpoint
+from sdkit.families import Checkpoint, Family, MappedCheckpoint, detect, shipped
 from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.pipelines.adapters import base_sources
 from sdkit.pipelines.base import OpenedCheckpoint
@@ -28,11 +29,6 @@ from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
-# Pipeline modules other work is building, named in the refusal of a family whose pipeline is
-# not there yet.
-PENDING = {
-    "sdkit.pipelines.inpaint": "the inpainting pipeline is issue 9's work",
-}
 
 
 def registered_families() -> list[Family]:
@@ -42,8 +38,27 @@ def registered_families() -> list[Family]:
 
 def open_checkpoint(path: str | os.PathLike[str], prediction: str | None = None) -> MappedCheckpoint:
     """``path`` (a ``.safetensors`` file or a diffusers folder) detected among the registered
-    families and mapped: a lazy ``WeightSet`` per component, checked complete."""
-    return load_checkpoint(path, registered_families(), prediction)
+    families and mapped: a lazy ``WeightSet`` per component, checked complete. A family whose
+    graphs sdkit does not ship is refused before any mapping (``require_graphs``)."""
+    checkpoint = Checkpoint.open(path)
+    found = detect(checkpoint, registered_families(), prediction)
+    require_graphs(found.family, checkpoint.path.name)
+    mapped = found.family.map(checkpoint, found.layout)
+    return replace(mapped, prediction_type=found.prediction_type)
+
+
+def require_graphs(family: Family, what: str | Path = "this checkpoint") -> None:
+    """``UnsupportedFamilyError`` when a component of ``family`` names a shipped graph that is not
+    shipped (SDXL inpainting's 9-channel UNet today): its files are recognised, not runnable."""
+    available = set(shipped.names())
+    for component, spec in family.components.items():
+        graph = str(spec.graph)
+        if not graph.endswith(".onnx") and graph not in available:
+            raise UnsupportedFamilyError(
+                f"{what} is a {family.label} checkpoint (family {family.name!r}); sdkit does not ship the "
+                f"{component} graph it runs on ({graph}) yet, so it cannot run from this file: use a "
+                "diffusers/optimum ONNX export folder of the model"
+            )
 
 
 def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> PipelineConfig:
@@ -76,6 +91,7 @@ def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> Pipe
         force_zeros_for_empty_prompt=family.force_zeros_for_empty_prompt,
         requires_aesthetics_score=family.requires_aesthetics_score,
         fp32_components=family.fp32_components,
+        inpainting=family.inpainting,
     )
 
 
@@ -91,14 +107,14 @@ def open_for_pipeline(path: str | os.PathLike[str], prediction: str | None = Non
 
 
 def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:
-    """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing."""
+    """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing (the
+    class, or a graph: ``require_graphs``)."""
+    require_graphs(family, what)
     try:
         cls: type[Any] = import_object(family.pipeline)
     except (ImportError, AttributeError, ValueError) as exc:
-        module = family.pipeline.partition(":")[0]
-        why = PENDING.get(module, f"{type(exc).__name__}: {exc}")
         raise UnsupportedFamilyError(
             f"{what} is a {family.label} checkpoint (family {family.name!r}); its weights load, but its "
-            f"pipeline {family.pipeline} is not available ({why})"
+            f"pipeline {family.pipeline} is not available ({type(exc).__name__}: {exc})"
         ) from None
     return cls
