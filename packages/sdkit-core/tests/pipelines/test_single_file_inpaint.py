@@ -103,7 +103,7 @@ def test_without_a_mask_is_one_clear_error(tiny_families: dict[str, Family]) -> 
     img2img without a mask are refused before anything runs."""
     pipe = sdkit.load_pipeline(FOLDER / "sd1_inpaint_fp16.safetensors", backend="reference", prepare=False)
     for extra in ({}, {"init_image": goldens()["inputs/init_image"]}):
-        with pytest.raises(InputError, match="is an inpainting model .*give an init_image and a mask"):
+        with pytest.raises(InputError, match=r"is an inpainting model .*give an init_image and a mask"):
             pipe.generate(PROMPT, steps=4, width=32, height=32, **extra)
     assert all(c.compiled is None for c in pipe.components.values())
 

@@ -30,7 +30,6 @@ from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
 
-
 def registered_families() -> list[Family]:
     """Every family registered through ``sdkit_register_model_families``, highest priority first."""
     return get_plugins().families.families()
