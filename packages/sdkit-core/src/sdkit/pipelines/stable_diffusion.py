@@ -182,7 +182,8 @@ class StableDiffusionPipeline(Pipeline):
             plan.image = plan.mask.image
         elif self.config.inpainting:
             raise InputError(
-                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask"
+                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask "
+                "(sdkit generate: --init-image and --mask)"
             )
         plan.controls = self.plan_controls(plan)
         if request.enable_hr:
