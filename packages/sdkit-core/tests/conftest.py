@@ -44,7 +44,6 @@ TEXT_ENCODERS: dict[str, list[tuple[str, str, str]]] = {
     "sdxl_refiner": [("text_encoder_2", "openclip", "conditioner.embedders.0.model.")],
 }
 PIPELINES = {
-    "sd1_inpaint": "sdkit.pipelines.inpaint:StableDiffusionInpaintPipeline",
     "sdxl": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
     "sdxl_refiner": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
 }

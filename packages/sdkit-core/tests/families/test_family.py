@@ -102,8 +102,8 @@ def _goldens(family: str) -> dict[str, np.ndarray]:
 def test_mapped_component_equals_diffusers(
     tiny_families: dict[str, Family], family: str, file: str, component: str
 ) -> None:
-    """Families without a pipeline yet (inpainting, SDXL) still load: their components, run on
-    the reference backend with the mapped weights, give diffusers' outputs for the same file."""
+    """Each family's components (inpainting and SDXL ones too), run on the reference backend
+    with the mapped weights, give diffusers' outputs for the same file."""
     checkpoint = Checkpoint.open(TINY / family / f"{file}.safetensors")
     found = detect(checkpoint, list(tiny_families.values()))
     mapped = found.family.map(checkpoint, found.layout)

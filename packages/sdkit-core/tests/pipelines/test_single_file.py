@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import sdkit
-from sdkit.errors import ModelFormatError, UnsupportedFamilyError, UnsupportedModelError
+from sdkit.errors import ModelFormatError, UnsupportedModelError
 from sdkit.families import Checkpoint, Family
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
@@ -144,19 +144,6 @@ def test_set_checkpoint_needs_a_checkpoint_pipeline(tiny_families: dict[str, Fam
     pipe = sdkit.load_pipeline(folder, backend="reference", memory="offload")
     with pytest.raises(ModelFormatError, match="was not loaded from a checkpoint file"):
         pipe.set_checkpoint(TINY / "sd1" / "sd1_fp16.safetensors")
-
-
-@pytest.mark.parametrize(
-    ("family", "file", "message"),
-    [
-        ("sd1_inpaint", "sd1_inpaint_fp16", r"is a tiny sd1_inpaint checkpoint .*inpainting pipeline is issue 9's"),
-    ],
-)
-def test_families_without_a_pipeline_yet(
-    tiny_families: dict[str, Family], family: str, file: str, message: str
-) -> None:
-    with pytest.raises(UnsupportedFamilyError, match=message):
-        sdkit.load_pipeline(TINY / family / f"{file}.safetensors", backend="reference")
 
 
 def _corrupt(kind: str, tmp_path: Path) -> Path:

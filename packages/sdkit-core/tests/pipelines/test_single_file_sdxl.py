@@ -121,7 +121,7 @@ def test_the_file_picks_the_pipeline_class(tiny_families: dict[str, Family]) -> 
     assert pipeline_class_for(TINY / "sdxl" / "sdxl_bf16.safetensors") is StableDiffusionXLPipeline
     assert pipeline_class_for(TINY / "sdxl_refiner" / "sdxl_refiner_fp16.safetensors") is StableDiffusionXLPipeline
     assert pipeline_class_for(TINY / "sd1" / "sd1_fp16.safetensors") is StableDiffusionPipeline
-    assert pipeline_class_for(TINY / "sd1_inpaint" / "sd1_inpaint_fp16.safetensors") is None  # no pipeline yet
+    assert pipeline_class_for(TINY / "sd1_inpaint" / "sd1_inpaint_fp16.safetensors") is StableDiffusionPipeline
 
 
 def test_cli_generates_from_an_sdxl_file(

@@ -17,12 +17,13 @@ from typing import Any
 from sdkit.families.clip_tokenizer import EOS, ShippedVocab
 from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
 
-# Pipeline classes for the families beyond SD 1.x/2.x. Inpainting's does not exist yet (issue 9):
-# a file of those families maps to its weights and is refused by load_pipeline, naming the issue.
+# Pipeline classes for the families beyond SD 1.x/2.x. One class per architecture: the config
+# switches the variants (a refiner's aesthetic time ids; an inpainting UNet's 9-channel sample,
+# PipelineConfig.inpainting, which also makes the pipeline require an init image and a mask).
+# SD 1.x inpainting runs on sd_family's default, StableDiffusionPipeline.
 SDXL_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLPipeline"
-SDXL_REFINER_PIPELINE = SDXL_PIPELINE  # one class: the refiner's config switches to aesthetic time ids
-INPAINT_PIPELINE = "sdkit.pipelines.inpaint:StableDiffusionInpaintPipeline"
-SDXL_INPAINT_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLInpaintPipeline"
+SDXL_REFINER_PIPELINE = SDXL_PIPELINE
+SDXL_INPAINT_PIPELINE = SDXL_PIPELINE  # its 9-channel UNet graph is not shipped yet: refused at load
 
 # --- scheduler_config.json as each repository publishes it -------------------------------------
 
@@ -129,7 +130,6 @@ SD1_INPAINT = sd_family(
     scheduler_config=SD15_INPAINT_SCHEDULER,
     tokenizers={"text_encoder": CLIP_VOCAB},
     text_outputs=SD_OUTPUTS,
-    pipeline=INPAINT_PIPELINE,
 )
 SD2 = sd_family(
     "sd2",

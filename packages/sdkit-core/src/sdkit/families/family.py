@@ -127,6 +127,9 @@ class Family:
     force_zeros_for_empty_prompt: bool = False
     requires_aesthetics_score: bool = False
     fp32_components: tuple[str, ...] = ()
+    # An inpainting denoiser: its sample is the latents, the mask and the masked image's latents
+    # (2 * latent_channels + 1 channels); PipelineConfig.inpainting.
+    inpainting: bool = False
     priority: int = 0  # among families a file matches equally, the higher is the default
     # Components a file of this family does not hold, each from its own file (Flux's transformer
     # files): option name (``clip_l``: ``load_pipeline(..., clip_l=PATH)``, ``--clip_l PATH``) ->

@@ -103,6 +103,8 @@ def _checkpoint(checkpoint: Checkpoint, family: Family, layout: str) -> FileDesc
 
         prediction = f"{yaml_prediction(config)} (from {config.name})"
     details.append(("prediction", prediction))
+    if family.inpainting:
+        details.append(("inpainting", "yes (the UNet takes a mask: generate with an init image and a mask)"))
     return FileDescription("checkpoint", f"{family.label} checkpoint", details)
 
 

@@ -131,6 +131,7 @@ def sd_family(
         components[encoder.component] = FamilyComponent(encoder.graph, encoder.mappers(), encoder.probes())
     components.update(vae_components(vae_config, vae_graphs, vae_prefix))
     blocks = len(vae_config["block_out_channels"])
+    latents = int(vae_config.get("latent_channels", 4))
     return Family(
         name=name,
         label=label,
@@ -141,11 +142,12 @@ def sd_family(
         tokenizers=dict(tokenizers),
         text_outputs=dict(text_outputs),
         sample_size=int(unet_config.get("sample_size", 64)),
-        latent_channels=int(vae_config.get("latent_channels", 4)),
+        latent_channels=latents,
         vae_scaling_factor=float(vae_config.get("scaling_factor", 0.18215)),
         vae_scale_factor=2 ** (blocks - 1),
         force_zeros_for_empty_prompt=xl and not _aesthetic(unet_config, text_encoders),
         requires_aesthetics_score=xl and _aesthetic(unet_config, text_encoders),
         fp32_components=("vae_decoder", "vae_encoder") if xl else (),
+        inpainting=int(unet_config.get("in_channels", latents)) == 2 * latents + 1,
         priority=priority,
     )

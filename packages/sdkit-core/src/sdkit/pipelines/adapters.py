@@ -243,9 +243,31 @@ class AdapterMethods:
         """Load a textual-inversion embedding; ``name`` (default: the file's stem, as A1111) in
         a prompt triggers it."""
         embedding = open_embedding(path, self._mapped("embeddings").family, name)
+        replaced = any(e.name == embedding.name for e in self.adapters.embeddings)
         self.adapters.embeddings = [e for e in self.adapters.embeddings if e.name != embedding.name]
         self.adapters.embeddings.append(embedding)
+        if replaced:  # its trigger's tokens may change count: register every embedding afresh
+            self.reset_tokenizers()
         return self.apply_adapters()
+
+    def unload_embeddings(self, names: Sequence[str] | None = None) -> dict[str, WeightSwap]:
+        """Remove the named embeddings (None: all of them): their triggers are plain text again
+        and, with none left, the text encoders have the checkpoint's token table, bit for bit."""
+        self._mapped("embeddings")
+        loaded = [e.name for e in self.adapters.embeddings]
+        wanted = loaded if names is None else [str(n) for n in ([names] if isinstance(names, str) else names)]
+        missing = [n for n in wanted if n not in loaded]
+        if missing:
+            raise InputError(f"no embedding {missing[0]!r} is loaded (loaded: {', '.join(loaded) or 'none'})")
+        self.adapters.embeddings = [e for e in self.adapters.embeddings if e.name not in wanted]
+        # A tokenizer cannot forget added tokens: fresh ones, the remaining embeddings added again.
+        self.reset_tokenizers()
+        return self.apply_adapters()
+
+    def reset_tokenizers(self) -> None:
+        """Replace the text encoders' tokenizers with fresh ones, without embedding tokens (the
+        pipeline classes that load embeddings implement it)."""
+        raise ModelFormatError(f"{type(self).__name__} cannot reset its tokenizers")
 
     def set_vae(self, path: str | os.PathLike[str] | None) -> dict[str, WeightSwap]:
         """Use a standalone VAE file (LDM or diffusers keys) instead of the checkpoint's VAE;

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import UnsupportedFamilyError
-from sdkit.families import Family, MappedCheckpoint, load_checkpoint
+from sdkit.families import Checkpoint, Family, MappedCheckpoint, detect, load_checkpoint, shipped
 from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.pipelines.adapters import base_sources
 from sdkit.pipelines.base import OpenedCheckpoint
@@ -32,7 +32,6 @@ from sdkit.plugins.registries import import_object
 # Pipeline modules other work is building, named in the refusal of a family whose pipeline is
 # not there yet.
 PENDING = {
-    "sdkit.pipelines.inpaint": "the inpainting pipeline is issue 9's work",
     "sdkit.pipelines.flux_single_file": (
         "sdkit does not ship the full-size weightless Flux transformer, T5-XXL and 16-channel VAE graphs yet "
         "(the file itself is read: `sdkit inspect`; it will take CLIP-L, T5-XXL and the VAE from their own "
@@ -51,9 +50,26 @@ def open_checkpoint(
 ) -> MappedCheckpoint:
     """``path`` (a ``.safetensors`` file or a diffusers folder) detected among the registered
     families and mapped: a lazy ``WeightSet`` per component, checked complete. ``files``: the
-    components a family takes from their own files (Flux's ``clip_l``, ``t5xxl``, ``vae``)."""
-    return load_checkpoint(path, registered_families(), prediction, files)
+    components a family takes from their own files (Flux's ``clip_l``, ``t5xxl``, ``vae``). A
+    family whose graphs sdkit does not ship is refused before any mapping (``require_graphs``)."""
+    families = registered_families()
+    checkpoint = Checkpoint.open(path)
+    require_graphs(detect(checkpoint, families, prediction).family, checkpoint.path.name)
+    return load_checkpoint(path, families, prediction, files)
 
+
+def require_graphs(family: Family, what: str | Path = "this checkpoint") -> None:
+    """``UnsupportedFamilyError`` when a component of ``family`` names a shipped graph that is not
+    shipped (SDXL inpainting's 9-channel UNet today): its files are recognised, not runnable."""
+    available = set(shipped.names())
+    for component, spec in family.components.items():
+        graph = str(spec.graph)
+        if not graph.endswith(".onnx") and graph not in available:
+            raise UnsupportedFamilyError(
+                f"{what} is a {family.label} checkpoint (family {family.name!r}); sdkit does not ship the "
+                f"{component} graph it runs on ({graph}) yet, so it cannot run from this file: use a "
+                "diffusers/optimum ONNX export folder of the model"
+            )
 
 def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> PipelineConfig:
     """What the pipeline needs to know besides the graphs: the family's defaults with the
@@ -85,6 +101,7 @@ def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> Pipe
         force_zeros_for_empty_prompt=family.force_zeros_for_empty_prompt,
         requires_aesthetics_score=family.requires_aesthetics_score,
         fp32_components=family.fp32_components,
+        inpainting=family.inpainting,
         **dict(family.config),
     )
 
@@ -103,7 +120,8 @@ def open_for_pipeline(
 
 
 def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:
-    """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing."""
+    """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing (the
+    class, then a graph: ``require_graphs``)."""
     try:
         cls: type[Any] = import_object(family.pipeline)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -113,4 +131,5 @@ def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type
             f"{what} is a {family.label} checkpoint (family {family.name!r}); its weights load, but its "
             f"pipeline {family.pipeline} is not available ({why})"
         ) from None
+    require_graphs(family, what)
     return cls

@@ -33,9 +33,9 @@ def load_pipeline(
     **options: Any,
 ) -> Pipeline:
     """Load a pipeline with the first registered pipeline loader that recognises ``path``: a
-    single-file ``.safetensors`` checkpoint (SD 1.x/2.x, SDXL base and refiner; inpainting files
-    are recognised and refused until their pipeline exists), a diffusers folder of safetensors
-    weights, or a diffusers/optimum ONNX Stable Diffusion 1.x/2.x or SDXL folder.
+    single-file ``.safetensors`` checkpoint (SD 1.x/2.x, SD 1.x inpainting, SDXL base and refiner;
+    SDXL inpainting files are recognised and refused until its graph is shipped), a diffusers
+    folder of safetensors weights, or a diffusers/optimum ONNX Stable Diffusion 1.x/2.x or SDXL folder.
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,

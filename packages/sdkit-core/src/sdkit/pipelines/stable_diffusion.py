@@ -81,6 +81,10 @@ class StableDiffusionPipeline(Pipeline):
             raise ModelFormatError(f"{self.name}: a tokenizer is configured for {missing[0]}, which is missing")
         return {name: make_tokenizer(source) for name, source in config.tokenizers.items()}
 
+    def reset_tokenizers(self) -> None:
+        """Fresh tokenizers from the config, without any embedding's tokens (``unload_embeddings``)."""
+        self.tokenizers = self._tokenizers(self.config)
+
     def set_config(self, config: PipelineConfig) -> None:
         if config.tokenizers != self.config.tokenizers:  # another checkpoint's (a folder's own)
             self.tokenizers = self._tokenizers(config)
@@ -178,7 +182,8 @@ class StableDiffusionPipeline(Pipeline):
             plan.image = plan.mask.image
         elif self.config.inpainting:
             raise InputError(
-                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask"
+                f"{self.name} is an inpainting model (its UNet takes a mask): give an init_image and a mask "
+                "(sdkit generate: --init-image and --mask)"
             )
         plan.controls = self.plan_controls(plan)
         if request.enable_hr:
