@@ -14,9 +14,11 @@ decoder under ``keep``, nothing under ``offload``).
 The untiled and tiled images of the same latents are compared in the parent: max and mean
 |diff| on [0, 1] pixels, and a seam check: the mean |step| between neighbouring pixel rows /
 columns where one tile's blend zone begins or ends, tiled over untiled (1.0: the tile borders
-add no edge). ``--taef2`` adds the same comparison for the real TAEF2 decoding a smooth gradient
-(``sdkit.testing.seams``: the seam measures; the SD decoder's random weights make noise, TAEF2
-makes an image). A mode whose estimated peak exceeds ``--max-gb`` is not run (say so in the table).
+add no edge). ``--plan`` adds ggml's planned weight and compute buffers of an untiled decode
+at each size and of one tile (exact, nothing run). ``--taef2`` adds the same comparison for the
+real TAEF2 decoding a smooth gradient (``sdkit.testing.seams``: the seam measures; the SD
+decoder's random weights make noise, TAEF2 makes an image). A mode whose estimated peak exceeds
+``--max-gb`` is not run (say so in the table).
 """
 
 from __future__ import annotations
@@ -102,6 +104,30 @@ def taef2_gradient(size: int, tile: int, backend: str, threads: int) -> dict[str
     return {"size": size, "mode": "TAEF2 gradient, tiled vs untiled", **compare(*images, size, tile)}
 
 
+def ggml_plan(graph: Path, size: int, threads: int) -> dict[str, object]:
+    """ggml's buffers for one decode of ``size`` px, exact and load-independent: the compiled
+    program's weight and compute buffers (gallocr plans every intermediate before the run, which
+    then touches all of it), read after compiling the one shape, nothing run."""
+    import sdkit
+    from sdkit.errors import SdkitError
+    from sdkit.model import load_onnx
+
+    model = load_onnx(graph)
+    shape = [1, 4, size // 8, size // 8]
+    row: dict[str, object] = {
+        "size": size,
+        "mode": "ggml plan",
+        "im2col_chunk_mb": os.environ.get("SDKIT_GGML_IM2COL_CHUNK_MB"),
+    }
+    try:
+        compiled = sdkit.compile(model, backend="ggml", input_shapes={model.inputs[0].name: shape}, threads=threads)
+    except SdkitError as exc:
+        return {**row, "error": str(exc)}
+    memory = compiled.memory()  # type: ignore[attr-defined]
+    compiled.close()
+    return {**row, **{f"{k}_mb": round(v / 2**20) for k, v in memory.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1024,2048")
@@ -112,6 +138,7 @@ def main() -> None:
     parser.add_argument(
         "--taef2", action="store_true", help="also decode a gradient with the real TAEF2, tiled vs untiled"
     )
+    parser.add_argument("--plan", action="store_true", help="ggml only: the planned buffers of each size and the tile")
     parser.add_argument("--max-gb", type=float, default=8.0, help="skip a mode whose estimated peak is above this")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "fixtures"))
@@ -122,9 +149,13 @@ def main() -> None:
     print(
         f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} cpus; backend {args.backend}, {args.threads} threads"
     )
-    rows = []
+    rows: list[dict[str, object]] = []
     tile_size = args.tile
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.plan:
+        for size in sorted({tile_size, *(int(s) for s in args.sizes.split(","))}):
+            rows.append(ggml_plan(graph, size, args.threads))
+            print(json.dumps(rows[-1]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             images = {}

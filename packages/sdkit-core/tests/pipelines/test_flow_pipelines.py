@@ -93,7 +93,7 @@ def test_golden_on_every_backend(pipes: Any, key: str) -> None:
     image = pipe.generate(c["prompt"], **kwargs_for(key), callback=steps)
     assert image.shape == (1, 32, 48, 3)
     assert all(latents.shape == (1, 16, 16, 24) for latents in steps.latents)
-    GOLDENS.check(key, image, steps, TOLERANCE, STEP_TOLERANCE, backend, convert=packed_like)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend, convert=packed_like)
     assert set(pipe.backends().values()) - {None} == {backend}
 
 

@@ -103,7 +103,7 @@ def test_inpainting_reproduces_diffusers(key: str, backend: str) -> None:
     steps = StepRecorder()
     loaded = pipe(folder, backend)
     image = loaded.generate(case(key)["prompt"], **inpaint_kwargs(key), callback=steps)
-    GOLDENS.check(key, image, steps, TOLERANCE, STEP_TOLERANCE, backend)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     assert {loaded.backends()[c] for c in ("unet", "vae_encoder", "vae_decoder")} == {backend}
 
 
@@ -113,7 +113,7 @@ def test_controlnet_reproduces_diffusers(key: str, backend: str) -> None:
     steps = StepRecorder()
     loaded = pipe("sd15", backend)
     image = loaded.generate(case(key)["prompt"], **control_kwargs(key), callback=steps)
-    GOLDENS.check(key, image, steps, TOLERANCE, STEP_TOLERANCE, backend)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     used = {loaded.backends()[c] for c in ("unet_controlnet", "controlnet:sd15_a")}
     assert used == {backend}
 
@@ -127,7 +127,7 @@ def test_sdxl_variants_reproduce_diffusers(key: str, backend: str) -> None:
     kwargs = inpaint_kwargs(key) if c["family"] == "sdxl_masked" else control_kwargs(key)
     steps = StepRecorder()
     image = pipe("sdxl", backend).generate(c["prompt"], **kwargs, callback=steps)
-    GOLDENS.check(key, image, steps, TOLERANCE, STEP_TOLERANCE, backend)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
 
 
 def test_the_latent_mask_is_diffusers() -> None:

@@ -95,7 +95,7 @@ def test_golden_on_every_backend(pipes: Any, key: str) -> None:
     steps = StepRecorder()
     image = base.generate(case(key)["prompt"], **kwargs_for(key, refiner), callback=steps)
     assert image.shape == (1, 32, 48, 3)
-    GOLDENS.check(key, image, steps, TOLERANCE, STEP_TOLERANCE, backend)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     assert set(base.backends().values()) - {None} == {backend}
 
 
