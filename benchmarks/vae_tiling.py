@@ -14,7 +14,11 @@ decoder under ``keep``, nothing under ``offload``).
 The untiled and tiled images of the same latents are compared in the parent: max and mean
 |diff| on [0, 1] pixels, and a seam check: the mean |step| between neighbouring pixel rows /
 columns where one tile's blend zone begins or ends, tiled over untiled (1.0: the tile borders
-add no edge). A mode whose estimated peak exceeds ``--max-gb`` is not run (say so in the table).
+add no edge). ``--plan`` adds ggml's planned weight and compute buffers of an untiled decode
+at each size and of one tile (exact, nothing run). ``--taef2`` adds the same comparison for the
+real TAEF2 decoding a smooth gradient (``sdkit.testing.seams``: the seam measures; the SD
+decoder's random weights make noise, TAEF2 makes an image). A mode whose estimated peak exceeds
+``--max-gb`` is not run (say so in the table).
 """
 
 from __future__ import annotations
@@ -65,27 +69,63 @@ def measure(graph: Path, backend: str, policy: str, size: int, tile: int, thread
     return data
 
 
-def blend_edges(size: int, tile: int) -> list[int]:
-    """Pixel indices where a blend zone starts or ends along one axis (vae.decode's tiling)."""
-    sys.path.insert(0, str(ROOT / "packages" / "sdkit-core" / "src"))
-    from sdkit.pipelines.tiling import tile_starts
+def compare(tiled: np.ndarray, whole: np.ndarray, size: int, tile: int) -> dict[str, float]:
+    """max/mean |tiled - untiled| and the seam measures (``sdkit.testing.seams``) of two [H, W, 3] images."""
     from sdkit.pipelines.vae import tile_overlap
+    from sdkit.testing.seams import blend_edges, seam_report
 
-    latent, lt = size // 8, tile // 8
-    starts = tile_starts(latent, lt, tile_overlap(tile, 8) // 8)
-    edges = {8 * s for s in starts[1:]} | {8 * (s + lt) for s in starts[:-1]}
-    return sorted(e for e in edges if 0 < e < size)
+    edges = blend_edges(size, tile, tile_overlap(tile, 8))
+    return {k: round(v, 5) for k, v in vars(seam_report(tiled, whole, edges, edges)).items()}
 
 
-def seam_ratio(tiled: np.ndarray, whole: np.ndarray, edges: list[int]) -> float:
-    """Mean |step| across the blend-zone edges, tiled over untiled (rows and columns)."""
+def taef2_gradient(size: int, tile: int, backend: str, threads: int) -> dict[str, object]:
+    """The real TAEF2 (``models/taef2``): a smooth gradient encoded whole, decoded whole and in
+    tiles (the tile and overlap of ``vae_tiling``); its output is an image, not noise, so this is
+    where a seam would show."""
+    import sdkit
+    from sdkit.model import load_onnx
+    from sdkit.pipelines.tiling import tiled_decode
+    from sdkit.pipelines.vae import tile_overlap
+    from sdkit.testing.seams import gradient_image
 
-    def steps(image: np.ndarray) -> float:  # image: [H, W, 3]
-        rows = [np.abs(image[e] - image[e - 1]).mean() for e in edges]
-        cols = [np.abs(image[:, e] - image[:, e - 1]).mean() for e in edges]
-        return float(np.mean(rows + cols))
+    def compiled(name: str) -> tuple[object, str, str]:
+        model = load_onnx(ROOT / "models" / "taef2" / f"taef2_{name}.onnx")
+        return sdkit.compile(model, backend=backend, threads=threads), model.inputs[0].name, model.outputs[0].name
 
-    return steps(tiled) / steps(whole)
+    (encoder, e_in, e_out), (decoder, d_in, d_out) = compiled("encoder"), compiled("decoder")
+
+    def decode(latent: np.ndarray) -> np.ndarray:
+        return np.asarray(decoder.run({d_in: latent})[d_out], dtype=np.float32)  # type: ignore[attr-defined]
+
+    latent = encoder.run({e_in: gradient_image(size, size)})[e_out]  # type: ignore[attr-defined]
+    whole = decode(latent)
+    tiled = tiled_decode(latent, decode, tile // 8, tile_overlap(tile, 8) // 8)
+    images = [np.clip(image[0], 0.0, 1.0).transpose(1, 2, 0) for image in (tiled, whole)]
+    return {"size": size, "mode": "TAEF2 gradient, tiled vs untiled", **compare(*images, size, tile)}
+
+
+def ggml_plan(graph: Path, size: int, threads: int) -> dict[str, object]:
+    """ggml's buffers for one decode of ``size`` px, exact and load-independent: the compiled
+    program's weight and compute buffers (gallocr plans every intermediate before the run, which
+    then touches all of it), read after compiling the one shape, nothing run."""
+    import sdkit
+    from sdkit.errors import SdkitError
+    from sdkit.model import load_onnx
+
+    model = load_onnx(graph)
+    shape = [1, 4, size // 8, size // 8]
+    row: dict[str, object] = {
+        "size": size,
+        "mode": "ggml plan",
+        "im2col_chunk_mb": os.environ.get("SDKIT_GGML_IM2COL_CHUNK_MB"),
+    }
+    try:
+        compiled = sdkit.compile(model, backend="ggml", input_shapes={model.inputs[0].name: shape}, threads=threads)
+    except SdkitError as exc:
+        return {**row, "error": str(exc)}
+    memory = compiled.memory()  # type: ignore[attr-defined]
+    compiled.close()
+    return {**row, **{f"{k}_mb": round(v / 2**20) for k, v in memory.items()}}
 
 
 def main() -> None:
@@ -95,21 +135,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tile", type=int, default=TILE, help="tile side in pixels (default %(default)s)")
     parser.add_argument("--modes", default="keep,offload,keep+tiled,offload+tiled", help="which to run, in order")
+    parser.add_argument(
+        "--taef2", action="store_true", help="also decode a gradient with the real TAEF2, tiled vs untiled"
+    )
+    parser.add_argument("--plan", action="store_true", help="ggml only: the planned buffers of each size and the tile")
     parser.add_argument("--max-gb", type=float, default=8.0, help="skip a mode whose estimated peak is above this")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "fixtures"))
+    sys.path.insert(0, str(ROOT / "packages" / "sdkit-core" / "src"))
     import sd_graphs
 
     graph = sd_graphs.model_path("sd15_vae_decoder")
     print(
         f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} cpus; backend {args.backend}, {args.threads} threads"
     )
-    rows = []
+    rows: list[dict[str, object]] = []
     tile_size = args.tile
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.plan:
+        for size in sorted({tile_size, *(int(s) for s in args.sizes.split(","))}):
+            rows.append(ggml_plan(graph, size, args.threads))
+            print(json.dumps(rows[-1]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             images = {}
-            for name in args.modes.split(","):
+            for name in filter(None, args.modes.split(",")):
                 policy, tile = name.split("+")[0], tile_size if name.endswith("+tiled") else 0
                 estimate = 0.3 + 4.6 * (size / 1024) ** 2 if tile == 0 else 1.4  # GB: measured 1024 px, scaled
                 mode = f"{policy}{' + tiled' if tile else ''}"
@@ -122,16 +172,21 @@ def main() -> None:
                 images[(policy, tile)] = np.load(out)
                 rows.append({"size": size, "mode": mode, **data})
                 print(json.dumps(rows[-1]), flush=True)
-                RESULTS.mkdir(parents=True, exist_ok=True)
                 (RESULTS / "vae_tiling.json").write_text(json.dumps(rows, indent=1))
             whole, tiled = images.get(("keep", 0)), images.get(("keep", tile_size))
-            edges = blend_edges(size, tile_size)
-            if whole is not None and tiled is not None and edges:
-                diff = np.abs(tiled - whole)
-                seam = seam_ratio(tiled[0], whole[0], edges)
-                print(
-                    f"{size} px: max |tiled - untiled| {diff.max():.4f}, mean {diff.mean():.5f}; seam ratio {seam:.3f}"
+            if whole is not None and tiled is not None and size > tile_size:
+                rows.append(
+                    {
+                        "size": size,
+                        "mode": "SD VAE, keep + tiled vs keep",
+                        **compare(tiled[0], whole[0], size, tile_size),
+                    }
                 )
+                print(json.dumps(rows[-1]), flush=True)
+            if args.taef2 and size > tile_size:
+                rows.append(taef2_gradient(size, tile_size, args.backend, args.threads))
+                print(json.dumps(rows[-1]), flush=True)
+            (RESULTS / "vae_tiling.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps(rows, indent=1))
 
 

@@ -18,17 +18,12 @@ import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.families import Family
 from sdkit.pipelines.adapters import prompt_loras
+from sdkit.testing.goldens import require_backend
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
 SD1 = TINY / "sd1"
 TOLERANCE = 1e-4
 OPTIONS: dict[str, dict[str, Any]] = {"ggml": {"threads": 1}}
-
-
-def _backend(name: str) -> None:
-    info = next((b for b in sdkit.backends() if b.name == name), None)
-    if info is None or not info.available:
-        pytest.skip(f"backend {name} unavailable: {info.reason if info else 'not installed'}")
 
 
 def _goldens() -> dict[str, np.ndarray]:
@@ -46,7 +41,7 @@ def _unet(pipe: Any, goldens: dict[str, np.ndarray]) -> np.ndarray:
 def test_loras_refit_and_removing_them_gives_the_base_bit_exactly(
     tiny_families: dict[str, Family], backend: str
 ) -> None:
-    _backend(backend)
+    require_backend(backend)
     goldens = _goldens()
     pipe = sdkit.load_pipeline(SD1 / "sd1_fp16.safetensors", backend=backend, **OPTIONS.get(backend, {}))
     base = _unet(pipe, goldens)

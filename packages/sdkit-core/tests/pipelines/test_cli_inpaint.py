@@ -14,17 +14,19 @@ from sdkit.cli.inpaint_options import parse_control
 from sdkit.cli.main import main
 from sdkit.errors import InputError
 from sdkit.pipelines.components import Component
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 NET = ROOT / "controlnet" / "sd15_a"
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.npz").is_file(), reason="fixtures/tiny_xl missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("inputs")
-    with np.load(ROOT / "golden.npz") as data:
-        arrays = {"init": data["init_image"], "mask": data["mask_image"], "edges": data["control_edges"]}
+    names = {"init": "init_image", "mask": "mask_image", "edges": "control_edges"}
+    arrays = {name: GOLDENS.array(key) for name, key in names.items()}
     arrays["black"] = np.zeros_like(arrays["mask"])
     for name, array in arrays.items():
         Image.fromarray(array).save(folder / f"{name}.png")

@@ -5,7 +5,6 @@ are one line, before any model loads."""
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +13,11 @@ import pytest
 from PIL import Image
 
 from sdkit.cli.main import main
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
-
-
-def golden_image(key: str) -> np.ndarray:
-    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    with np.load(ROOT / "golden.npz") as data:
-        image: np.ndarray = data[meta["array_refs"].get(f"{key}/image", f"{key}/image")][0]
-    return image
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 def test_base_and_refiner_from_the_command_line(tmp_path: Path) -> None:
@@ -36,7 +30,7 @@ def test_base_and_refiner_from_the_command_line(tmp_path: Path) -> None:
     with Image.open(out) as png:
         pixels = np.asarray(png, dtype=np.float32) / 255
         text = png.info["parameters"]
-    assert np.abs(pixels - golden_image("sdxl_base_refiner")).max() <= 0.5 / 255 + 1e-3  # rounding to 8 bits
+    assert np.abs(pixels - GOLDENS.array("sdxl_base_refiner/image")[0]).max() <= 0.5 / 255 + 1e-3  # rounding to 8 bits
     assert text.endswith("Model: sdxl, Refiner: sdxl_refiner, Refiner switch at: 0.5, Software: sdkit")
 
 

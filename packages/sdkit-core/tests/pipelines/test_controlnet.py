@@ -16,17 +16,18 @@ import pytest
 import sdkit
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.pipelines.controlnet import ActiveControl, ControlNet, ControlNetHook, read_controlnet
+from sdkit.testing.goldens import GoldenSet, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 NETS = ROOT / "controlnet"
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.npz").is_file(), reason="fixtures/tiny_xl missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 REQUEST = {"steps": 4, "seed": 9, "guidance_scale": 7.5, "sampler": "euler", "output_type": "np"}
 
 
 @pytest.fixture(scope="module")
 def edges() -> np.ndarray:
-    with np.load(ROOT / "golden.npz") as data:
-        return np.asarray(data["control_edges"])
+    return GOLDENS.array("control_edges")
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +55,10 @@ def test_guidance_window_is_diffusers() -> None:
 @pytest.mark.parametrize(("name", "case"), [("sd15_a", "sd15_controlnet"), ("sdxl_a", "sdxl_controlnet")])
 def test_residual_shapes_are_the_unets(name: str, case: str) -> None:
     """The zeros' shapes from config.json equal the residuals diffusers fed its UNet."""
-    with np.load(ROOT / "golden.npz") as data:
-        keys = sorted(k for k in data.files if k.startswith(f"{case}/unet0/") and "residual" in k)
-        expected = [data[k].shape for k in keys if "down" in k] + [
-            data[f"{case}/unet0/mid_block_additional_residual"].shape
-        ]
+    data = GOLDENS.npz()
+    keys = sorted(k for k in data if k.startswith(f"{case}/unet0/") and "residual" in k)
+    mid = data[f"{case}/unet0/mid_block_additional_residual"]
+    expected = [data[k].shape for k in keys if "down" in k] + [mid.shape]
     assert net(name).residual_shapes(2, 16, 24) == expected
 
 
@@ -92,9 +92,7 @@ def test_offload_holds_each_controlnet_once_per_loop(pipe: Any, edges: np.ndarra
 
 
 def test_controlnet_backend_per_component(edges: np.ndarray) -> None:
-    info = next((b for b in sdkit.backends() if b.name == "openvino"), None)
-    if info is None or not info.available:
-        pytest.skip("openvino is not available")
+    require_backend("openvino")
     mixed = sdkit.load_pipeline(
         ROOT / "sd15", backend={"controlnet": "openvino", "default": "reference"}, controlnets=[NETS / "sd15_a"]
     )

@@ -9,8 +9,6 @@ intermediate arrays on the reference backend within 1e-5.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from sdkit.pipelines.flux import FluxPipeline
 from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
+from sdkit.testing.goldens import GoldenSet, StepRecorder, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
 TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels
@@ -39,28 +38,11 @@ CLASSES = {
     "flux_schnell": FluxPipeline,
     "chroma": ChromaPipeline,
 }
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_flow missing")
 
 
-@lru_cache(maxsize=1)
-def meta() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-@lru_cache(maxsize=1)
-def arrays() -> dict[str, np.ndarray]:
-    with np.load(ROOT / "golden.npz") as data:
-        return {k: data[k] for k in data.files}
-
-
-def golden(key: str) -> np.ndarray:
-    return arrays()[key]
-
-
-def case(key: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(c for c in meta()["cases"] if c["key"] == key)
-    return found
+GOLDENS = GoldenSet(ROOT)
+golden, case = GOLDENS.array, GOLDENS.case
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_flow missing")
 
 
 def kwargs_for(key: str) -> dict[str, Any]:
@@ -82,16 +64,10 @@ def load(family: str, backend: str) -> Any:
     return sdkit.load_pipeline(ROOT / family, backend=backend, threads=1)
 
 
-def available(backend: str) -> None:
-    info = next((b for b in sdkit.backends() if b.name == backend), None)
-    if info is None or not info.available:
-        pytest.skip(f"backend {backend} unavailable: {info.reason if info else 'not installed'}")
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def pipes(request: pytest.FixtureRequest) -> Any:
     backend = request.param
-    available(backend)
+    require_backend(backend)
     loaded = {family: load(family, backend) for family in FAMILIES}
     yield backend, loaded
     for pipe in loaded.values():
@@ -113,20 +89,16 @@ def test_golden_on_every_backend(pipes: Any, key: str) -> None:
     backend, loaded = pipes
     c = case(key)
     pipe = loaded[c["family"]]
-    steps: list[tuple[int, int, np.ndarray]] = []
-    image = pipe.generate(c["prompt"], **kwargs_for(key), callback=lambda i, n, x: steps.append((i, n, x.copy())))
-    expected = golden(f"{key}/image")
-    assert image.shape == expected.shape == (1, 32, 48, 3)
-    diff = float(np.abs(image - expected).max())
-    print(f"{key} on {backend}: max |diff| {diff:.3g}")
-    assert diff <= TOLERANCE
+    steps = StepRecorder()
+    image = pipe.generate(c["prompt"], **kwargs_for(key), callback=steps)
+    assert image.shape == (1, 32, 48, 3)
+    assert all(latents.shape == (1, 16, 16, 24) for latents in steps.latents)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend, convert=packed_like)
     assert set(pipe.backends().values()) - {None} == {backend}
-    want = golden(f"{key}/step_latents")
-    assert [(i, n) for i, n, _ in steps] == [(i, len(want)) for i in range(len(want))]
-    for (index, _, latents), expected_latents in zip(steps, want, strict=True):
-        assert latents.shape == (1, 16, 16, 24)
-        mine = pack(latents) if expected_latents.ndim == 3 else latents
-        assert np.abs(mine - expected_latents).max() <= STEP_TOLERANCE, f"step {index}"
+
+
+def packed_like(latents: np.ndarray, golden_latents: np.ndarray) -> np.ndarray:
+    return pack(latents) if golden_latents.ndim == 3 else latents
 
 
 @pytest.mark.parametrize("key", CASES)
@@ -196,7 +168,7 @@ def test_command_line_makes_the_golden_image(tmp_path: Path, capsys: pytest.Capt
     out = tmp_path / "flux.png"
     argv = ["generate", c["prompt"], "--model", str(ROOT / "flux_dev"), "-o", str(out), "--backend", "ggml"]
     argv += ["--steps", "3", "--seed", "11", "--cfg", "3.5", "--width", "48", "--height", "32", "--threads", "1"]
-    available("ggml")
+    require_backend("ggml")
     assert main([*argv, "--max-sequence-length", "32"]) == 0
     with Image.open(out) as image:
         pixels = np.asarray(image, np.float32) / 255.0

@@ -11,8 +11,6 @@ magnitude ~10); the latent mask exactly.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import sdkit
 from sdkit.errors import UnsupportedModelError
 from sdkit.pipelines.inpainting import plan_mask
 from sdkit.pipelines.request import GenerationRequest
+from sdkit.testing.goldens import GoldenSet, StepRecorder, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels
@@ -31,28 +30,11 @@ INPAINT_CASES = ("sd15_inpaint9_full", "sd15_inpaint9_partial", "sd15_masked_img
 CONTROL_CASES = ("sd15_controlnet", "sd15_controlnet_multi")
 XL_CASES = ("sdxl_masked_img2img", "sdxl_controlnet", "sdxl_controlnet_multi")
 BACKENDS = ("reference", "ggml", "openvino")
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
 
 
-@lru_cache(maxsize=1)
-def meta() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-@lru_cache(maxsize=1)
-def arrays() -> dict[str, np.ndarray]:
-    with np.load(ROOT / "golden.npz") as data:
-        return {k: data[k] for k in data.files}
-
-
-def golden(key: str) -> np.ndarray:
-    return arrays()[meta()["array_refs"].get(key, key)]
-
-
-def case(key: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(c for c in meta()["cases"] if c["key"] == key)
-    return found
+GOLDENS = GoldenSet(ROOT)
+golden, case = GOLDENS.array, GOLDENS.case
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 def common(c: dict[str, Any]) -> dict[str, Any]:
@@ -88,18 +70,12 @@ def control_kwargs(key: str) -> dict[str, Any]:
     return {**common(c), "control": [(images[i], m, s, a, b) for i, m, s, a, b in units]}
 
 
-def usable(backend: str) -> None:
-    info = next((b for b in sdkit.backends() if b.name == backend), None)
-    if info is None or not info.available:
-        pytest.skip(f"backend {backend} is not available: {info.reason if info else 'not installed'}")
-
-
 _PIPES: dict[tuple[str, str], Any] = {}
 
 
 def pipe(folder: str, backend: str) -> Any:
     """One pipeline per folder and backend for the module (ControlNets sd15_a and sd15_b on sd15)."""
-    usable(backend)
+    require_backend(backend)
     key = (folder, backend)
     if key not in _PIPES:
         nets = {"sd15": ("sd15_a", "sd15_b"), "sdxl": ("sdxl_a", "sdxl_b")}.get(folder)
@@ -120,35 +96,24 @@ def _close_pipes() -> Any:
     _PIPES.clear()
 
 
-def check(key: str, image: np.ndarray, steps: list[np.ndarray]) -> None:
-    expected = golden(f"{key}/image")
-    assert image.shape == expected.shape
-    diff = float(np.abs(image - expected).max())
-    assert diff <= TOLERANCE, f"{key}: max |diff| {diff:.3g}"
-    step_latents = golden(f"{key}/step_latents")
-    assert len(steps) == len(step_latents)
-    for index, (ours, theirs) in enumerate(zip(steps, step_latents, strict=True)):
-        assert float(np.abs(ours - theirs).max()) <= STEP_TOLERANCE, f"{key} step {index}"
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("key", INPAINT_CASES)
 def test_inpainting_reproduces_diffusers(key: str, backend: str) -> None:
     folder = "sd15_inpaint" if case(key)["family"] == "sd15_inpaint" else "sd15"
-    steps: list[np.ndarray] = []
+    steps = StepRecorder()
     loaded = pipe(folder, backend)
-    image = loaded.generate(case(key)["prompt"], **inpaint_kwargs(key), callback=lambda i, n, x: steps.append(x))
-    check(key, image, steps)
+    image = loaded.generate(case(key)["prompt"], **inpaint_kwargs(key), callback=steps)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     assert {loaded.backends()[c] for c in ("unet", "vae_encoder", "vae_decoder")} == {backend}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("key", CONTROL_CASES)
 def test_controlnet_reproduces_diffusers(key: str, backend: str) -> None:
-    steps: list[np.ndarray] = []
+    steps = StepRecorder()
     loaded = pipe("sd15", backend)
-    image = loaded.generate(case(key)["prompt"], **control_kwargs(key), callback=lambda i, n, x: steps.append(x))
-    check(key, image, steps)
+    image = loaded.generate(case(key)["prompt"], **control_kwargs(key), callback=steps)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     used = {loaded.backends()[c] for c in ("unet_controlnet", "controlnet:sd15_a")}
     assert used == {backend}
 
@@ -160,9 +125,9 @@ def test_sdxl_variants_reproduce_diffusers(key: str, backend: str) -> None:
     (one and two ControlNets, SDXL's text_embeds and time_ids fed to them too)."""
     c = case(key)
     kwargs = inpaint_kwargs(key) if c["family"] == "sdxl_masked" else control_kwargs(key)
-    steps: list[np.ndarray] = []
-    image = pipe("sdxl", backend).generate(c["prompt"], **kwargs, callback=lambda i, n, x: steps.append(x))
-    check(key, image, steps)
+    steps = StepRecorder()
+    image = pipe("sdxl", backend).generate(c["prompt"], **kwargs, callback=steps)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
 
 
 def test_the_latent_mask_is_diffusers() -> None:
@@ -179,8 +144,8 @@ def test_goldens_depend_on_the_mask_and_the_controlnet() -> None:
     """The 1e-3 bar means something: the cases differ from their plain counterparts by much more."""
     plain = golden("sd15_masked_full/image")
     assert float(np.abs(golden("sd15_inpaint9_full/image") - plain).max()) > 20 * TOLERANCE
-    scale0 = meta()["sensitivity_max_abs_diff"]["sd15_controlnet vs scale 0"]
-    window = meta()["sensitivity_max_abs_diff"]["sd15_controlnet_multi vs guidance start/end 0/1"]
+    scale0 = GOLDENS.meta["sensitivity_max_abs_diff"]["sd15_controlnet vs scale 0"]
+    window = GOLDENS.meta["sensitivity_max_abs_diff"]["sd15_controlnet_multi vs guidance start/end 0/1"]
     assert min(scale0, window) > 20 * TOLERANCE
 
 

@@ -16,15 +16,16 @@ import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import GenerationRequest
 from sdkit.pipelines.masks import blur_mask, crop_region, expand_crop_region, open_mask
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.npz").is_file(), reason="fixtures/tiny_xl missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 @pytest.fixture(scope="module")
 def images() -> dict[str, np.ndarray]:
-    with np.load(ROOT / "golden.npz") as data:
-        return {k: data[k] for k in ("init_image", "mask_image")}
+    return {k: GOLDENS.array(k) for k in ("init_image", "mask_image")}
 
 
 @pytest.fixture(scope="module")

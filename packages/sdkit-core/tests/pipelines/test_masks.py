@@ -5,7 +5,6 @@ crop-region examples worked by hand."""
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 from sdkit.errors import InputError
 from sdkit.pipelines.masks import binarize_mask, blur_mask, crop_region, expand_crop_region, latent_mask
+from sdkit.testing.goldens import GoldenSet
 
 TINY_XL = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 
@@ -24,16 +24,13 @@ def test_binarize_threshold() -> None:
 
 @pytest.mark.skipif(not (TINY_XL / "golden.npz").is_file(), reason="fixtures/tiny_xl missing")
 def test_latent_mask_matches_diffusers() -> None:
-    meta = json.loads((TINY_XL / "golden.json").read_text(encoding="utf-8"))
-    with np.load(TINY_XL / "golden.npz") as data:
-        golden = {k: data[k] for k in data.files}
-    for case in meta["cases"]:
+    goldens = GoldenSet(TINY_XL)
+    for case in goldens.meta["cases"]:
         key = f"{case['key']}/mask_latents"
-        key = meta["array_refs"].get(key, key)
-        if key not in golden:
+        if goldens.meta["array_refs"].get(key, key) not in goldens.npz():
             continue
-        ours = latent_mask(binarize_mask(golden["mask_image"]), case["height"] // 2, case["width"] // 2)
-        assert np.array_equal(ours, golden[key][0, 0]), case["key"]
+        ours = latent_mask(binarize_mask(goldens.array("mask_image")), case["height"] // 2, case["width"] // 2)
+        assert np.array_equal(ours, goldens.array(key)[0, 0]), case["key"]
 
 
 def test_latent_mask_picks_top_left_of_each_block() -> None:

@@ -9,7 +9,6 @@ rescaled to the original mean); diffusers' goldens for prompts that carry no wei
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,12 @@ import pytest
 
 import sdkit
 from sdkit.pipelines.prompt_chunks import prompt_chunks
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 ort = pytest.importorskip("onnxruntime")
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 LONG = ", ".join(["a photo of an astronaut riding a horse on the moon"] * 8)  # > 75 tokens: 2 chunks
 
 
@@ -151,10 +152,7 @@ def test_sdxl_two_encoders_weighted_and_zero_negative(xl: Any) -> None:
 
 def test_unweighted_short_prompts_keep_diffusers_images(xl: Any) -> None:
     """Without brackets and within 75 tokens, A1111's way is diffusers' way: the goldens hold."""
-    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    with np.load(ROOT / "golden.npz") as data:
-        expected = data["sdxl_euler/image"]
-    case = next(c for c in meta["cases"] if c["key"] == "sdxl_euler")
+    expected, case = GOLDENS.array("sdxl_euler/image"), GOLDENS.case("sdxl_euler")
     sizes = ("original_size", "crops_coords_top_left", "target_size", "negative_original_size")
     sizes += ("negative_crops_coords_top_left", "negative_target_size")
     image = xl.generate(

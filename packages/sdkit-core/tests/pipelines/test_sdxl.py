@@ -8,8 +8,6 @@ images, per-step latents and first UNet inputs, made with sdkit's noise stream
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import pytest
 
 import sdkit
 from sdkit.pipelines import StableDiffusionXLPipeline
+from sdkit.testing.goldens import GoldenSet, StepRecorder, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels
@@ -34,28 +33,11 @@ SIZE_FIELDS = (
     "aesthetic_score",
     "negative_aesthetic_score",
 )
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
 
 
-@lru_cache(maxsize=1)
-def meta() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-@lru_cache(maxsize=1)
-def arrays() -> dict[str, np.ndarray]:
-    with np.load(ROOT / "golden.npz") as data:
-        return {k: data[k] for k in data.files}
-
-
-def golden(key: str) -> np.ndarray:
-    return arrays()[meta()["array_refs"].get(key, key)]
-
-
-def case(key: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(c for c in meta()["cases"] if c["key"] == key)
-    return found
+GOLDENS = GoldenSet(ROOT)
+golden, case = GOLDENS.array, GOLDENS.case
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 def load(folder: str, backend: str) -> Any:
@@ -90,9 +72,7 @@ def kwargs_for(key: str, refiner: Any = None) -> dict[str, Any]:
 @pytest.fixture(scope="module", params=BACKENDS)
 def pipes(request: pytest.FixtureRequest) -> Any:
     backend = request.param
-    info = next((b for b in sdkit.backends() if b.name == backend), None)
-    if info is None or not info.available:
-        pytest.skip(f"backend {backend} unavailable: {info.reason if info else 'not installed'}")
+    require_backend(backend)
     base, refiner = load("sdxl", backend), load("sdxl_refiner", backend)
     yield backend, base, refiner
     base.close()
@@ -112,21 +92,11 @@ def test_golden_on_every_backend(pipes: Any, key: str) -> None:
     """The image, and the latents after each step (base, then refiner: diffusers'
     ``step_latents``, numbered as one run by the callback)."""
     backend, base, refiner = pipes
-    steps: list[tuple[int, int, np.ndarray]] = []
-    image = base.generate(
-        case(key)["prompt"], **kwargs_for(key, refiner), callback=lambda i, n, x: steps.append((i, n, x.copy()))
-    )
-    expected = golden(f"{key}/image")
-    assert image.shape == expected.shape == (1, 32, 48, 3)
-    diff = float(np.abs(image - expected).max())
-    print(f"{key} on {backend}: max |diff| {diff:.3g}")
-    assert diff <= TOLERANCE
+    steps = StepRecorder()
+    image = base.generate(case(key)["prompt"], **kwargs_for(key, refiner), callback=steps)
+    assert image.shape == (1, 32, 48, 3)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend)
     assert set(base.backends().values()) - {None} == {backend}
-    want = golden(f"{key}/step_latents")
-    want = want[~np.isnan(want).reshape(len(want), -1).any(axis=1)]  # drop the base/refiner separator
-    assert [(i, n) for i, n, _ in steps] == [(i, len(want)) for i in range(len(want))]
-    for (index, _, latents), expected_latents in zip(steps, want, strict=True):
-        assert np.abs(latents - expected_latents).max() <= STEP_TOLERANCE, f"step {index}"
 
 
 @pytest.mark.parametrize("key", ["sdxl_euler", "sdxl_dpmpp_2m_karras", "sdxl_euler_a_no_negative"])

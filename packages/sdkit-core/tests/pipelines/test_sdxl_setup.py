@@ -19,9 +19,11 @@ from sdkit.pipelines.layout import read_layout
 from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.sdxl import time_ids
 from sdkit.schedulers import create_scheduler
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
 
 
 def offload(folder: Path | str, **options: Any) -> Any:
@@ -240,17 +242,15 @@ def test_sd_pipeline_applies_diffusers_config_fixups(tmp_path: Path) -> None:
     """``sd15_ddim_euler_config``: an EulerDiscrete config (no clip_sample, no steps_offset) with
     DDIM. StableDiffusionPipeline's constructor sets clip_sample=False and steps_offset=1; without
     that the image moves by 0.81 (golden.json sensitivity)."""
-    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    case = next(c for c in meta["cases"] if c["key"] == "sd15_ddim_euler_config")
+    case = GOLDENS.case("sd15_ddim_euler_config")
     copy = tmp_path / "sd15"
     shutil.copytree(ROOT / "sd15", copy)
-    (copy / "scheduler" / "scheduler_config.json").write_text(json.dumps(meta["scheduler_configs"]["euler_only"]))
+    euler_only = GOLDENS.meta["scheduler_configs"]["euler_only"]
+    (copy / "scheduler" / "scheduler_config.json").write_text(json.dumps(euler_only))
     pipe = sdkit.load_pipeline(copy, backend="reference", threads=1)
     fields = {k: case[k] for k in ("negative_prompt", "seed", "steps", "guidance_scale", "sampler", "width", "height")}
     image = pipe.generate(case["prompt"], output_type="np", **fields)
-    with np.load(ROOT / "golden.npz") as data:
-        expected = data[meta["array_refs"].get("sd15_ddim_euler_config/image", "sd15_ddim_euler_config/image")]
-    assert np.abs(image - expected).max() <= 1e-3
+    assert np.abs(image - GOLDENS.array("sd15_ddim_euler_config/image")).max() <= 1e-3
 
 
 def test_built_from_a_config_and_components_alone() -> None:
@@ -278,12 +278,10 @@ def test_built_from_a_config_and_components_alone() -> None:
     pipe = StableDiffusionXLPipeline(
         config, settings.components(StableDiffusionXLPipeline.component_names, sources, config.text_outputs)
     )
-    meta = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    case = next(c for c in meta["cases"] if c["key"] == "sdxl_euler")
+    case = GOLDENS.case("sdxl_euler")
     fields = ("prompt_2", "negative_prompt", "guidance_scale", "original_size", "crops_coords_top_left")
     fields += ("target_size", "negative_original_size", "negative_crops_coords_top_left", "negative_target_size")
     request = XLRequest.create(case["prompt"], width=48, height=32, **{k: case[k] for k in fields})
     feeds = pipe.conditioning(pipe.plan(request))
-    with np.load(ROOT / "golden.npz") as data:
-        for name in ("encoder_hidden_states", "text_embeds", "time_ids"):
-            assert np.abs(feeds[name] - data[f"sdxl_euler/unet0/{name}"]).max() <= 1e-5, name
+    for name in ("encoder_hidden_states", "text_embeds", "time_ids"):
+        assert np.abs(feeds[name] - GOLDENS.array(f"sdxl_euler/unet0/{name}")).max() <= 1e-5, name

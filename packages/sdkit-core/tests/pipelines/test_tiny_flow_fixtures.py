@@ -8,8 +8,7 @@ golden's one random draw is sdkit's PCG64 stream. No torch at test time.
 
 from __future__ import annotations
 
-import json
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,29 +16,19 @@ import numpy as np
 import pytest
 
 from sdkit.pipelines.flow_latents import image_ids, pack, unpack
+from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
 TOL = 1e-4
 ort = pytest.importorskip("onnxruntime")
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_flow missing")
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_flow missing")
 VAE = {
     "sd3": (1.5305, 0.0609),
     "flux_dev": (0.3611, 0.1159),
     "flux_schnell": (0.3611, 0.1159),
     "chroma": (0.3611, 0.1159),
 }
-
-
-@lru_cache(maxsize=1)
-def meta() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-@lru_cache(maxsize=2)
-def arrays(name: str) -> dict[str, np.ndarray]:
-    with np.load(ROOT / name) as data:
-        return {k: data[k] for k in data.files}
 
 
 @cache
@@ -56,16 +45,16 @@ def scaled_error(ours: np.ndarray, reference: np.ndarray) -> float:
 
 
 def components() -> list[str]:
-    return sorted(meta()["components"]) if (ROOT / "golden.json").is_file() else []
+    return sorted(GOLDENS.meta["components"]) if not GOLDENS.missing else []
 
 
 @pytest.mark.parametrize("key", components())
 def test_onnx_component_matches_torch(key: str) -> None:
-    info = meta()["components"][key]
+    info = GOLDENS.meta["components"][key]
     first, *copies = info["folders"]
     for folder in copies:  # shared components are byte-identical files
         assert (ROOT / folder / "model.onnx").read_bytes() == (ROOT / first / "model.onnx").read_bytes()
-    recorded = arrays("components.npz")
+    recorded = GOLDENS.npz("components.npz")
     prefix = f"{key}/in/"
     sess = session(first)
     wanted = {i.name for i in sess.get_inputs()}
@@ -77,14 +66,14 @@ def test_onnx_component_matches_torch(key: str) -> None:
 
 
 def cases() -> list[dict[str, Any]]:
-    return list(meta()["cases"]) if (ROOT / "golden.json").is_file() else []
+    return list(GOLDENS.meta["cases"]) if not GOLDENS.missing else []
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c["key"])
 def test_golden_image_is_the_decoded_final_latents(case: dict[str, Any]) -> None:
     """diffusers' last latents (unpacked for Flux/Chroma) through the exported VAE decoder."""
     key, family = case["key"], case["family"]
-    latents = arrays("golden.npz")[f"{key}/step_latents"][-1]
+    latents = GOLDENS.array(f"{key}/step_latents")[-1]
     if latents.ndim == 3:
         latents = unpack(latents, 16, 24)
     scale, shift = VAE[family]
@@ -92,7 +81,7 @@ def test_golden_image_is_the_decoded_final_latents(case: dict[str, Any]) -> None
         None, {"latent_sample": latents / np.float32(scale) + np.float32(shift)}
     )
     image = np.clip(decoded[0] / 2 + 0.5, 0, 1).transpose(0, 2, 3, 1)
-    assert scaled_error(image, arrays("golden.npz")[f"{key}/image"]) <= TOL
+    assert scaled_error(image, GOLDENS.array(f"{key}/image")) <= TOL
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c["key"])
@@ -102,10 +91,10 @@ def test_golden_draw_is_sdkits_stream(case: dict[str, Any]) -> None:
     [draw] = case["draws"]
     first = np.random.Generator(np.random.PCG64(case["seed"])).standard_normal(draw["shape"], dtype=np.float32)
     call = f"{case['key']}/transformer_call0"
-    fed = arrays("golden.npz")[f"{call}/hidden_states"][:1]
+    fed = GOLDENS.array(f"{call}/hidden_states")[:1]
     if case["family"] == "sd3":
         assert np.array_equal(fed, first)
     else:
         assert np.array_equal(fed, pack(first))
         assert np.array_equal(unpack(pack(first), 16, 24), first)
-        assert np.array_equal(arrays("golden.npz")[f"{call}/img_ids"], image_ids(16, 24))
+        assert np.array_equal(GOLDENS.array(f"{call}/img_ids"), image_ids(16, 24))

@@ -9,33 +9,21 @@ VAE decoder must turn into the same image. No torch at test time.
 from __future__ import annotations
 
 import json
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from sdkit.testing.goldens import GoldenSet
+
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 TOL = 1e-4
 ort = pytest.importorskip("onnxruntime")
-pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_xl missing")
-
-
-@lru_cache(maxsize=1)
-def meta() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((ROOT / "golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-@lru_cache(maxsize=2)
-def arrays(name: str) -> dict[str, np.ndarray]:
-    with np.load(ROOT / name) as data:
-        return {k: data[k] for k in data.files}
-
-
-def golden(key: str) -> np.ndarray:
-    return arrays("golden.npz")[meta()["array_refs"].get(key, key)]
+GOLDENS = GoldenSet(ROOT)
+pytestmark = pytest.mark.skipif(GOLDENS.missing, reason="fixtures/tiny_xl missing")
+golden = GOLDENS.array
 
 
 def graphs() -> list[str]:
@@ -59,10 +47,10 @@ def scaled_error(ours: np.ndarray, reference: np.ndarray) -> float:
 
 @pytest.mark.parametrize("component", graphs())
 def test_onnx_component_matches_torch(component: str) -> None:
-    record_key = meta()["component_refs"].get(component, component)
+    record_key = GOLDENS.meta["component_refs"].get(component, component)
     if record_key != component:  # an identical graph (same bytes) holds the record
         assert (ROOT / component / "model.onnx").read_bytes() == (ROOT / record_key / "model.onnx").read_bytes()
-    recorded = arrays("components.npz")
+    recorded = GOLDENS.npz("components.npz")
     prefix = f"{record_key}/in/"
     feeds = {k[len(prefix) :]: v for k, v in recorded.items() if k.startswith(prefix)}
     sess = session(component)
@@ -107,7 +95,7 @@ def test_controlnet_residuals_fit_the_unet() -> None:
 
 
 def cases() -> list[dict[str, Any]]:
-    return list(meta()["cases"]) if (ROOT / "golden.json").is_file() else []
+    return list(GOLDENS.meta["cases"]) if not GOLDENS.missing else []
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c["key"])
