@@ -71,6 +71,7 @@ def require_graphs(family: Family, what: str | Path = "this checkpoint") -> None
                 "diffusers/optimum ONNX export folder of the model"
             )
 
+
 def checkpoint_config(mapped: MappedCheckpoint, name: str | None = None) -> PipelineConfig:
     """What the pipeline needs to know besides the graphs: the family's defaults with the
     detected prediction type; a diffusers folder's scheduler, tokenizer and VAE/UNet configs
