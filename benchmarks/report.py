@@ -38,7 +38,8 @@ def case_table(case: str, rows: list[dict[str, Any]]) -> str:
         table.append((
             r["engine"], str(len(r["times"])), f"{r['compile_s']:.2f}", f"{r['median_s']:.3f}", f"{r['min_s']:.3f}",
             f"{r['median_s'] / fastest:.2f}" if fastest else "-", f"{r['median_s'] / peer:.2f}" if peer else "-",
-            f"{r['peak_rss_mb']:.0f}", _fmt(r.get("weights_mb"), ".0f"), _fmt(r.get("rel_l2"), ".1e"), _fmt(r.get("max_diff"), ".1e"),
+            f"{r['peak_rss_mb']:.0f}", _fmt(r.get("weights_mb"), ".0f"), _fmt(r.get("rel_l2"), ".1e"),
+            _fmt(r.get("max_diff"), ".1e"),
         ))  # fmt: skip
     return f"\n## {case}: {TITLES.get(case, case)}\n\n" + _table(table)
 

@@ -8,8 +8,9 @@ engine and case.
 Cases (cases.py): ``vae256``, ``vae512`` (SD 1.5 VAE decoder), ``unet512`` (one SD 1.5 UNet
 step), ``taef2`` (TAEF2 decoder), ``txt2img`` (stable-diffusion.cpp's own stage timings of a
 whole txt2img next to ours composed from the unet512 and vae512 medians). Engines:
-``ggml-fp32``, ``ggml-fp16``, ``ggml-q8_0`` (8-bit matrix weights), ``sdkit-openvino``, ``openvino`` (raw), ``onnxruntime``, ``sdcpp``
-(stable-diffusion.cpp; see sdcpp_worker.py for how each of its numbers is taken).
+``ggml-fp32``, ``ggml-fp16``, ``ggml-q8_0`` (8-bit matrix weights), ``sdkit-openvino``, ``openvino``
+(raw), ``onnxruntime``, ``sdcpp`` (stable-diffusion.cpp; see sdcpp_worker.py for how each of its
+numbers is taken).
 
 Each (engine, case) runs in its own process, so peak RSS is that engine's alone; with
 ``--rounds`` > 1 every case is measured again in new processes, the engine order rotated, and

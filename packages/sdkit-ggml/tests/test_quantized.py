@@ -5,21 +5,24 @@ Tolerance. A Q8_0 block stores 32 weights as int8 ``round(w / d)`` with ``d = ma
 (d kept in F16): each weight is off by at most ``d / 2`` (plus 127 d 2^-11 from the F16 scale),
 so a block's error has L2 norm <= sqrt(32) * 0.56 d while the block's own norm is >= max|w| =
 127 d, a relative error of at most 2.5% whatever the data. For Gaussian data the error is
-uniform on [-d/2, d/2] (rms d / sqrt(12)) and max|w| of 32 samples is ~2.1 sigma, so ~0.5% rms. ggml also quantizes the activations (mul_mat's
-second operand) to Q8_0 blocks for the integer dot product, so a product sees two independent
-~0.5% errors: ~0.7% rel-L2 expected. The bound used, 2e-2, is ~3x that and under the worst-case
+uniform on [-d/2, d/2] (rms d / sqrt(12)) and max|w| of 32 samples is ~2.1 sigma, so ~0.5% rms.
+ggml also quantizes the activations (mul_mat's second operand) to Q8_0 blocks for the integer dot
+product, so a product sees two independent ~0.5% errors: ~0.7% rel-L2 expected. The bound used, 2e-2, is ~3x that and under the worst-case
 per-operand 2.5%; the floor, 1e-3 (3x fp16's ~3e-4), shows the weights really were quantized.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
 import sdkit
+from sdkit.cli.main import main
 from sdkit.errors import OptionError
 from sdkit.model import Model
 from sdkit.testing import one_node_model
@@ -123,3 +126,15 @@ def test_bad_precision_is_one_option_error() -> None:
         sdkit.compile(model, backend="ggml", precision="bf16")
     with pytest.raises(OptionError, match="q8_0"):
         sdkit.compile(model, backend="reference", precision="q8_0")
+
+
+def test_cli_precision_q8_0(tmp_path: Path, rng: np.random.Generator) -> None:
+    x = rng.standard_normal((4, 64), dtype=np.float32)
+    model = one_node_model("MatMul", {"x": x}, initializers={"w": rng.standard_normal((64, 48), dtype=np.float32)})
+    path, out = tmp_path / "mm.onnx", tmp_path / "out.npz"
+    onnx.save(model.graph.to_onnx(model.weights), path)
+    np.save(tmp_path / "x.npy", x)
+    argv = ["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--backend", "ggml", "--precision", "q8_0"]
+    assert main([*argv, "--threads", "1", "--no-cache", "-o", str(out)]) == 0
+    got = np.load(out)["out0"]
+    assert Q8_0_FLOOR < rel_l2(got, onnxruntime_fp32(model, {"x": x})) <= Q8_0_BOUND

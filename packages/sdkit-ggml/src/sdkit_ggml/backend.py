@@ -68,9 +68,7 @@ class GgmlBackend(Backend):
         from sdkit_ggml.runtime.lib import load_library
 
         if options.precision not in PRECISIONS:
-            raise OptionError(
-                f"the ggml backend supports precision {', '.join(PRECISIONS)}, not {options.precision!r}"
-            )
+            raise OptionError(f"the ggml backend supports precision {', '.join(PRECISIONS)}, not {options.precision!r}")
         lib = load_library()
         entry = find_device(lib, device)
         backend = open_backend(lib, entry)
