@@ -1,14 +1,15 @@
 """precision="q8_0": matrix weights quantized to ggml Q8_0 at compile (and on refit), checked
 against onnxruntime in fp32.
 
-Tolerance. A Q8_0 block stores 32 weights as int8 ``round(w / d)`` with ``d = max|w| / 127``
-(d kept in F16): each weight is off by at most ``d / 2`` (plus 127 d 2^-11 from the F16 scale),
-so a block's error has L2 norm <= sqrt(32) * 0.56 d while the block's own norm is >= max|w| =
-127 d, a relative error of at most 2.5% whatever the data. For Gaussian data the error is
-uniform on [-d/2, d/2] (rms d / sqrt(12)) and max|w| of 32 samples is ~2.1 sigma, so ~0.5% rms.
-ggml also quantizes the activations (mul_mat's second operand) to Q8_0 blocks for the integer dot
-product, so a product sees two independent ~0.5% errors: ~0.7% rel-L2 expected. The bound used, 2e-2, is ~3x that and under the worst-case
-per-operand 2.5%; the floor, 1e-3 (3x fp16's ~3e-4), shows the weights really were quantized.
+Tolerance. A Q8_0 block stores 32 weights as int8 ``round(w / d)`` with ``d = max|w| / 127`` (d
+kept in F16): each weight is off by at most ``d / 2`` (plus 127 d 2^-11 from the F16 scale), so
+a block's error has L2 norm <= sqrt(32) * 0.56 d while the block's own norm is >= max|w| = 127
+d, a relative error of at most 2.5% whatever the data. For Gaussian data the error is uniform on
+[-d/2, d/2] (rms d / sqrt(12)) and max|w| of 32 samples is ~2.1 sigma, so ~0.5% rms. ggml also
+quantizes the activations (mul_mat's second operand) to Q8_0 blocks for the integer dot product,
+so a product sees two independent ~0.5% errors: ~0.7% rel-L2 expected. The bound used, 2e-2, is
+~3x that and under the worst-case per-operand 2.5%; the floor, 1e-3 (3x fp16's ~3e-4), shows the
+weights really were quantized.
 """
 
 from __future__ import annotations
