@@ -60,7 +60,7 @@ def profile_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="+", choices=sorted(cases.CASES))
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "q8_0"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--top", type=int, default=12)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ORDER = ("ggml-fp32", "ggml-fp16", "sdkit-openvino", "openvino", "onnxruntime", "sdcpp")
+ORDER = ("ggml-fp32", "ggml-fp16", "ggml-q8_0", "sdkit-openvino", "openvino", "onnxruntime", "sdcpp")
 
 
 def engine_order(engine: str) -> tuple[int, str]:
@@ -37,16 +37,17 @@ def case_table(case: str, rows: list[dict[str, Any]]) -> str:
     fastest = min((r["median_s"] for r in timed), default=None)
     peer = next((r["median_s"] for r in timed if r["engine"] == "onnxruntime"), None)
     header = ("engine", "runs", "compile s", "median s", "min s", "x fastest", "x ort", "peak RSS MB",
-              "rel-L2 vs ort", "max|diff| vs ort")  # fmt: skip
+              "weights MB", "rel-L2 vs ort", "max|diff| vs ort")  # fmt: skip
     table = [header]
     for r in mine:
         if "median_s" not in r:
-            table.append((r["engine"], "-", "-", "-", "-", "-", "-", "-", "-", "error: " + r.get("error", "?")))
+            table.append((r["engine"], "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + r.get("error", "?")))
             continue
         table.append((
             r["engine"], str(len(r["times"])), f"{r['compile_s']:.2f}", f"{r['median_s']:.3f}", f"{r['min_s']:.3f}",
             f"{r['median_s'] / fastest:.2f}" if fastest else "-", f"{r['median_s'] / peer:.2f}" if peer else "-",
-            f"{r['peak_rss_mb']:.0f}", _fmt(r.get("rel_l2"), ".1e"), _fmt(r.get("max_diff"), ".1e"),
+            f"{r['peak_rss_mb']:.0f}", _fmt(r.get("weights_mb"), ".0f"), _fmt(r.get("rel_l2"), ".1e"),
+            _fmt(r.get("max_diff"), ".1e"),
         ))  # fmt: skip
     return f"\n## {case}: {TITLES.get(case, case)}\n\n" + _table(table)
 

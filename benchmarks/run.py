@@ -8,8 +8,9 @@ engine and case.
 Cases (cases.py): ``vae256``, ``vae512`` (SD 1.5 VAE decoder), ``unet512`` (one SD 1.5 UNet
 step), ``taef2`` (TAEF2 decoder), ``txt2img`` (stable-diffusion.cpp's own stage timings of a
 whole txt2img next to ours composed from the unet512 and vae512 medians). Engines:
-``ggml-fp32``, ``ggml-fp16``, ``sdkit-openvino``, ``openvino`` (raw), ``onnxruntime``, ``sdcpp``
-(stable-diffusion.cpp; see sdcpp_worker.py for how each of its numbers is taken).
+``ggml-fp32``, ``ggml-fp16``, ``ggml-q8_0`` (8-bit matrix weights), ``sdkit-openvino``, ``openvino``
+(raw), ``onnxruntime``, ``sdcpp`` (stable-diffusion.cpp; see sdcpp_worker.py for how each of its
+numbers is taken).
 
 Each (engine, case) runs in its own process, so peak RSS is that engine's alone; with
 ``--rounds`` > 1 every case is measured again in new processes, the engine order rotated, and
@@ -40,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import machine  # noqa: E402
 
-ONNX_ENGINES = ("ggml-fp32", "ggml-fp16", "sdkit-openvino", "openvino", "onnxruntime")
+ONNX_ENGINES = ("ggml-fp32", "ggml-fp16", "ggml-q8_0", "sdkit-openvino", "openvino", "onnxruntime")
 ENGINES = (*ONNX_ENGINES, "sdcpp")
 CASES = ("vae128", "vae256", "vae512", "unet256", "unet512", "taef2", "txt2img")
 SDCPP_MODE = {"vae256": "vae256", "vae512": "unet512", "unet512": "unet512", "txt2img": "txt2img"}
@@ -127,6 +128,8 @@ def measure_round(cases: list[str], engines: list[str], rotation: int, args: arg
                 got.error(case, engine, result["error"])
             else:
                 got.add(case, engine, result["times"], result["compile_s"], result["peak_rss_mb"], out)
+                if "weights_mb" in result:
+                    got.entries[(case, engine)]["weights_mb"] = result["weights_mb"]
 
 
 def add_sdcpp(result: dict[str, Any], mode: str, got: Collected, out: Path) -> None:

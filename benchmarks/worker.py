@@ -2,13 +2,14 @@
 
     python benchmarks/worker.py --engine ggml-fp32 --case vae256 --repeat 5 --outputs out.npz
 
-Engines on the ONNX graphs: ``ggml-fp32``, ``ggml-fp16`` (sdkit-ggml), ``sdkit-openvino``,
+Engines on the ONNX graphs: ``ggml-fp32``, ``ggml-fp16``, ``ggml-q8_0`` (sdkit-ggml), ``sdkit-openvino``,
 ``openvino`` (raw OpenVINO: ``Core.read_model`` on the ONNX file, inputs reshaped to the case's
 static shapes, ``compile_model`` on CPU with the thread count, nothing else), ``onnxruntime``
 (its own API, CPU execution provider, intra-op threads). stable-diffusion.cpp has its own
 worker (sdcpp_worker.py). Times are wall-clock seconds of ``run()`` (inputs in, outputs out as
 numpy arrays), after ``--warmup`` untimed runs; ``compile_s`` is load + compile of the model
-for the case's shapes; ``peak_rss_mb`` is this process's high-water mark (ru_maxrss).
+for the case's shapes; ``peak_rss_mb`` is this process's high-water mark (ru_maxrss); ``weights_mb``
+(sdkit-ggml) the weight buffer on the device (``memory()``, exact).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases
 
 Run = Callable[[], dict[str, np.ndarray]]
+MEMORY: dict[str, float] = {}  # sdkit-ggml's weight buffer, once compiled
 
 
 def onnxruntime_runner(path: Path, feeds: dict[str, np.ndarray], threads: int) -> Run:
@@ -62,6 +64,9 @@ def sdkit_runner(backend: str, precision: str, path: Path, feeds: dict[str, np.n
     shapes = {k: v.shape for k, v in feeds.items()}
     compiled = sdkit.compile(path, backend=backend, input_shapes=shapes, threads=threads, precision=precision)
     compiled.run(feeds)  # ggml builds its graph on the first run: count that as compile
+    memory = getattr(compiled, "memory", None)
+    if backend == "ggml" and memory is not None:
+        MEMORY["weights_mb"] = memory()["weights"] / 2**20
     return lambda: compiled.run(feeds)
 
 
@@ -72,7 +77,7 @@ def make_runner(engine: str, path: Path, feeds: dict[str, np.ndarray], threads: 
         return openvino_runner(path, feeds, threads)
     if engine == "sdkit-openvino":
         return sdkit_runner("openvino", "fp32", path, feeds, threads)
-    if engine in ("ggml-fp32", "ggml-fp16"):
+    if engine in ("ggml-fp32", "ggml-fp16", "ggml-q8_0"):
         return sdkit_runner("ggml", engine.split("-")[1], path, feeds, threads)
     raise SystemExit(f"unknown engine {engine!r}")
 
@@ -103,7 +108,7 @@ def main() -> int:
     np.savez(args.outputs, **{k: np.asarray(v) for k, v in outputs.items()})
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(json.dumps({"engine": args.engine, "case": args.case, "compile_s": compile_s, "times": times,
-                      "peak_rss_mb": peak_mb}))  # fmt: skip
+                      "peak_rss_mb": peak_mb, **MEMORY}))  # fmt: skip
     return 0
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import sdkit
 from sdkit.device import Device
-from sdkit.errors import BackendUnavailableError, DeviceError
+from sdkit.errors import BackendUnavailableError, DeviceError, OptionError
 from sdkit.known_backends import requirement
 from sdkit.options import Options, make_options
 from sdkit.testing import one_node_model
@@ -151,3 +151,9 @@ def test_compile_when_unavailable_raises(monkeypatch: pytest.MonkeyPatch) -> Non
     model = one_node_model("Relu", {"x": np.zeros((2, 3), np.float32)})
     with pytest.raises(BackendUnavailableError, match=r"sdkit\[intel\]"):
         OpenVinoBackend().compile(model.graph, model.weights, Device("cpu"), Options())
+
+
+def test_q8_0_is_one_option_error(sdkit_isolated: Path) -> None:
+    model = one_node_model("Relu", {"x": np.zeros((2, 2), np.float32)})
+    with pytest.raises(OptionError, match="q8_0"):
+        sdkit.compile(model, backend="openvino", precision="q8_0")

@@ -13,7 +13,7 @@ import onnx
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import CPU, Device
-from sdkit.errors import DeviceError, InputError, ResourceLimitError, SdkitError, UnsupportedNode
+from sdkit.errors import DeviceError, InputError, OptionError, ResourceLimitError, SdkitError, UnsupportedNode
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
@@ -87,4 +87,6 @@ class ReferenceBackend(Backend):
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:
         if device.kind != "cpu":
             raise DeviceError(f"the reference backend runs on cpu only, not {device}")
+        if options.precision == "q8_0":  # a ggml weight format; fp16/bf16 requests run in fp32
+            raise OptionError("the reference backend has no quantized weights (precision 'q8_0' is ggml's)")
         return ReferenceCompiled(graph, weights)

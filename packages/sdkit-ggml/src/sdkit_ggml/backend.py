@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from sdkit.options import Options
 
 
+# fp16: matrix and conv weights stored F16; q8_0: matrix weights Q8_0 (conv kernels F16);
+# activations and accumulation stay F32 in every case
+PRECISIONS = ("fp32", "fp16", "q8_0")
+
+
 class GgmlBackend(Backend):
     name: ClassVar[str] = "ggml"
     priority: ClassVar[int] = 55
@@ -63,8 +68,8 @@ class GgmlBackend(Backend):
         from sdkit_ggml.runtime.devices import find_device, open_backend
         from sdkit_ggml.runtime.lib import load_library
 
-        if options.precision not in ("fp32", "fp16"):
-            raise OptionError(f"the ggml backend supports precision fp32 and fp16, not {options.precision!r}")
+        if options.precision not in PRECISIONS:
+            raise OptionError(f"the ggml backend supports precision {', '.join(PRECISIONS)}, not {options.precision!r}")
         lib = load_library()
         entry = find_device(lib, device)
         backend = open_backend(lib, entry)

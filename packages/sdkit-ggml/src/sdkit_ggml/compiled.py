@@ -170,11 +170,30 @@ class GgmlCompiledModel(CompiledModel):
         return entries
 
     def memory(self) -> dict[str, int]:
+        """Device bytes of the weights and of the compute buffers; under precision="q8_0" also
+        how many matrix weights are stored quantized and how many stay F16 (``info``)."""
         weights = compute = 0
         for _, program in self._programs.values():
             w, c = program.memory()
             weights, compute = weights + w, compute + c
-        return {"weights": weights, "compute": compute}
+        result = {"weights": weights, "compute": compute}
+        if self.options.precision == "q8_0":
+            info = self.info
+            result.update(quantized_weights=len(info["quantized"]), unquantized_weights=len(info["unquantized"]))
+        return result
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The precision, and under "q8_0" the matrix weights stored as Q8_0 (``quantized``) and
+        those kept at F16 because their rows are not whole 32-weight blocks (``unquantized``),
+        each as graph value name -> stored shape (rows last). Conv kernels stay F16 (counted in
+        neither: ggml reads a quantized operand only as mul_mat's first argument)."""
+        quantized: dict[str, tuple[int, ...]] = {}
+        kept: dict[str, tuple[int, ...]] = {}
+        for plan, _ in self._programs.values():
+            quantized.update(plan.builder.quantized)
+            kept.update(plan.builder.kept)
+        return {"precision": self.options.precision, "quantized": quantized, "unquantized": kept}
 
     def close(self) -> None:
         with self._lock, self._run_lock:  # never free buffers under a running compute

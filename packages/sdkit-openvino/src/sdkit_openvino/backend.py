@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
-from sdkit.errors import BackendUnavailableError
+from sdkit.errors import BackendUnavailableError, OptionError
 from sdkit_openvino.runtime import (
     BACKEND_NAME,
     INSTALL_HINT,
@@ -58,7 +58,10 @@ class OpenVinoBackend(Backend):
 
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:
         from sdkit_openvino.compiled import OpenVinoCompiled
+        from sdkit_openvino.config import PRECISIONS
 
+        if options.precision not in PRECISIONS:  # q8_0 is a ggml weight format
+            raise OptionError(f"OpenVINO computes in {', '.join(PRECISIONS)}, not {options.precision!r}")
         availability = self.probe()
         if not availability.ok:
             raise BackendUnavailableError(self.name, availability.reason, availability.install_hint)

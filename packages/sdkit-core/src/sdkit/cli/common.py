@@ -22,7 +22,12 @@ def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "auto"
 
 
 def add_option_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default=None, help="compute precision")
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "bf16", "q8_0"),
+        default=None,
+        help="compute precision (q8_0: 8-bit weights, ggml)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     parser.add_argument("--no-cache", action="store_true", help="do not use the compiled-artifact cache")
 

@@ -14,7 +14,8 @@ import numpy as np
 from sdkit.limits import check_bytes, memory_budget, shape_bytes
 from sdkit_ggml.compiler.context import NeedsValue, Node, Tensor, Unsupported, ValueUnknown, WeightEntry, ne_of
 from sdkit_ggml.runtime import lib as L
-from sdkit_ggml.runtime.tensors import storage_type, type_size
+from sdkit_ggml.runtime.quantize import quantizable
+from sdkit_ggml.runtime.tensors import storage_type, tensor_bytes, type_size
 
 Ne = tuple[int, int, int, int]
 
@@ -75,6 +76,10 @@ class Builder:
         self.memory_budget = memory_budget()
         self.weight_bytes = 0
         self.precision = precision
+        # precision="q8_0": the matrix weights stored quantized, and those kept at F16 because
+        # their rows are not whole Q8_0 blocks (graph value name -> stored shape)
+        self.quantized: dict[str, tuple[int, ...]] = {}
+        self.kept: dict[str, tuple[int, ...]] = {}
         # Weights already on the device from another signature's graph: reused, not re-uploaded.
         self.shared_weights = shared_weights or {}
         self.count = 0
@@ -165,7 +170,7 @@ class Builder:
         if array.size == 0 or 0 in shape:
             raise Unsupported("empty constant: ggml cannot allocate zero-sized tensors")
         self._check_size(shape, ggml_type, "a constant")
-        self.weight_bytes += shape_bytes(shape, type_size(ggml_type))
+        self.weight_bytes += tensor_bytes(shape, ggml_type)
         # check() builds shapes only (keep_weights=False) and allocates nothing: the budget is
         # the compile's to enforce (a 12B-weight graph is checkable on a 24 GB machine)
         if self.keep_weights and self.weight_bytes > self.memory_budget:
@@ -186,30 +191,46 @@ class Builder:
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         key: str = "",
         half: bool = False,
+        quantize: bool = False,
     ) -> Tensor:
         """Upload a compile-time constant. ``source`` (a graph value name) makes it refittable;
         ``transform`` is re-applied to the new value on refit; ``half`` stores it as F16
-        (precision="fp16" weights of matmul and conv)."""
+        (precision="fp16" weights of matmul and conv); ``quantize`` as Q8_0 where its rows are
+        whole blocks, else as F16 (precision="q8_0" matrix weights)."""
         raw = np.asarray(array)
-        cache_key = (source or "", key + ("/f16" if half else ""))
+        cache_key = (source or "", key + ("/q8_0" if quantize else "/f16" if half else ""))
         if source is not None:
             if cache_key in self.weight_cache:
                 return self.weight_cache[cache_key]
             if cache_key in self.shared_weights:
                 return self.shared_weights[cache_key]
         onnx_dtype = np.dtype(dtype or (raw.dtype if raw.dtype != np.float64 else np.float32))
-        ggml_type = L.GGML_TYPE_F16 if half else ggml_storage(onnx_dtype)
         if self.keep_weights and isinstance(transform, WeightTransform):
             # transformed at upload, one weight at a time (WeightEntry.pending): building the
             # graph holds no transposed copy of the model's weights
             shape = transform.out_shape(tuple(int(d) for d in raw.shape))
+            ggml_type = self._weight_type(shape, onnx_dtype, source, half=half, quantize=quantize)
             tensor = self._new_weight(raw, ggml_type, onnx_dtype, source, transform, shape)
         else:
             value = self._transformed(raw, source, transform)
+            ggml_type = self._weight_type(tuple(value.shape), onnx_dtype, source, half=half, quantize=quantize)
             tensor = self._new_weight(value, ggml_type, onnx_dtype, source, transform)
         if source is not None:
             self.weight_cache[cache_key] = tensor
         return tensor
+
+    def _weight_type(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], source: str | None, *, half: bool, quantize: bool
+    ) -> int:
+        if quantize:
+            name = source or f"<literal {len(self.kept) + len(self.quantized)}>"
+            if quantizable(shape, L.GGML_TYPE_Q8_0):
+                self.quantized[name] = tuple(shape)
+                return L.GGML_TYPE_Q8_0
+            # as stable-diffusion.cpp does: a row that is not whole blocks stays unquantized
+            self.kept[name] = tuple(shape)
+            return L.GGML_TYPE_F16
+        return L.GGML_TYPE_F16 if half else ggml_storage(dtype)
 
     def _transformed(
         self, raw: np.ndarray, source: str | None, transform: Callable[[np.ndarray], np.ndarray] | None
@@ -228,6 +249,7 @@ class Builder:
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         key: str = "",
         half: bool = False,
+        quantize: bool = False,
     ) -> Tensor:
         """Input ``index`` of ``node`` as a ggml tensor, uploading it if it is a constant."""
         value = node.value(index)
@@ -235,7 +257,9 @@ class Builder:
             if transform is not None:
                 raise Unsupported(f"input {index} must be a constant (weights known at compile time)")
             return value
-        return self.constant(value, source=node.input_name(index), transform=transform, key=key, half=half)
+        return self.constant(
+            value, source=node.input_name(index), transform=transform, key=key, half=half, quantize=quantize
+        )
 
     def fixed_value(self, node: Node, index: int) -> np.ndarray | None:
         """Input ``index`` as a constant refit cannot change (attributes, shapes), else None."""

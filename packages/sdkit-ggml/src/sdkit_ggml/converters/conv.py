@@ -250,7 +250,8 @@ def group_kernels(
 ) -> list[Tensor]:
     """The kernel (input 1) of each group; a constant kernel is ``transform``ed at compile time
     (and again on refit). ``reorders``: the transform is needed even for a runtime kernel."""
-    half = b.precision == "fp16"
+    # q8_0: conv kernels stay F16 (see the module docstring)
+    half = b.precision in ("fp16", "q8_0")
     kernel = node.value(1)
     if isinstance(kernel, Tensor):  # a runtime kernel (used as is: no transform possible)
         return _runtime_group_kernels(b, node, kernel, groups, reorders)

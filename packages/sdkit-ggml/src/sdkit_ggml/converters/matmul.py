@@ -2,7 +2,10 @@
 
 ggml_mul_mat(a, b) computes b·aᵀ and broadcasts ``a`` over ``b``'s batch dims, so an ONNX
 A @ B becomes mul_mat(Bᵀ, A). A constant B is transposed once at compile time (and again on
-refit); with precision="fp16" it is stored as F16 (ggml accumulates in F32).
+refit); with precision="fp16" it is stored as F16 (ggml accumulates in F32), with
+precision="q8_0" a constant matrix is stored as Q8_0 (rows of whole 32-weight blocks; others and
+vectors as F16), re-quantized on refit. ggml reads a quantized operand only as mul_mat's first
+(src0) argument, which is where Bᵀ goes. Activations stay F32.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
 def transposed_operand(b: Builder, node: Node, index: int, already_transposed: bool = False) -> Tensor:
     """Input ``index`` as Bᵀ ([..., N, K]); constants are transposed at compile time."""
     value = node.value(index)
-    half = b.precision == "fp16"
+    half = b.precision in ("fp16", "q8_0")
     if isinstance(value, Tensor):
         if value.rank == 1:
             return ops.reshape(b, value, (1, value.shape[0]))
@@ -68,11 +71,13 @@ def transposed_operand(b: Builder, node: Node, index: int, already_transposed: b
             return value
         perm = [*range(value.rank - 2), value.rank - 1, value.rank - 2]
         return ops.transpose(b, value, perm)
+    # only plain matrices: a batched constant may be broadcast (ggml_repeat has no Q8_0 kernel)
+    quantize = b.precision == "q8_0" and np.ndim(value) == 2
     if np.asarray(value).ndim == 1:
         return b.tensor(node, index, transform=AS_ROW, key="mm1", half=half)
     if already_transposed:
-        return b.tensor(node, index, transform=AS_FLOAT32, key="mmT", half=half)
-    return b.tensor(node, index, transform=TRANSPOSED, key="mm", half=half)
+        return b.tensor(node, index, transform=AS_FLOAT32, key="mmT", half=half, quantize=quantize)
+    return b.tensor(node, index, transform=TRANSPOSED, key="mm", half=half, quantize=quantize)
 
 
 @converter("MatMul", since_version=1)

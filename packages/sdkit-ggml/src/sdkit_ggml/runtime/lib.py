@@ -26,6 +26,7 @@ INSTALL_HINT = "pip install 'libggml-python>=0.20.2,<0.21' (or set SDKIT_GGML_LI
 # enum ggml_type
 GGML_TYPE_F32 = 0
 GGML_TYPE_F16 = 1
+GGML_TYPE_Q8_0 = 8
 GGML_TYPE_I32 = 26
 # enum ggml_op_pool
 GGML_OP_POOL_MAX = 0
@@ -80,6 +81,11 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_set_input": (None, (_P,)),
     "ggml_set_output": (None, (_P,)),
     "ggml_nbytes": (_S, (_P,)),
+    # weight quantization (precision="q8_0"): ggml's own quantizer, so the blocks are exactly
+    # what its kernels expect
+    "ggml_quantize_chunk": (_S, (_I, _P, _P, _L, _L, _L, _P)),
+    "ggml_row_size": (_S, (_I, _L)),
+    "ggml_blck_size": (_L, (_I,)),
     "ggml_new_graph_custom": (_P, (_P, _S, _B)),
     "ggml_build_forward_expand": (None, (_P, _P)),
     "ggml_graph_n_nodes": (_I, (_P,)),

@@ -16,7 +16,8 @@ import numpy as np
 from sdkit.errors import InputError, SdkitError
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
-from sdkit_ggml.runtime.tensors import BOOL, Tensor, WeightEntry, storage_numpy
+from sdkit_ggml.runtime.quantize import quantize
+from sdkit_ggml.runtime.tensors import BOOL, QUANTIZED, Tensor, WeightEntry, storage_numpy
 
 _I32_MIN, _I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -101,7 +102,11 @@ class Program:
         weights (transposed, F16, one conv group...) would otherwise stay in memory twice."""
         for entry in entries:
             value = entry.value()
-            data = to_storage(value, entry.tensor, f"constant {entry.source or '<literal>'}")
+            what = f"constant {entry.source or '<literal>'}"
+            if entry.tensor.ggml_type in QUANTIZED:  # quantized again on every refit
+                data = quantize(self.lib, value, entry.tensor.ggml_type, what)
+            else:
+                data = to_storage(value, entry.tensor, what)
             self.lib.ggml_backend_tensor_set(entry.tensor.ptr, data.ctypes.data, 0, data.nbytes)
             del data
             entry.array = np.broadcast_to(np.zeros((), dtype=value.dtype), value.shape)

@@ -33,12 +33,32 @@ def storage_type(dtype: np.dtype[Any]) -> int | None:
     return None
 
 
+# Quantized weight types: ggml type -> (elements per block, bytes per block). Q8_0 is 32 int8
+# values and one F16 scale (ggml-common.h's block_q8_0): 34 bytes per 32 weights.
+QUANTIZED: dict[int, tuple[int, int]] = {L.GGML_TYPE_Q8_0: (32, 34)}
+
+
 def type_size(ggml_type: int) -> int:
-    """Bytes per element of the ggml types the compiler creates (F32, F16, I32)."""
+    """Bytes per element of the ggml types the compiler creates (F32, F16, I32), rounded up for
+    quantized types (an upper bound, for the size checks made before ggml sees a shape)."""
+    if ggml_type in QUANTIZED:
+        return 2
     return 2 if ggml_type == L.GGML_TYPE_F16 else 4
 
 
+def tensor_bytes(shape: Sequence[int], ggml_type: int) -> int:
+    """Exact bytes of a contiguous tensor of ``shape`` stored as ``ggml_type`` (a quantized
+    type needs its innermost dim to be a whole number of blocks)."""
+    count = math.prod(int(d) for d in shape)
+    if ggml_type in QUANTIZED:
+        block, block_bytes = QUANTIZED[ggml_type]
+        return count // block * block_bytes
+    return count * type_size(ggml_type)
+
+
 def storage_numpy(ggml_type: int) -> np.dtype[Any]:
+    if ggml_type in QUANTIZED:  # raw blocks, written by ggml_quantize_chunk
+        return np.dtype(np.uint8)
     if ggml_type == L.GGML_TYPE_F32:
         return np.dtype(np.float32)
     if ggml_type == L.GGML_TYPE_F16:
