@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sdkit.errors import InputError, SdkitError
+from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
 from sdkit_ggml.runtime.quantize import quantize
@@ -101,8 +101,15 @@ class Program:
         host array is then let go (only its shape is kept, for refit's checks): transformed
         weights (transposed, F16, one conv group...) would otherwise stay in memory twice."""
         for entry in entries:
-            value = entry.value()
             what = f"constant {entry.source or '<literal>'}"
+            try:
+                value = entry.value()
+            except (ValueError, IndexError, TypeError) as exc:
+                # a deferred transform (transpose, conv-group flip...) meeting a weight whose
+                # shape disagrees with the node's attributes: what the build reports eagerly
+                raise UnsupportedModelError(
+                    "ggml", [f"{what}: its weight does not fit the node using it ({exc})"]
+                ) from None
             if entry.tensor.ggml_type in QUANTIZED:  # quantized again on every refit
                 data = quantize(self.lib, value, entry.tensor.ggml_type, what)
             else:
