@@ -14,6 +14,7 @@ from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import NeedsValue, Tensor, WeightEntry
+from sdkit_ggml.compiler.conv_strategy import ConvChooser, conv_mode
 from sdkit_ggml.compiler.passes import apply_passes
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.devices import compute_lock
@@ -55,6 +56,7 @@ class GgmlCompiledModel(CompiledModel):
         self._programs: dict[Signature, tuple[Plan, Program]] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
+        self.conv = self._conv_chooser()
         self._run_lock = compute_lock(backend)
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
@@ -65,6 +67,15 @@ class GgmlCompiledModel(CompiledModel):
                 self._program(specs, {})
             except NeedsValue as need:
                 self._value_inputs.add(need.name)
+
+    def _conv_chooser(self) -> ConvChooser:
+        mode = conv_mode(self.options.extra.get("conv"))
+        timer = None
+        if mode == "auto":
+            from sdkit_ggml.runtime.conv_tuning import ConvTuner
+
+            timer = ConvTuner(self._lib, self._backend, self.device, self.threads, self.options)
+        return ConvChooser(mode, self._lib.has("ggml_conv_2d_direct"), timer)
 
     def _initializers(self, weights: WeightSet) -> dict[str, np.ndarray]:
         names = self.graph.initializer_names
@@ -108,6 +119,7 @@ class GgmlCompiledModel(CompiledModel):
                 return built[1]
             context = GgmlContext(self._lib, capacity_for(self._proto))
             builder = Builder(context, self.options.precision, self._shared_weights)
+            builder.conv_choice = self.conv
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
                 wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
@@ -184,16 +196,25 @@ class GgmlCompiledModel(CompiledModel):
 
     @property
     def info(self) -> dict[str, Any]:
-        """The precision, and under "q8_0" the matrix weights stored as Q8_0 (``quantized``) and
-        those kept at F16 because their rows are not whole 32-weight blocks (``unquantized``),
-        each as graph value name -> stored shape (rows last). Conv kernels stay F16 (counted in
-        neither: ggml reads a quantized operand only as mul_mat's first argument)."""
+        """The precision; the conv strategy asked for (``conv``), the one each conv shape got
+        (``conv_strategies``: shape -> im2col or direct) and, under ``conv="auto"``, the
+        seconds measured per strategy (``conv_timings``); under "q8_0" the matrix weights stored
+        as Q8_0 (``quantized``) and those kept at F16 because their rows are not whole 32-weight
+        blocks (``unquantized``), each as graph value name -> stored shape (rows last).
+        Conv kernels stay F16 (counted in neither: ggml reads a quantized operand only as mul_mat's first argument)."""
         quantized: dict[str, tuple[int, ...]] = {}
         kept: dict[str, tuple[int, ...]] = {}
         for plan, _ in self._programs.values():
             quantized.update(plan.builder.quantized)
             kept.update(plan.builder.kept)
-        return {"precision": self.options.precision, "quantized": quantized, "unquantized": kept}
+        return {
+            "precision": self.options.precision,
+            "quantized": quantized,
+            "unquantized": kept,
+            "conv": self.conv.mode,
+            "conv_strategies": dict(self.conv.choices),
+            "conv_timings": {k: dict(v) for k, v in self.conv.timings.items()},
+        }
 
     def close(self) -> None:
         with self._lock, self._run_lock:  # never free buffers under a running compute
