@@ -44,13 +44,14 @@ STRATEGIES = ("im2col", "direct")
 MEASURED: list[str] = []  # every shape timed in this process (tests observe reuse through it)
 
 
-def micro_model(shape: ConvShape) -> tuple[Model, np.ndarray]:
-    """A one-Conv model of ``shape`` (a band of its rows when it is big) and an input for it."""
+def micro_model(shape: ConvShape, max_macs: int = BAND_MACS) -> tuple[Model, np.ndarray]:
+    """A one-Conv model of ``shape`` (a band of its rows when it is over ``max_macs``) and an
+    input for it."""
     n, c, h, w = shape.input
     oc, _, kh, kw = shape.kernel
     rows = shape.out_hw[0]
-    if shape.macs > BAND_MACS:
-        rows = max(1, rows * BAND_MACS // shape.macs)
+    if shape.macs > max_macs:
+        rows = max(1, rows * max_macs // shape.macs)
     need = (rows - 1) * shape.stride[0] + shape.dilation[0] * (kh - 1) + 1 - 2 * shape.pad[0]
     h = max(1, min(h, need))
     rng = np.random.default_rng(0)
