@@ -44,7 +44,7 @@ VAE256_SHAPES = [
 def time_shapes(shapes: list[tuple[int, int, int]], threads: int, repeat: int) -> list[dict[str, object]]:
     import sdkit
     from sdkit_ggml.compiler.conv_strategy import ConvShape
-    from sdkit_ggml.runtime.conv_tuning import micro_model
+    from sdkit_ggml.conv_tuning import micro_model
 
     rows = []
     for c, oc, size in shapes:

@@ -14,7 +14,7 @@ from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import NeedsValue, Tensor, WeightEntry
-from sdkit_ggml.compiler.conv_strategy import ConvChooser, conv_mode
+from sdkit_ggml.compiler.conv_strategy import ConvChooser, Timer, conv_mode
 from sdkit_ggml.compiler.passes import apply_passes
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.devices import compute_lock
@@ -41,7 +41,10 @@ class GgmlCompiledModel(CompiledModel):
         lib: GgmlLib,
         backend: int,
         registry: ConverterRegistry,
+        conv_timer: Timer | None = None,
     ) -> None:
+        """``conv_timer``: measures a conv shape's strategies under ``conv="auto"``
+        (``sdkit_ggml.conv_tuning.ConvTuner``); without one, auto takes im2col."""
         self.graph = graph
         self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
         self.inputs: list[TensorInfo] = graph.inputs
@@ -56,7 +59,8 @@ class GgmlCompiledModel(CompiledModel):
         self._programs: dict[Signature, tuple[Plan, Program]] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
-        self.conv = self._conv_chooser()
+        mode = conv_mode(options.extra.get("conv"))
+        self.conv = ConvChooser(mode, lib.has("ggml_conv_2d_direct"), conv_timer if mode == "auto" else None)
         self._run_lock = compute_lock(backend)
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
@@ -67,15 +71,6 @@ class GgmlCompiledModel(CompiledModel):
                 self._program(specs, {})
             except NeedsValue as need:
                 self._value_inputs.add(need.name)
-
-    def _conv_chooser(self) -> ConvChooser:
-        mode = conv_mode(self.options.extra.get("conv"))
-        timer = None
-        if mode == "auto":
-            from sdkit_ggml.runtime.conv_tuning import ConvTuner
-
-            timer = ConvTuner(self._lib, self._backend, self.device, self.threads, self.options)
-        return ConvChooser(mode, self._lib.has("ggml_conv_2d_direct"), timer)
 
     def _initializers(self, weights: WeightSet) -> dict[str, np.ndarray]:
         names = self.graph.initializer_names

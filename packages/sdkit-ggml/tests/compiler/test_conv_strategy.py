@@ -1,4 +1,4 @@
-"""compiler/conv_strategy.py and runtime/conv_tuning.py: Conv through ggml_conv_2d_direct
+"""compiler/conv_strategy.py and conv_tuning.py: Conv through ggml_conv_2d_direct
 against onnxruntime, the strategy forced by option and environment, auto's timing stored in
 the artifact cache and reused, and the shapes direct cannot take left to im2col."""
 
@@ -15,9 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 import sdkit
 from sdkit.errors import OptionError
 from sdkit.model import Model
+from sdkit_ggml import conv_tuning
 from sdkit_ggml.compiler import conv_strategy
 from sdkit_ggml.compiler.conv_strategy import ConvChooser, ConvShape
-from sdkit_ggml.runtime import conv_tuning
 from sdkit_ggml.runtime.lib import GGML_TYPE_F32, load_library
 
 ATOL = 1e-5  # as tests/converters/test_conv.py: F32 sums in another order than the oracle

@@ -1,4 +1,6 @@
-"""Times a conv shape's lowerings on the device at compile time (``conv="auto"``).
+"""Times a conv shape's lowerings on the device at compile time (``conv="auto"``): the
+``timer`` the backend hands a compiled model's ``ConvChooser`` (this module compiles micro-models,
+so it sits above ``compiled`` in the layers).
 
 Each candidate runs a micro-graph (one Conv node, random weights) compiled with that strategy
 forced, on the model's own backend and thread count: one warm-up, then ``RUNS`` timed runs,
@@ -26,7 +28,9 @@ from onnx import TensorProto, helper, numpy_helper
 from sdkit.cache import ArtifactCache, make_key
 from sdkit.model import Model
 from sdkit.options import Options
+from sdkit_ggml.compiled import GgmlCompiledModel
 from sdkit_ggml.compiler.conv_strategy import ConvShape
+from sdkit_ggml.converter_plugins import default_registry
 from sdkit_ggml.runtime import lib as L
 
 if TYPE_CHECKING:
@@ -125,9 +129,6 @@ class ConvTuner:
         return times
 
     def _time(self, model: Model, x: np.ndarray, strategy: str, kernel_type: int) -> tuple[float, np.ndarray]:
-        from sdkit_ggml.compiled import GgmlCompiledModel
-        from sdkit_ggml.converter_plugins import default_registry
-
         precision = "fp16" if kernel_type == L.GGML_TYPE_F16 else "fp32"
         options = replace(self.options, precision=precision, extra={**self.options.extra, "conv": strategy})
         compiled = GgmlCompiledModel(
