@@ -60,12 +60,10 @@ def micro_model(shape: ConvShape, max_macs: int = BAND_MACS) -> tuple[Model, np.
     h = max(1, min(h, need))
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((oc, c, kh, kw), dtype=np.float32) * np.float32((c * kh * kw) ** -0.5)
-    attrs = {
-        "strides": list(shape.stride),
-        "pads": [shape.pad[0], shape.pad[1], shape.pad[0], shape.pad[1]],
-        "dilations": list(shape.dilation),
-    }
-    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    pads = [shape.pad[0], shape.pad[1], shape.pad[0], shape.pad[1]]
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], strides=list(shape.stride), pads=pads, dilations=list(shape.dilation)
+    )
     graph = helper.make_graph(
         [node],
         "conv_tuning",
