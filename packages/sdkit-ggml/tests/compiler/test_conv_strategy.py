@@ -127,6 +127,15 @@ def test_auto_does_not_time_tiny_shapes() -> None:
     assert compiled.info["conv_timings"] == {}
 
 
+def test_auto_takes_direct_only_when_clearly_faster() -> None:
+    shape = ConvShape((1, 64, 64, 64), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1), GGML_TYPE_F32)
+    for direct, expected in ((0.5, "direct"), (0.97, "im2col"), (1.5, "im2col")):
+        chooser = ConvChooser("auto", True, timer=lambda _, d=direct: {"im2col": 1.0, "direct": d})
+        assert chooser(shape) == expected
+        assert chooser.timings[shape.describe()] == {"im2col": 1.0, "direct": direct}
+    assert ConvChooser("auto", True, timer=lambda _: {"im2col": 1.0})(shape) == "im2col"  # direct not exact
+
+
 def test_a_shape_direct_cannot_take_falls_back_to_im2col() -> None:
     # GGML_OP_CONV_2D's 16 MB work buffer must hold 8 patch rows of C*KH*KW floats
     huge = ConvShape((1, 600_000, 1, 1), (1, 600_000, 1, 1), (1, 1), (0, 0), (1, 1), GGML_TYPE_F32)
