@@ -42,6 +42,11 @@ def profile_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n## {case.title}: ggml {args.precision}, {args.threads} threads, {program.nodes} graph nodes")
     print(f"(compile + first run {compile_s:.1f} s; load average {machine.load_average()})\n")
     print(profile.table(args.top))
+    chosen = list(compiled.info["conv_strategies"].values())  # SDKIT_GGML_CONV / conv= decides
+    print(
+        f"conv strategy ({compiled.info['conv']}): "
+        + ", ".join(f"{chosen.count(s)} shapes {s}" for s in sorted(set(chosen)))
+    )
     slowest = sorted(profile.nodes, key=lambda n: n.seconds, reverse=True)[: args.top]
     print("\nslowest nodes:")
     for node in slowest:
@@ -52,6 +57,7 @@ def profile_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "precision": args.precision,
         "total_s": profile.total_s,
         "plain_s": profile.plain_s,
+        "conv_strategies": compiled.info["conv_strategies"],
         "kinds": [vars(k) for k in profile.by_kind()],
         "nodes": [vars(n) for n in profile.nodes],
     }

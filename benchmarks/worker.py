@@ -67,6 +67,10 @@ def sdkit_runner(backend: str, precision: str, path: Path, feeds: dict[str, np.n
     memory = getattr(compiled, "memory", None)
     if backend == "ggml" and memory is not None:
         MEMORY["weights_mb"] = memory()["weights"] / 2**20
+    info = getattr(compiled, "info", None)
+    if backend == "ggml" and isinstance(info, dict) and "conv_strategies" in info:
+        chosen = list(info["conv_strategies"].values())  # conv shapes per strategy (SDKIT_GGML_CONV)
+        MEMORY["conv"] = {s: chosen.count(s) for s in sorted(set(chosen))}  # type: ignore[assignment]
     return lambda: compiled.run(feeds)
 
 

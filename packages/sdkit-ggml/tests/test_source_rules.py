@@ -16,6 +16,7 @@ MAX_MODULE_LINES = 400
 LAYERS = [
     "sdkit_ggml.hooks",
     "sdkit_ggml.backend",
+    "sdkit_ggml.conv_tuning",
     "sdkit_ggml.compiled",
     "sdkit_ggml.converter_plugins",
     "sdkit_ggml.hookspecs",

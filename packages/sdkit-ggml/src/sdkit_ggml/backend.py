@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from sdkit.backend import Availability, Backend, SupportReport
@@ -23,6 +24,8 @@ class GgmlBackend(Backend):
     name: ClassVar[str] = "ggml"
     priority: ClassVar[int] = 55
     description: ClassVar[str] = "ONNX compiled to ggml graphs (CPU, CUDA, Vulkan, Metal)"
+    # conv: "im2col", "direct" or "auto" (timed per shape; compiler/conv_strategy.py)
+    extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {"conv": str}
 
     def probe(self) -> Availability:
         from sdkit_ggml.converter_plugins import default_registry
@@ -63,16 +66,25 @@ class GgmlBackend(Backend):
         return SupportReport(self.name, list(result.unsupported), notes + result.notes())
 
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:
+        from sdkit.options import physical_cores
         from sdkit_ggml.compiled import GgmlCompiledModel
+        from sdkit_ggml.compiler.conv_strategy import conv_mode
+        from sdkit_ggml.conv_tuning import ConvTuner
         from sdkit_ggml.converter_plugins import default_registry
         from sdkit_ggml.runtime.devices import find_device, open_backend
         from sdkit_ggml.runtime.lib import load_library
 
         if options.precision not in PRECISIONS:
             raise OptionError(f"the ggml backend supports precision {', '.join(PRECISIONS)}, not {options.precision!r}")
+        mode = conv_mode(options.extra.get("conv"))  # a bad value is an OptionError before any work
         lib = load_library()
         entry = find_device(lib, device)
         backend = open_backend(lib, entry)
+        timer = None
+        if mode == "auto":
+            threads = options.threads or physical_cores()
+            timer = ConvTuner(lib, backend, entry.device, threads, options)
         return GgmlCompiledModel(
-            graph, weights, entry.device, options, lib=lib, backend=backend, registry=default_registry()
-        )
+            graph, weights, entry.device, options,
+            lib=lib, backend=backend, registry=default_registry(), conv_timer=timer,
+        )  # fmt: skip

@@ -14,6 +14,7 @@ from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import NeedsValue, Tensor, WeightEntry
+from sdkit_ggml.compiler.conv_strategy import ConvChooser, Timer, conv_mode
 from sdkit_ggml.compiler.passes import apply_passes
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.devices import compute_lock
@@ -40,7 +41,10 @@ class GgmlCompiledModel(CompiledModel):
         lib: GgmlLib,
         backend: int,
         registry: ConverterRegistry,
+        conv_timer: Timer | None = None,
     ) -> None:
+        """``conv_timer``: measures a conv shape's strategies under ``conv="auto"``
+        (``sdkit_ggml.conv_tuning.ConvTuner``); without one, auto takes im2col."""
         self.graph = graph
         self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
         self.inputs: list[TensorInfo] = graph.inputs
@@ -55,6 +59,8 @@ class GgmlCompiledModel(CompiledModel):
         self._programs: dict[Signature, tuple[Plan, Program]] = {}
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
+        mode = conv_mode(options.extra.get("conv"))
+        self.conv = ConvChooser(mode, lib.has("ggml_conv_2d_direct"), conv_timer if mode == "auto" else None)
         self._run_lock = compute_lock(backend)
         # Inputs used as shapes/axes: their values become part of the signature.
         self._value_inputs: set[str] = set()
@@ -108,6 +114,7 @@ class GgmlCompiledModel(CompiledModel):
                 return built[1]
             context = GgmlContext(self._lib, capacity_for(self._proto))
             builder = Builder(context, self.options.precision, self._shared_weights)
+            builder.conv_choice = self.conv
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
                 wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
@@ -184,16 +191,25 @@ class GgmlCompiledModel(CompiledModel):
 
     @property
     def info(self) -> dict[str, Any]:
-        """The precision, and under "q8_0" the matrix weights stored as Q8_0 (``quantized``) and
-        those kept at F16 because their rows are not whole 32-weight blocks (``unquantized``),
-        each as graph value name -> stored shape (rows last). Conv kernels stay F16 (counted in
-        neither: ggml reads a quantized operand only as mul_mat's first argument)."""
+        """The precision; the conv strategy asked for (``conv``), the one each conv shape got
+        (``conv_strategies``: shape -> im2col or direct) and, under ``conv="auto"``, the
+        seconds measured per strategy (``conv_timings``); under "q8_0" the matrix weights stored
+        as Q8_0 (``quantized``) and those kept at F16 because their rows are not whole 32-weight
+        blocks (``unquantized``), each as graph value name -> stored shape (rows last).
+        Conv kernels stay F16 (counted in neither: ggml reads a quantized operand only as mul_mat's first argument)."""
         quantized: dict[str, tuple[int, ...]] = {}
         kept: dict[str, tuple[int, ...]] = {}
         for plan, _ in self._programs.values():
             quantized.update(plan.builder.quantized)
             kept.update(plan.builder.kept)
-        return {"precision": self.options.precision, "quantized": quantized, "unquantized": kept}
+        return {
+            "precision": self.options.precision,
+            "quantized": quantized,
+            "unquantized": kept,
+            "conv": self.conv.mode,
+            "conv_strategies": dict(self.conv.choices),
+            "conv_timings": {k: dict(v) for k, v in self.conv.timings.items()},
+        }
 
     def close(self) -> None:
         with self._lock, self._run_lock:  # never free buffers under a running compute

@@ -13,6 +13,7 @@ import numpy as np
 
 from sdkit.limits import check_bytes, memory_budget, shape_bytes
 from sdkit_ggml.compiler.context import NeedsValue, Node, Tensor, Unsupported, ValueUnknown, WeightEntry, ne_of
+from sdkit_ggml.compiler.conv_strategy import ConvShape
 from sdkit_ggml.runtime import lib as L
 from sdkit_ggml.runtime.quantize import quantizable
 from sdkit_ggml.runtime.tensors import storage_type, tensor_bytes, type_size
@@ -99,6 +100,9 @@ class Builder:
         self.index_bounds: dict[str, int] = {}
         # ... and every dim each one indexes: negative indices wrap only where that is one dim
         self.index_dims: dict[str, set[int]] = {}
+        # Which lowering a 2-D conv shape gets (compiler/conv_strategy.py); None: im2col
+        # (check(), which has no device to time on, and builds that do not choose).
+        self.conv_choice: Callable[[ConvShape], str] | None = None
 
     # -- low level -------------------------------------------------------------------------
     def _check_size(self, shape: Sequence[int], ggml_type: int, what: str) -> None:

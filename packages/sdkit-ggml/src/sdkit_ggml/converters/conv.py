@@ -1,4 +1,6 @@
-"""Conv and ConvTranspose (1-D and 2-D) as exact F32 im2col + mul_mat.
+"""Conv and ConvTranspose (1-D and 2-D) as exact F32 im2col + mul_mat, or per shape through
+GGML_OP_CONV_2D (``ggml_conv_2d_direct``: the same F32 products, tiled; see
+compiler/conv_strategy.py for the choice).
 
 ggml_conv_2d builds im2col in F16 even for F32 kernels (~5e-3 error), so the im2col here is
 requested in F32 (F16 only with precision="fp16"). ConvTranspose is lowered exactly too: zeros
@@ -16,6 +18,7 @@ import onnx
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
+from sdkit_ggml.compiler.conv_strategy import ConvShape
 from sdkit_ggml.converters.pad import pad_constant
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
@@ -69,6 +72,11 @@ def conv2d(
     if oh <= 0 or ow <= 0:
         raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     col_type = L.GGML_TYPE_F16 if kernel.ggml_type == L.GGML_TYPE_F16 else L.GGML_TYPE_F32
+    if b.conv_choice is not None:
+        shape = ConvShape((n, c, h, w), (oc, kc, kh, kw), stride, pad, dilation, kernel.ggml_type)
+        if b.conv_choice(shape) == "direct":
+            spd = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
+            return b.op("ggml_conv_2d_direct", kernel.ptr, x.ptr, *spd, shape=(n, oc, oh, ow))
     k = c * kh * kw
     rows = chunk_rows(oh, ow * k * (2 if col_type == L.GGML_TYPE_F16 else 4))
     if n == 1 and rows < oh:

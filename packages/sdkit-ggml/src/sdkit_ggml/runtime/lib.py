@@ -191,6 +191,11 @@ _CPU_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_backend_is_cpu": (_B, (_P,)),
     "ggml_backend_cpu_set_n_threads": (None, (_P, _I)),
 }
+# Bound when the library has them (``GgmlLib.has``): lowerings that have another way.
+_OPTIONAL_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
+    # GGML_OP_CONV_2D: im2col tile by tile into the work buffer, then mul_mat in the kernel's type
+    "ggml_conv_2d_direct": (_P, (_P, _P, _P, _I, _I, _I, _I, _I, _I)),
+}
 
 
 @dataclass
@@ -202,6 +207,10 @@ class GgmlLib:
     handles: list[ctypes.CDLL]
     has_cpu: bool
     functions: dict[str, Any]
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is bound (the optional functions may be absent)."""
+        return name in self.functions
 
     def __getattr__(self, name: str) -> Any:
         # Only functions bound with argtypes/restype are reachable: an unbound ctypes
@@ -301,6 +310,11 @@ def _load(directory: Path) -> GgmlLib:
                 raise BackendUnavailableError("ggml", f"ggml {version} lacks {name}", INSTALL_HINT)
             fn.restype = restype
             fn.argtypes = list(argtypes)
+            functions[name] = fn
+    for name, (restype, argtypes) in _OPTIONAL_SIGNATURES.items():
+        fn = _find(handles, name)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, list(argtypes)
             functions[name] = fn
     lib = GgmlLib(directory, version, handles, has_cpu=cpu_handle is not None, functions=functions)
     # Backends built as loadable modules (GGML_BACKEND_DL) register only when loaded.
