@@ -23,6 +23,7 @@ class GgmlBackend(Backend):
     name: ClassVar[str] = "ggml"
     priority: ClassVar[int] = 55
     description: ClassVar[str] = "ONNX compiled to ggml graphs (CPU, CUDA, Vulkan, Metal)"
+    precisions: ClassVar[tuple[str, ...] | None] = PRECISIONS
 
     def probe(self) -> Availability:
         from sdkit_ggml.converter_plugins import default_registry

@@ -65,7 +65,8 @@ def test_a_conv_of_more_chunks_than_its_node_allowance_compiles(
     graph is sized for what was made, and check() agrees that it compiles."""
     monkeypatch.setenv(conv.CHUNK_ENV, str(3 * 2 * 9 * 4 / (1 << 20)))  # one row: ow * C*KH*KW * 4 B
     x = f32(1, 2, 1200, 3)
-    model = one_node_graph("Conv", [("x", x), ("w", f32(2, 2, 3, 3), "const"), ("b", f32(2), "const")], {"pads": [1] * 4})
+    operands = [("x", x), ("w", f32(2, 2, 3, 3), "const"), ("b", f32(2), "const")]
+    model = one_node_graph("Conv", operands, {"pads": [1, 1, 1, 1]})
     report = GgmlBackend().check(model.graph)
     assert report.ok, report.unsupported
     compiled = sdkit.compile(model, backend="ggml", threads=1)
