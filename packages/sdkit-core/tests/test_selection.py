@@ -17,7 +17,14 @@ import pytest
 import sdkit
 from sdkit import plugins as plugins_module
 from sdkit.backend import Availability, SupportReport
-from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, UnknownBackendError, UnsupportedNode
+from sdkit.errors import (
+    BackendUnavailableError,
+    DeviceError,
+    NoBackendError,
+    OptionError,
+    UnknownBackendError,
+    UnsupportedNode,
+)
 from sdkit.model import Graph
 from sdkit.plugins import Plugins
 from sdkit.reference import ReferenceBackend
@@ -60,8 +67,28 @@ class GpuOnlyBackend(ReferenceBackend):
         return [sdkit.Device("cuda", 0)]
 
 
+class Q8Backend(ReferenceBackend):
+    """Declares q8_0 (and runs as the reference backend would: the choice is what is tested)."""
+
+    name: ClassVar[str] = "q8"
+    priority: ClassVar[int] = 10
+    precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "q8_0")
+
+
+class UndeclaredBackend(ReferenceBackend):
+    """A plugin written before backends declared precisions."""
+
+    name: ClassVar[str] = "undeclared"
+    priority: ClassVar[int] = 5
+    precisions: ClassVar[tuple[str, ...] | None] = None
+
+
 @pytest.fixture
 def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    yield from _install(monkeypatch, [FastBackend, BrokenBackend, PickyBackend, GpuOnlyBackend])
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, classes: list[type[ReferenceBackend]]) -> Iterator[None]:
     module = types.ModuleType("fake_selection_plugin")
     exec(
         textwrap.dedent(
@@ -75,7 +102,7 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         ),
         module.__dict__,
     )
-    module.CLASSES = [FastBackend, BrokenBackend, PickyBackend, GpuOnlyBackend]  # type: ignore[attr-defined]
+    module.CLASSES = classes  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
     ep = importlib.metadata.EntryPoint("fake", module.__name__, "sdkit")
     loaded = Plugins([ep])
@@ -179,3 +206,38 @@ def test_devices_of_every_available_backend() -> None:
     assert [str(d) for d in devices["gpuonly"]] == ["cuda:0"]
     assert [str(d) for d in devices["reference"]] == ["cpu"]
     assert list(devices) == [b.name for b in sdkit.backends() if b.available]
+
+
+def test_auto_passes_over_backends_that_do_not_offer_the_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in _install(monkeypatch, [FastBackend, PickyBackend, Q8Backend]):
+        choice = sdkit.choose_backend(_neg(), device="cpu", precision="q8_0")
+        assert choice.backend == "q8"  # the lowest priority, the only one offering q8_0
+        why = dict(choice.rejected)
+        assert why["fast"] == "does not offer precision 'q8_0' (it offers fp32, fp16, bf16)"
+        assert set(why) == {"fast", "picky"}  # reference (priority 0) comes after q8
+        assert sdkit.choose_backend(_neg(), device="cpu", precision="fp16").backend == "picky"  # priority again
+        # an explicit backend is taken as asked: its compile gives the one clear refusal
+        assert choose(_neg().graph, backend="fast", precision="q8_0").backend.name == "fast"
+        with pytest.raises(OptionError, match="q8_0"):
+            sdkit.compile(_neg(), backend="reference", precision="q8_0")
+
+
+def test_a_plugin_that_declares_no_precisions_is_considered_for_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in _install(monkeypatch, [FastBackend, UndeclaredBackend]):
+        assert choose(_neg().graph, device="cpu").backend.name == "fast"
+        assert choose(_neg().graph, device="cpu", precision="q8_0").backend.name == "undeclared"
+        info = {b.name: b.precisions for b in sdkit.backends()}
+        assert info["undeclared"] is None and info["fast"] == ["fp32", "fp16", "bf16"]
+
+
+def test_auto_with_a_precision_no_backend_offers_names_what_each_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in _install(monkeypatch, [FastBackend, PickyBackend]):
+        with pytest.raises(OptionError) as info:
+            sdkit.compile(_neg(), precision="q8_0")
+        assert str(info.value) == (
+            "no installed backend offers precision 'q8_0' (fast: fp32, fp16, bf16; "
+            "picky: fp32, fp16, bf16; reference: fp32, fp16, bf16)"
+        )
+        # an unknown precision keeps the options' own error, naming the valid ones
+        with pytest.raises(OptionError, match="precision must be one of"):
+            sdkit.compile(_neg(), precision="fp8")

@@ -64,6 +64,22 @@ def test_matmul_q8_0_vs_onnxruntime(rng: np.random.Generator) -> None:
     assert compiled.memory()["unquantized_weights"] == 0
 
 
+def test_auto_with_q8_0_picks_ggml(rng: np.random.Generator) -> None:
+    """Only ggml declares q8_0: auto passes over higher-priority backends (OpenVINO, where
+    installed) that would refuse it, instead of failing on their OptionError."""
+    w = (rng.standard_normal((64, 32)) * 0.1).astype(np.float32)
+    model = one_node_model("MatMul", {"x": np.zeros((4, 64), np.float32)}, initializers={"w": w})
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    choice = sdkit.choose_backend(model, precision="q8_0")
+    assert choice.backend == "ggml"
+    for name, why in choice.rejected:
+        assert "does not offer precision 'q8_0'" in why, (name, why)
+    compiled = sdkit.compile(model, precision="q8_0", threads=1)
+    assert compiled.backend_name == "ggml"
+    error = rel_l2(compiled.run({"x": x})["out0"], onnxruntime_fp32(model, {"x": x}))
+    assert Q8_0_FLOOR < error < Q8_0_BOUND
+
+
 @pytest.mark.parametrize("attributes", [{"transB": 1}, {"alpha": 0.5, "beta": 2.0}])
 def test_gemm_q8_0_vs_onnxruntime(attributes: dict[str, Any], rng: np.random.Generator) -> None:
     x = rng.standard_normal((3, 96), dtype=np.float32)

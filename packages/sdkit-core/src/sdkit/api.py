@@ -18,7 +18,7 @@ from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing
 from sdkit.plugins import get_plugins
-from sdkit.selection import choose, get_backend, probe
+from sdkit.selection import choose, get_backend, probe, requested_precision
 from sdkit.trials import compile_choice
 from sdkit.tuned import ShapeDeferred
 from sdkit.tuning import TuneSettings, fixed_shapes, shaped, stored_measured, tuned_before
@@ -41,6 +41,7 @@ class BackendInfo:
     devices: list[str] = field(default_factory=list)
     description: str = ""
     installed: bool = True  # False for a first-party backend whose distribution is not installed
+    precisions: list[str] | None = None  # the precisions it declares (None: not declared)
 
 
 def backends() -> list[BackendInfo]:
@@ -68,6 +69,7 @@ def backends() -> list[BackendInfo]:
                 priority=cls.priority,
                 devices=devices,
                 description=cls.description,
+                precisions=None if cls.precisions is None else list(cls.precisions),
             )
         )
     infos.sort(key=lambda b: (-b.priority, b.name))
@@ -122,7 +124,7 @@ def choose_backend(
         loaded = as_model(model)
         graph = shaped(loaded.graph, input_shapes)
         measured = stored_measured(loaded, graph, device, options) if backend == "auto" else None
-    choice = choose(graph, backend, device, measured)
+    choice = choose(graph, backend, device, measured, requested_precision(options))
     return BackendChoice(choice.backend.name, choice.device, tuple(choice.rejected), choice.reason)
 
 
@@ -193,7 +195,7 @@ def compile(  # noqa: A001 - the public name the contract gives
             assert found.compiled is not None  # keep=True
             return found.compiled
     measured = stored_measured(model, graph, device, options) if backend == "auto" else None
-    choice = choose(graph, backend, device, measured)
+    choice = choose(graph, backend, device, measured, requested_precision(options))
     if not isolate:
         return compile_choice(choice, graph, model.weights, options)
     job = job_for(graph.proto, model.weights, choice.backend.name, choice.device, options)

@@ -103,6 +103,10 @@ class Backend(abc.ABC):
     refittable: ClassVar[bool] = True  # False: the cache key includes the weights hash
     extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
     description: ClassVar[str] = ""
+    # The ``precision`` options it compiles (of ``sdkit.options.PRECISIONS``): ``backend="auto"``
+    # passes over a backend that does not offer the one asked for. None: not declared, taken as
+    # every precision (its compile refuses those it cannot run).
+    precisions: ClassVar[tuple[str, ...] | None] = None
 
     @abc.abstractmethod
     def probe(self) -> Availability:

@@ -58,6 +58,8 @@ class ReferenceBackend(Backend):
     name: ClassVar[str] = "reference"
     priority: ClassVar[int] = 0
     description: ClassVar[str] = "onnx.reference (numpy): exact, slow; the test oracle"
+    # fp16/bf16 are accepted and run in fp32 (exact); q8_0, a ggml weight format, is refused
+    precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "fp16", "bf16")
 
     def probe(self) -> Availability:
         return Availability(True, "onnx.reference is part of onnx", version=onnx.__version__)

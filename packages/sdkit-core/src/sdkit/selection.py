@@ -1,19 +1,28 @@
 """Backend choice: explicit > SDKIT_BACKEND / config preference > measured fastest (stored
-timings, ``sdkit tune``) > priority, among the backends whose probe succeeds, that have the
-device and whose check is clean. Registration never decides; pluggy's call order plays no
-part."""
+timings, ``sdkit tune``) > priority, among the backends that offer the precision asked for
+(``Backend.precisions``), whose probe succeeds, that have the device and whose check is
+clean. Registration never decides; pluggy's call order plays no part."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from sdkit.backend import Availability, Backend, SupportReport
 from sdkit.config import backend_preference
 from sdkit.device import Device
-from sdkit.errors import BackendUnavailableError, DeviceError, NoBackendError, SdkitError, UnknownBackendError
+from sdkit.errors import (
+    BackendUnavailableError,
+    DeviceError,
+    NoBackendError,
+    OptionError,
+    SdkitError,
+    UnknownBackendError,
+)
 from sdkit.known_backends import known_backend, known_names, plugin_problem, unavailable
 from sdkit.model import Graph
+from sdkit.options import PRECISIONS
 from sdkit.plugins import get_plugins
 
 
@@ -112,13 +121,44 @@ def candidates(measured: Measured | None = None) -> list[str]:
     return preferred + fastest + [n for n in rest if n not in fastest and n not in measured.failed]
 
 
-def qualify(name: str, graph: Graph | None, device: str | Device | None) -> tuple[Choice | None, str]:
-    """``(Choice, "")`` when backend ``name`` is installed, its probe succeeds, it has the device
-    and (given a graph) its ``check()`` is clean; else ``(None, why not)``."""
+def requested_precision(options: Mapping[str, Any]) -> str | None:
+    """The precision compile options ask for, where it is one sdkit knows (an unknown one is
+    left to the options' own validation, which names the valid ones)."""
+    precision = options.get("precision")
+    return precision if isinstance(precision, str) and precision in PRECISIONS else None
+
+
+def offers(backend: Backend | type[Backend], precision: str | None) -> bool:
+    """Whether ``backend`` declares ``precision`` (one that declares nothing offers every one)."""
+    return precision is None or backend.precisions is None or precision in backend.precisions
+
+
+def _offered(backend: Backend | type[Backend]) -> str:
+    return ", ".join(backend.precisions) if backend.precisions is not None else "any (not declared)"
+
+
+def check_precision_offered(precision: str | None) -> None:
+    """``OptionError`` when no registered backend offers ``precision``, naming what each offers:
+    the automatic choice would otherwise fail backend by backend."""
+    classes = dict(get_plugins().backends.items())
+    if precision is None or not classes or any(offers(cls, precision) for cls in classes.values()):
+        return
+    each = "; ".join(f"{name}: {_offered(cls)}" for name, cls in sorted(classes.items()))
+    raise OptionError(f"no installed backend offers precision {precision!r} ({each})")
+
+
+def qualify(
+    name: str, graph: Graph | None, device: str | Device | None, precision: str | None = None
+) -> tuple[Choice | None, str]:
+    """``(Choice, "")`` when backend ``name`` is installed, offers ``precision``, its probe
+    succeeds, it has the device and (given a graph) its ``check()`` is clean; else
+    ``(None, why not)``."""
     try:
         candidate = get_backend(name)
     except BackendUnavailableError as exc:  # preferred, but its plugin is not installed
         return None, f"{exc.reason} ({exc.install_hint})" if exc.install_hint else exc.reason
+    if not offers(candidate, precision):
+        return None, f"does not offer precision {precision!r} (it offers {_offered(candidate)})"
     availability = probe(candidate)
     if not availability.ok:
         return None, availability.reason or "unavailable"
@@ -142,21 +182,25 @@ def choose(
     backend: str = "auto",
     device: str | Device | None = None,
     measured: Measured | None = None,
+    precision: str | None = None,
 ) -> Choice:
     """Pick the backend and device to compile ``graph`` with: explicit > preference > measured
-    fastest (``measured``: stored timings for this graph, shapes, device and options) > priority."""
+    fastest (``measured``: stored timings for this graph, shapes, device and options) > priority.
+    ``precision`` (auto only): backends that do not offer it are passed over; an explicit
+    backend is taken as asked, its compile refusing a precision it cannot run."""
     if backend != "auto":
         chosen = get_backend(backend)
         availability = probe(chosen)
         if not availability.ok:
             raise BackendUnavailableError(chosen.name, availability.reason, availability.install_hint)
         return Choice(chosen, pick_device(chosen, device), reason="explicit")
+    check_precision_offered(precision)
     preferred = {get_plugins().backends.resolve(p) or p for p in backend_preference()}
     rejected: list[tuple[str, str]] = []
     if measured is not None:
         rejected += [(n, f"{why} ({measured.source})") for n, why in measured.failed.items() if n not in preferred]
     for name in candidates(measured):
-        choice, why = qualify(name, graph, device)
+        choice, why = qualify(name, graph, device, precision)
         if choice is None:
             rejected.append((name, why))
             continue

@@ -21,7 +21,7 @@ from sdkit.errors import SdkitError
 from sdkit.measure import Clock, max_abs_diff, rel_l2, time_runs
 from sdkit.model import Graph, Model, WeightSet
 from sdkit.options import make_options
-from sdkit.selection import Choice, candidates, fallback, get_backend, probe, qualify
+from sdkit.selection import Choice, candidates, fallback, get_backend, probe, qualify, requested_precision
 from sdkit.timings import Measurement
 
 
@@ -54,7 +54,7 @@ def _measure_one(
     name: str, graph: Graph, weights: WeightSet, device: str | Device | None, how: Trial
 ) -> tuple[Measurement, CompiledModel | None, dict[str, np.ndarray] | None]:
     """Compile once, warm up, time; a backend that fails is recorded with why, never raised."""
-    choice, why = qualify(name, graph, device)
+    choice, why = qualify(name, graph, device, requested_precision(how.options))
     if choice is None:
         return Measurement(name, error=why), None, None
     version, where = probe(choice.backend).version, str(choice.device)
@@ -130,8 +130,9 @@ def _arbiter(
     graph: Graph, weights: WeightSet, device: str | Device | None, how: Trial, exclude: Mapping[str, Measurement]
 ) -> tuple[Measurement, Outputs] | None:
     """The first fallback backend that runs here and was not measured yet, run once."""
+    precision = requested_precision(how.options)
     for name in candidates():
-        if name in exclude or not fallback(get_backend(name)) or qualify(name, graph, device)[0] is None:
+        if name in exclude or not fallback(get_backend(name)) or qualify(name, graph, device, precision)[0] is None:
             continue
         result, compiled, out = _measure_one(name, graph, weights, device, how)
         if compiled is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from sdkit.backend import CompiledModel
 from sdkit.device import Device
 from sdkit.model import Model, WeightSet
-from sdkit.selection import choose
+from sdkit.selection import choose, requested_precision
 from sdkit.trials import compile_choice
 from sdkit.tuning import TuneResult, TuneSettings, shaped, stored_measured, tune
 
@@ -58,7 +58,7 @@ class ShapeDeferred(CompiledModel):
             return result.compiled
         graph = shaped(self._model.graph, {name: np.shape(value) for name, value in feeds.items()})
         measured = stored_measured(self._model, graph, self._device, self._options)
-        choice = choose(graph, "auto", self._device, measured)
+        choice = choose(graph, "auto", self._device, measured, requested_precision(self._options))
         return compile_choice(choice, graph, self._model.weights, self._options)
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -33,7 +33,17 @@ from sdkit.measure import Clock, random_feeds
 from sdkit.model import Graph, Model
 from sdkit.options import make_options
 from sdkit.plugins import get_plugins
-from sdkit.selection import Choice, Measured, candidates, choose, fallback, get_backend, probe, qualify
+from sdkit.selection import (
+    Choice,
+    Measured,
+    candidates,
+    choose,
+    fallback,
+    get_backend,
+    probe,
+    qualify,
+    requested_precision,
+)
 from sdkit.timings import TimingsRecord, TimingsStore, timings_key
 from sdkit.trials import Trial, compile_choice, measure_backends
 
@@ -149,14 +159,14 @@ def tuned_before(model: Model) -> bool:
     return any(record is not None and record.key.get("graph") == graph_hash for _, record in store.entries())
 
 
-def default_backends(device: str | Device | None) -> list[str]:
+def default_backends(device: str | Device | None, precision: str | None = None) -> list[str]:
     """What a tune measures when not told: every backend the automatic choice could use here
     (probe ok, has the device), in priority order, so the first (the baseline the others are
     checked against) is the one ``auto`` would take untuned. Fallbacks (the reference backend)
     are left out, as they can take hours on a real UNet; name ``reference`` first in
     ``backends`` for an exact baseline. Only where no other backend can run is the fallback
-    measured."""
-    usable = [name for name in candidates() if qualify(name, None, device)[0] is not None]
+    measured. ``precision``: only the backends that offer it."""
+    usable = [name for name in candidates() if qualify(name, None, device, precision)[0] is not None]
     fast = [name for name in usable if not fallback(get_backend(name))]
     return fast or usable
 
@@ -245,8 +255,8 @@ def tune(
     store = timings_store()
     record = store.lookup(key) if reuse else None
     if record is not None:
-        return _finish(_chosen(record, graph, device, measured_now=False), graph, model, options, keep)
-    names = list(settings.backends) if settings.backends else default_backends(device)
+        return _finish(_chosen(record, graph, device, options, measured_now=False), graph, model, options, keep)
+    names = list(settings.backends) if settings.backends else default_backends(device, requested_precision(options))
     for name in names:  # fail fast on a typo, before minutes of timing
         get_backend(name)
     _validate_options(names, options)
@@ -256,7 +266,7 @@ def tune(
     results, first, best = measure_backends(model, graph, names, device, how, bound)
     where = (cpu_info().name, settings.repeat, settings.warmup, _load())
     record = TimingsRecord(key, tuple(results), first, bound, _now(), *where, model=_label(model))
-    result = _chosen(record, graph, device, measured_now=True)
+    result = _chosen(record, graph, device, options, measured_now=True)
     try:
         result.path = store.store(record)
     except CacheError as exc:
@@ -278,10 +288,17 @@ def _label(model: Model) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def _chosen(record: TimingsRecord, graph: Graph, device: str | Device | None, measured_now: bool) -> TuneResult:
+def _chosen(
+    record: TimingsRecord,
+    graph: Graph,
+    device: str | Device | None,
+    options: Mapping[str, Any],
+    measured_now: bool,
+) -> TuneResult:
     """The record with the automatic choice made from it (None when nothing can run the model)."""
     try:
-        return TuneResult(record, choose(graph, "auto", device, as_measured(record)), measured_now)
+        choice = choose(graph, "auto", device, as_measured(record), requested_precision(options))
+        return TuneResult(record, choice, measured_now)
     except NoBackendError as exc:
         return TuneResult(record, None, measured_now, rejected=list(exc.rejected))
 

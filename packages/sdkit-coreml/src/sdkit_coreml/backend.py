@@ -23,6 +23,7 @@ from sdkit_coreml.runtime import (
     runtime_available,
     version_tuple,
 )
+from sdkit_coreml.settings import PRECISIONS
 
 if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
@@ -40,6 +41,7 @@ class CoremlBackend(Backend):
         "shape_ranges": dict,
     }
     description: ClassVar[str] = "Apple Core ML (macOS): Neural Engine, GPU, CPU"
+    precisions: ClassVar[tuple[str, ...] | None] = PRECISIONS
 
     def probe(self) -> Availability:
         version = coremltools_version()

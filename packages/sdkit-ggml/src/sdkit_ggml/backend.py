@@ -26,6 +26,7 @@ class GgmlBackend(Backend):
     description: ClassVar[str] = "ONNX compiled to ggml graphs (CPU, CUDA, Vulkan, Metal)"
     # conv: "im2col", "direct" or "auto" (timed per shape; compiler/conv_strategy.py)
     extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {"conv": str}
+    precisions: ClassVar[tuple[str, ...] | None] = PRECISIONS
 
     def probe(self) -> Availability:
         from sdkit_ggml.converter_plugins import default_registry

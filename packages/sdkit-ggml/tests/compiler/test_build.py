@@ -91,7 +91,8 @@ def test_an_output_nothing_produces(compile_without_running: Lower) -> None:
 
 
 def test_builder_checks_what_ggml_would_assert_on() -> None:
-    builder = Builder(ShapeOnlyContext(capacity=2))
+    builder = Builder(ShapeOnlyContext(capacity=1))
+    builder.max_tensors = 2
     x = builder.new_input((2, 3), np.dtype(np.float32))
     with pytest.raises(Unsupported, match="empty tensor"):
         builder.op("ggml_relu", x.ptr, shape=(0, 3))
@@ -102,3 +103,6 @@ def test_builder_checks_what_ggml_would_assert_on() -> None:
         builder.op("ggml_relu", x.ptr, shape=(2, 3))
     with pytest.raises(Unsupported, match="ggml has no float64 tensors"):
         builder.new_input((2,), np.dtype(np.float64))
+    builder.constant(np.ones(2, np.float32))
+    with pytest.raises(Unsupported, match="more than 1 weight tensors"):
+        builder.constant(np.zeros(3, np.float32))

@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
+import sdkit
 from sdkit.errors import ModelFormatError
+from sdkit_ggml.backend import GgmlBackend
+from sdkit_ggml.compiler.build import capacity_for
 from sdkit_ggml.converters import conv
 
 Check = Callable[..., Any]
@@ -51,6 +55,29 @@ def test_conv2d_in_im2col_chunks(
     monkeypatch.setenv(conv.CHUNK_ENV, str(2 * 6 * 4 * 9 * 4 / (1 << 20)))
     operands = [("x", f32(1, 4, 11, 6)), ("w", f32(5, 4, 3, 3), "const"), ("b", f32(5), "const")]
     like_reference("Conv", operands, attributes, atol=ATOL, oracle="onnxruntime")
+
+
+def test_a_conv_of_more_chunks_than_its_node_allowance_compiles(
+    f32: Check, one_node_graph: Check, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One output row per im2col chunk, 1200 rows: a few tensors per chunk, well past the tensors
+    ``capacity_for`` allows one node. The compute contexts grow (no refusal, no ggml abort), the
+    graph is sized for what was made, and check() agrees that it compiles."""
+    monkeypatch.setenv(conv.CHUNK_ENV, str(3 * 2 * 9 * 4 / (1 << 20)))  # one row: ow * C*KH*KW * 4 B
+    x = f32(1, 2, 1200, 3)
+    operands = [("x", x), ("w", f32(2, 2, 3, 3), "const"), ("b", f32(2), "const")]
+    model = one_node_graph("Conv", operands, {"pads": [1, 1, 1, 1]})
+    report = GgmlBackend().check(model.graph)
+    assert report.ok, report.unsupported
+    compiled = sdkit.compile(model, backend="ggml", threads=1)
+    got = compiled.run({"x": x})["out0"]
+    program = compiled.program_for({"x": x})  # type: ignore[attr-defined]
+    assert program.built.context.tensor_count() > capacity_for(model.graph.proto)
+    assert len(program.built.context.blocks) > 1
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(model.graph.to_onnx(model.weights).SerializeToString())
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
 
 
 def test_conv1d_batched_with_a_runtime_kernel(like_reference: Check, f32: Check) -> None:

@@ -38,3 +38,22 @@ def test_result_types_match_ggml(context: GgmlContext) -> None:
         ptr, ne, ggml_type = context.call(fn, *args)  # raises if ggml disagrees with result_type
         assert ptr and ne is not None
         assert ggml_type == result_type(fn, L.tensor_head(args[0]).type, tuple(args))
+
+
+def test_compute_tensors_past_the_capacity_open_new_blocks() -> None:
+    """A graph may make more compute tensors than ``capacity`` (a chunked conv): new blocks are
+    opened before one is full (a full ggml context aborts) and the graph is sized to fit."""
+    lib = load_library()
+    context = GgmlContext(lib, capacity=16)
+    try:
+        x = context.new_tensor(L.GGML_TYPE_F32, (4, 1, 1, 1), weight=False)
+        for _ in range(100):
+            x, _, _ = context.call("ggml_relu", x)
+        assert len(context.blocks) > 100 // 16
+        assert context.tensor_count() == 101
+        graph = context.new_graph()
+        lib.ggml_build_forward_expand(graph, x)
+        assert lib.ggml_graph_n_nodes(graph) == 100
+        assert context.graph_size >= 101
+    finally:
+        context.free()

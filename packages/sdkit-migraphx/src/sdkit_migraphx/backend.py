@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.errors import BackendUnavailableError, DeviceError
 from sdkit_migraphx.runtime import BACKEND_NAME, INSTALL_HINT, amd_gpus, first_line, import_migraphx, migraphx_version
-from sdkit_migraphx.settings import EXTRA_OPTIONS
+from sdkit_migraphx.settings import EXTRA_OPTIONS, PRECISIONS
 
 if TYPE_CHECKING:
     from sdkit.device import Device
@@ -28,6 +28,7 @@ class MigraphxBackend(Backend):
     refittable: ClassVar[bool] = False  # compiled programs embed the weights: refit recompiles
     extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = EXTRA_OPTIONS
     description: ClassVar[str] = "AMD MIGraphX (ROCm GPUs)"
+    precisions: ClassVar[tuple[str, ...] | None] = PRECISIONS
 
     def probe(self) -> Availability:
         if not sys.platform.startswith("linux"):

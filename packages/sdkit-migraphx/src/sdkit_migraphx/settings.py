@@ -23,6 +23,8 @@ from sdkit.errors import OptionError
 from sdkit.options import Options
 from sdkit_migraphx.runtime import BACKEND_NAME
 
+PRECISIONS = ("fp32", "fp16")  # fp16: quantize_fp16
+
 EXTRA_OPTIONS: Mapping[str, type | tuple[type, ...]] = {"fast_math": bool, "exhaustive_tune": bool}
 
 
@@ -43,7 +45,7 @@ class Settings:
 
 
 def settings_for(options: Options) -> Settings:
-    if options.precision not in ("fp32", "fp16"):
+    if options.precision not in PRECISIONS:
         raise OptionError(f"MIGraphX compiles fp32 or fp16 (quantize_fp16), not {options.precision}")
     fast_math = options.extra.get("fast_math", options.precision == "fp16")
     return Settings(options.precision, bool(fast_math), bool(options.extra.get("exhaustive_tune", False)))

@@ -27,6 +27,8 @@ class OpenVinoBackend(Backend):
     priority: ClassVar[int] = 60
     refittable: ClassVar[bool] = True  # refit = reconvert + recompile; OpenVINO's blob hash covers weights
     description: ClassVar[str] = "Intel OpenVINO: CPU (x86/ARM), Intel GPU, NPU"
+    # config.PRECISIONS' keys (its inference precision hints), without importing config here
+    precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "fp16", "bf16")
 
     def probe(self) -> Availability:
         try:

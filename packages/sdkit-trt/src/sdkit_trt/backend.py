@@ -47,6 +47,7 @@ class TensorRTBackend(Backend):
     refittable: ClassVar[bool] = True
     extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {"profiles": dict}
     description: ClassVar[str] = "NVIDIA TensorRT-RTX / TensorRT (CUDA GPUs)"
+    precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "fp16")
 
     def __init__(self) -> None:
         self._assignment: dict[int, tuple[Gpu, RuntimeInfo]] | None = None
@@ -147,7 +148,7 @@ class TensorRTBackend(Backend):
             listed = ", ".join(f"cuda:{o}" for o in sorted(assigned)) or "none"
             raise DeviceError(f"the tensorrt backend has no device cuda:{ordinal}; its devices: {listed}")
         gpu, runtime = assigned[ordinal]
-        if options.precision not in ("fp32", "fp16"):
+        if options.precision not in (self.precisions or ()):
             raise OptionError(f"the tensorrt backend compiles fp32 or fp16, not {options.precision}")
         profiles = parse_profiles(options.extra.get("profiles", {}), graph.inputs)
         trt = import_runtime(runtime)

@@ -1,4 +1,5 @@
-"""``sdkit backends [--json]``: every backend, available or why not, with devices and version.
+"""``sdkit backends [--json]``: every backend, available or why not, with devices, version and
+the precisions it offers (what ``backend="auto"`` filters on).
 
 First-party backends whose plugin is not installed are listed too, with the command that
 installs them (``sdkit.known_backends``)."""
@@ -35,15 +36,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    rows = [("backend", "plugin", "available", "version", "devices / reason")]
+    rows = [("backend", "plugin", "available", "version", "precisions", "devices / reason")]
     for b in data["backends"]:  # type: ignore[attr-defined]
         # Available: its devices, then what it found; unavailable: why, then what to do.
         first, then = (", ".join(b["devices"]), b["reason"]) if b["available"] else (b["reason"], b["install_hint"])
         detail = f"{first}; {then}" if first and then else first or then
-        rows.append((b["name"], b["plugin"], "yes" if b["available"] else "no", b["version"] or "-", detail))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        precisions = ",".join(b["precisions"]) if b["precisions"] is not None else "-"
+        available = "yes" if b["available"] else "no"
+        rows.append((b["name"], b["plugin"], available, b["version"] or "-", precisions, detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
     for failure in data["plugin_failures"]:  # type: ignore[attr-defined]
         print(
             f"plugin {failure['name']!r} ({failure['distribution']}) failed to {failure['stage']}: {failure['error']}"

@@ -23,7 +23,9 @@ from sdkit_ggml.compiler.registry import ConverterRegistry, onnx_domain, opset_f
 from sdkit_ggml.compiler.support import node_label
 
 BACKEND = "ggml"
-# Tensors per ONNX node a lowering may create (reshapes, views, broadcasts...), with headroom.
+# Tensors per ONNX node a lowering typically creates (reshapes, views, broadcasts...), with
+# headroom: the size of each ggml context block and of the weight context. Lowerings that make
+# more (a chunked conv: a few per chunk of output rows) make the compute contexts grow.
 TENSORS_PER_NODE = 48
 MIN_CAPACITY = 4096
 # A converter tripping over inconsistent attributes or shapes: still one clear error.
@@ -31,7 +33,8 @@ CONVERTER_ERRORS = (ValueError, IndexError, KeyError, TypeError, ZeroDivisionErr
 
 
 def capacity_for(proto: onnx.ModelProto) -> int:
-    """How many ggml tensors (and weights) one signature's graph may hold."""
+    """How many weights one signature's graph may hold, and the block its compute tensors are
+    allocated in (``GgmlContext``)."""
     return max(MIN_CAPACITY, TENSORS_PER_NODE * len(proto.graph.node))
 
 

@@ -20,11 +20,17 @@ from sdkit_ggml.runtime.tensors import storage_type, tensor_bytes, type_size
 
 Ne = tuple[int, int, int, int]
 
+# The compute tensors one graph may have (ggml keeps ~0.5 KB of metadata per tensor and graph
+# node: 0.5 GB at this bound). Not a per-node estimate: lowerings such as the chunked conv
+# make tensors in proportion to the image, so the contexts grow (``GgmlContext``); this only
+# refuses a runaway graph, the same way in check() and in the build.
+MAX_TENSORS = 1 << 20
+
 
 class TensorFactory(Protocol):
     """Where tensors are created: ggml contexts, or shapes only (``check()``)."""
 
-    capacity: int
+    capacity: int  # weight tensors it can hold
 
     def call(self, fn: str, *args: Any) -> tuple[int, Ne | None, int]: ...  # ptr, ne, ggml type
 
@@ -57,7 +63,7 @@ def ggml_storage(dtype: np.dtype[Any]) -> int:
 
 class Builder:
     """Creates the ggml graph of one shape signature. Every ggml call goes through ``op`` so
-    that the tensor count stays under the context's capacity and each result's ne is checked."""
+    that the tensor count stays under ``max_tensors`` and each result's ne is checked."""
 
     def __init__(
         self,
@@ -70,7 +76,8 @@ class Builder:
         self.factory = factory
         # False for check(): weight arrays (placeholders there) are not kept once shaped
         self.keep_weights = keep_weights
-        self.capacity = factory.capacity
+        self.capacity = factory.capacity  # weight tensors
+        self.max_tensors = MAX_TENSORS  # compute tensors
         # Every tensor's byte size is checked against the budget in Python integers before
         # ggml sees its ne: ggml's own size_t arithmetic wraps (a 2^62-element tensor gets a
         # 32-byte buffer) and its asserts abort the process.
@@ -114,8 +121,8 @@ class Builder:
             check_bytes(nbytes, f"{what} {dims}", self.memory_budget)
 
     def _reserve(self, n: int = 1) -> None:
-        if self.count + n > self.capacity:
-            raise Unsupported(f"graph needs more than {self.capacity} ggml tensors")
+        if self.count + n > self.max_tensors:
+            raise Unsupported(f"graph needs more than {self.max_tensors} ggml tensors")
         self.count += n
 
     def op(

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 Ne = tuple[int, int, int, int]
 
+# A compute block is replaced once it has room for fewer tensors than this: more than any
+# one ggml call creates.
+BLOCK_SPARE = 4
+
 # ops whose result has the type of their first tensor argument (layout and copies)
 _SAME_TYPE = frozenset(
     {
@@ -50,18 +54,58 @@ def result_type(fn: str, first_type: int, args: tuple[Any, ...]) -> int:
 
 class GgmlContext:
     """The ggml contexts of one graph. ``free()`` releases them (the Program owns them once
-    the graph is allocated)."""
+    the graph is allocated).
+
+    Weights go in ``wctx``, sized for ``capacity`` tensors (``Builder`` refuses more). Compute
+    tensors go in blocks of ``capacity`` tensors, a new block opened whenever the current one
+    is nearly full: how many a graph needs is known only once it is lowered (a chunked conv
+    makes tensors in proportion to its output rows), and a full context is a ggml abort. The
+    graph itself is made last (``new_graph``), sized for the tensors actually created."""
 
     def __init__(self, lib: GgmlLib, capacity: int) -> None:
         self.lib = lib
         self.capacity = capacity
-        overhead = lib.ggml_tensor_overhead()
-        graph_size = lib.ggml_graph_overhead_custom(capacity, False)
-        self.ctx = lib.ggml_init(L.InitParams(overhead * capacity + graph_size, None, True))
-        self.wctx = lib.ggml_init(L.InitParams(overhead * capacity, None, True))
-        if not self.ctx or not self.wctx:
+        self.overhead = int(lib.ggml_tensor_overhead())
+        self.blocks: list[int] = []  # compute contexts, the last one in use
+        self.graph_ctx: int | None = None
+        self.graph_size = 0
+        self.wctx = lib.ggml_init(L.InitParams(self.overhead * capacity, None, True))
+        if not self.wctx:
+            raise MemoryError("ggml_init failed")
+        self._open_block()
+
+    @property
+    def ctx(self) -> int:
+        """The compute context new tensors go in: a fresh block when the last is nearly full."""
+        ctx = self.blocks[-1]
+        if self.lib.ggml_get_mem_size(ctx) - self.lib.ggml_used_mem(ctx) < BLOCK_SPARE * self.overhead:
+            ctx = self._open_block()
+        return ctx
+
+    def _open_block(self) -> int:
+        ctx = self.lib.ggml_init(L.InitParams(self.overhead * max(self.capacity, 2 * BLOCK_SPARE), None, True))
+        if not ctx:
             self.free()
             raise MemoryError("ggml_init failed")
+        self.blocks.append(ctx)
+        return int(ctx)
+
+    def tensor_count(self) -> int:
+        """Tensors created in every context so far (compute and weights)."""
+        used = sum(int(self.lib.ggml_used_mem(c)) for c in [*self.blocks, self.wctx])
+        return -(-used // self.overhead)
+
+    def new_graph(self) -> int:
+        """The ggml graph of this context's tensors, in a context of its own sized for all of
+        them (nodes and leafs are each at most every tensor)."""
+        if self.graph_ctx is not None:
+            raise RuntimeError("this context already has its graph")
+        self.graph_size = self.tensor_count() + 16
+        nbytes = self.lib.ggml_graph_overhead_custom(self.graph_size, False)
+        self.graph_ctx = self.lib.ggml_init(L.InitParams(nbytes, None, True))
+        if not self.graph_ctx:
+            raise MemoryError("ggml_init failed")
+        return int(self.lib.ggml_new_graph_custom(self.graph_ctx, self.graph_size, False))
 
     def call(self, fn: str, *args: Any) -> tuple[int, Ne, int]:
         """``fn(ctx, *args)``: the new tensor's pointer, ne and type (0 when ggml refused)."""
@@ -87,7 +131,10 @@ class GgmlContext:
         self.lib.ggml_flash_attn_ext_set_prec(ptr, L.GGML_PREC_F32)
 
     def free(self) -> None:
-        for attr in ("ctx", "wctx"):
+        for ctx in self.blocks:
+            self.lib.ggml_free(ctx)
+        self.blocks = []
+        for attr in ("graph_ctx", "wctx"):
             ptr = getattr(self, attr, None)
             if ptr:
                 self.lib.ggml_free(ptr)

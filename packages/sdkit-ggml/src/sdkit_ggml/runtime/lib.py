@@ -75,6 +75,8 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_init": (_P, (InitParams,)),
     "ggml_free": (None, (_P,)),
     "ggml_tensor_overhead": (_S, ()),
+    "ggml_get_mem_size": (_S, (_P,)),
+    "ggml_used_mem": (_S, (_P,)),
     "ggml_graph_overhead_custom": (_S, (_S, _B)),
     "ggml_new_tensor_4d": (_P, (_P, _I, _L, _L, _L, _L)),
     "ggml_set_name": (_P, (_P, _C)),

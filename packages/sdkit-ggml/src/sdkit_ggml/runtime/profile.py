@@ -126,7 +126,7 @@ def _timed_compute(program: Program) -> list[NodeTime]:
         return True
 
     backends = (ctypes.c_void_p * 1)(program.backend)
-    capacity = max(program.built.context.capacity, program.nodes + 16)
+    capacity = max(program.built.context.graph_size, program.nodes + 16)
     sched = lib.ggml_backend_sched_new(backends, None, 1, capacity, False, False)
     if not sched:
         raise SdkitError("ggml could not create a scheduler for profiling")

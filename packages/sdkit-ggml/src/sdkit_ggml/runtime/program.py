@@ -68,7 +68,7 @@ class Program:
         self.weight_buffer: int | None = None
         self.gallocr: int | None = None
         context = graph.context
-        self.graph = lib.ggml_new_graph_custom(context.ctx, context.capacity, False)
+        self.graph = context.new_graph()
         for tensor in graph.outputs.values():
             if isinstance(tensor, Tensor):
                 lib.ggml_set_output(tensor.ptr)
