@@ -81,7 +81,14 @@ def load_checkpoint(
     its weights: a lazy ``WeightSet`` per component, checked complete. ``files``: the components
     the family takes from their own files (``Family.files``: Flux's ``clip_l``, ``t5xxl``, ``vae``)."""
     checkpoint = Checkpoint.open(path)
-    found = detect(checkpoint, families, prediction)
+    return map_detected(checkpoint, detect(checkpoint, families, prediction), files)
+
+
+def map_detected(
+    checkpoint: Checkpoint, found: Detected, files: Mapping[str, str | os.PathLike[str]] | None = None
+) -> MappedCheckpoint:
+    """``checkpoint`` mapped as the family ``detect`` found for it (``load_checkpoint`` without
+    reading the header's family again), with the component ``files`` the family takes."""
     given = dict(files or {})
     check_component_files(checkpoint.path.name, found.family, given)
     if given:

@@ -50,14 +50,14 @@ class CheckpointLoader(PipelineLoader):
             return None
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        # The family's pipeline first, from the header alone: a file whose pipeline is missing is
-        # refused for that, before its graphs are looked for.
-        _pipeline_class(
-            detect(Checkpoint.open(path), registered_families(), settings.prediction).family, Path(path).name
-        )
+        # The family is read from the header once; its pipeline class is resolved first (a file
+        # whose pipeline is missing is refused for that, before its graphs are looked for: both
+        # in ``pipeline_class``), and the mapping takes the same detection.
+        checkpoint = Checkpoint.open(path)
+        found = detect(checkpoint, registered_families(), settings.prediction)
+        cls = _pipeline_class(found.family, Path(path).name)
         opener = partial(open_for_pipeline, files=settings.files) if settings.files else open_for_pipeline
-        opened = opener(path, settings.prediction)
-        cls = _pipeline_class(opened.mapped.family, Path(path).name)
+        opened = opener(checkpoint, settings.prediction, detected=found)
         config = opened.config
         components = settings.components(
             cls.component_names, opened.sources, config.text_outputs, config.fp32_components
