@@ -204,6 +204,34 @@ def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
     assert "qkv_renamed" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("extra", "metadata", "named"),
+    [
+        ({"scaled_fp8": np.zeros(0, np.float32)}, None, "tensor 'scaled_fp8'"),  # ComfyUI's marker
+        ({"double_blocks.0.img_mlp.0.scale_weight": np.ones((), np.float32)}, None, "scale_weight"),
+        ({}, {"_quantization_metadata": "{}"}, "_quantization_metadata"),
+    ],
+)
+def test_comfyui_scaled_fp8_files_are_refused_by_name(
+    tmp_path: Path, extra: dict[str, np.ndarray], metadata: dict[str, str] | None, named: str
+) -> None:
+    """A scaled-fp8 file (weights that need their per-layer scale) is one error naming the
+    format, as the file itself or as a component file, never weights loaded unscaled."""
+    path = tmp_path / "flux1-dev-fp8-scaled.safetensors"
+    save_file({**_raw(TINY / "flux_dev_fp8_comfy.safetensors"), **extra}, str(path), metadata=metadata)
+    with pytest.raises(ModelFormatError, match=rf"flux1-dev-fp8-scaled.safetensors is a ComfyUI scaled fp8 .*{named}"):
+        load_checkpoint(path, FAMILIES, files=SIDE)
+    t5 = tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors"
+    save_file({**_raw(SIDE["t5xxl"]), **extra}, str(t5), metadata=metadata)
+    with pytest.raises(ModelFormatError, match=r"t5xxl_fp8_e4m3fn_scaled.safetensors is a ComfyUI scaled fp8"):
+        load_checkpoint(TINY / "flux_dev_fp16.safetensors", FAMILIES, files={**SIDE, "t5xxl": t5})
+
+
+def _raw(path: Path) -> dict[str, np.ndarray]:
+    checkpoint = Checkpoint.open(path)
+    return {k: checkpoint.files[0].read(checkpoint.entry(k)) for k in checkpoint}
+
+
 def test_fp8_e4m3_bytes_upcast_exactly() -> None:
     """Every float8_e4m3fn byte against its definition (bias 7, subnormals, NaN, no infinity)."""
     from sdkit.families.safetensors_reader import FP8_VALUES
