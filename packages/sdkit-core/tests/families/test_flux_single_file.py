@@ -325,8 +325,8 @@ def test_image_goldens_move_with_the_file_dtype() -> None:
 def test_command_line_takes_the_component_files(
     tiny_flux: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``sdkit generate --model flux.safetensors --clip_l ... --t5xxl ... --vae ...`` (as
-    stable-diffusion.cpp): the PNG holds diffusers' image (8-bit); without them, one line naming
+    """``sdkit generate --diffusion-model flux.safetensors --clip_l ... --t5xxl ... --vae ...``
+    (as stable-diffusion.cpp; ``--model`` alike): the PNG holds diffusers' image (8-bit); without them, one line naming
     the flags."""
     from PIL import Image
 
@@ -339,7 +339,8 @@ def test_command_line_takes_the_component_files(
     argv += ["--backend", "ggml", "--threads", "1", "--steps", "3", "--seed", "11", "--cfg", "3.5"]
     argv += ["--width", "48", "--height", "32", "--max-sequence-length", "32"]
     files = ["--clip_l", str(SIDE["clip_l"]), "--t5xxl", str(SIDE["t5xxl"]), "--vae", str(SIDE["vae"])]
-    assert main([*argv, *files]) == 0
+    # stable-diffusion.cpp's spelling of the transformer file's flag: --diffusion-model
+    assert main([*argv[:2], "--diffusion-model", *argv[3:], *files]) == 0
     with Image.open(out) as image:
         pixels = np.asarray(image, np.float32) / 255.0
     assert np.abs(pixels - golden("flux_dev_bf16_comfy/image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
