@@ -80,8 +80,7 @@ def mapped(file: str) -> MappedCheckpoint:
 def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny Flux families registered before the installed ones (as a plugin would add them)."""
     installed = sdkit.pipelines.families.registered_families()
-    for module in (sdkit.pipelines.families, sdkit.pipelines.single_file):
-        monkeypatch.setattr(module, "registered_families", lambda: [*FAMILIES, *installed])
+    monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
 def available(backend: str) -> None:

@@ -45,6 +45,11 @@ def registered_families() -> list[Family]:
     return get_plugins().families.families()
 
 
+def detect_checkpoint(checkpoint: Checkpoint, prediction: str | None = None) -> Detected:
+    """``checkpoint``'s family among the registered ones (``sdkit.families.detect``)."""
+    return detect(checkpoint, registered_families(), prediction)
+
+
 def open_checkpoint(
     path: str | os.PathLike[str] | Checkpoint,
     prediction: str | None = None,
@@ -59,7 +64,7 @@ def open_checkpoint(
     runnable (``pipeline_class``), so the header is not read for the family again."""
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(path)
     if detected is None:
-        detected = detect(checkpoint, registered_families(), prediction)
+        detected = detect_checkpoint(checkpoint, prediction)
         require_graphs(detected.family, checkpoint.path.name)
     return map_detected(checkpoint, detected, files)
 
