@@ -80,8 +80,7 @@ def mapped(file: str) -> MappedCheckpoint:
 def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny Flux families registered before the installed ones (as a plugin would add them)."""
     installed = sdkit.pipelines.families.registered_families()
-    for module in (sdkit.pipelines.families, sdkit.pipelines.single_file):
-        monkeypatch.setattr(module, "registered_families", lambda: [*FAMILIES, *installed])
+    monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
 def available(backend: str) -> None:
@@ -204,6 +203,34 @@ def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
     assert "qkv_renamed" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("extra", "metadata", "named"),
+    [
+        ({"scaled_fp8": np.zeros(0, np.float32)}, None, "tensor 'scaled_fp8'"),  # ComfyUI's marker
+        ({"double_blocks.0.img_mlp.0.scale_weight": np.ones((), np.float32)}, None, "scale_weight"),
+        ({}, {"_quantization_metadata": "{}"}, "_quantization_metadata"),
+    ],
+)
+def test_comfyui_scaled_fp8_files_are_refused_by_name(
+    tmp_path: Path, extra: dict[str, np.ndarray], metadata: dict[str, str] | None, named: str
+) -> None:
+    """A scaled-fp8 file (weights that need their per-layer scale) is one error naming the
+    format, as the file itself or as a component file, never weights loaded unscaled."""
+    path = tmp_path / "flux1-dev-fp8-scaled.safetensors"
+    save_file({**_raw(TINY / "flux_dev_fp8_comfy.safetensors"), **extra}, str(path), metadata=metadata)
+    with pytest.raises(ModelFormatError, match=rf"flux1-dev-fp8-scaled.safetensors is a ComfyUI scaled fp8 .*{named}"):
+        load_checkpoint(path, FAMILIES, files=SIDE)
+    t5 = tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors"
+    save_file({**_raw(SIDE["t5xxl"]), **extra}, str(t5), metadata=metadata)
+    with pytest.raises(ModelFormatError, match=r"t5xxl_fp8_e4m3fn_scaled.safetensors is a ComfyUI scaled fp8"):
+        load_checkpoint(TINY / "flux_dev_fp16.safetensors", FAMILIES, files={**SIDE, "t5xxl": t5})
+
+
+def _raw(path: Path) -> dict[str, np.ndarray]:
+    checkpoint = Checkpoint.open(path)
+    return {k: checkpoint.files[0].read(checkpoint.entry(k)) for k in checkpoint}
+
+
 def test_fp8_e4m3_bytes_upcast_exactly() -> None:
     """Every float8_e4m3fn byte against its definition (bias 7, subnormals, NaN, no infinity)."""
     from sdkit.families.safetensors_reader import FP8_VALUES
@@ -297,8 +324,8 @@ def test_image_goldens_move_with_the_file_dtype() -> None:
 def test_command_line_takes_the_component_files(
     tiny_flux: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``sdkit generate --model flux.safetensors --clip_l ... --t5xxl ... --vae ...`` (as
-    stable-diffusion.cpp): the PNG holds diffusers' image (8-bit); without them, one line naming
+    """``sdkit generate --diffusion-model flux.safetensors --clip_l ... --t5xxl ... --vae ...``
+    (as stable-diffusion.cpp; ``--model`` alike): the PNG holds diffusers' image (8-bit); without them, one line naming
     the flags."""
     from PIL import Image
 
@@ -311,7 +338,8 @@ def test_command_line_takes_the_component_files(
     argv += ["--backend", "ggml", "--threads", "1", "--steps", "3", "--seed", "11", "--cfg", "3.5"]
     argv += ["--width", "48", "--height", "32", "--max-sequence-length", "32"]
     files = ["--clip_l", str(SIDE["clip_l"]), "--t5xxl", str(SIDE["t5xxl"]), "--vae", str(SIDE["vae"])]
-    assert main([*argv, *files]) == 0
+    # stable-diffusion.cpp's spelling of the transformer file's flag: --diffusion-model
+    assert main([*argv[:2], "--diffusion-model", *argv[3:], *files]) == 0
     with Image.open(out) as image:
         pixels = np.asarray(image, np.float32) / 255.0
     assert np.abs(pixels - golden("flux_dev_bf16_comfy/image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE

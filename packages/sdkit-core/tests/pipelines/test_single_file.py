@@ -116,6 +116,29 @@ def test_prediction_option(tiny_families: dict[str, Family], tmp_path: Path) -> 
     assert np.abs(image - golden("sd2v_fp16")).max() > 0.01
 
 
+def test_loading_a_file_detects_its_family_once(
+    tiny_families: dict[str, Family], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header is read for the family once per load, and the shipped graphs checked once."""
+    from sdkit.pipelines import families as pipeline_families
+
+    calls: dict[str, int] = {"detect": 0, "require_graphs": 0}
+
+    def counted(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(pipeline_families, "detect")
+    counted(pipeline_families, "require_graphs")
+    sdkit.load_pipeline(TINY / "sd1" / "sd1_fp16.safetensors", backend="reference", memory="offload")
+    assert calls == {"detect": 1, "require_graphs": 1}
+
+
 @pytest.mark.parametrize("backend", ["reference", "ggml", "openvino"])
 def test_set_checkpoint_refits_the_compiled_components(tiny_families: dict[str, Family], backend: str) -> None:
     """SD 1.x from the fp16 file, then the bf16 one swapped in: both images are diffusers'."""

@@ -35,8 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         "-m",
+        "--diffusion-model",  # stable-diffusion.cpp's name for a transformer-only file (Flux)
         required=True,
-        help="a .safetensors checkpoint (SD 1.x/2.x), a diffusers folder, or a diffusers/optimum ONNX folder",
+        help="a .safetensors checkpoint (SD 1.x/2.x, SDXL), a diffusers folder, or a diffusers/optimum ONNX "
+        "folder; --diffusion-model (as stable-diffusion.cpp): the same, for a transformer-only file "
+        "(FLUX.1) given with --clip_l, --t5xxl and --vae",
     )
     parser.add_argument(
         "--prediction",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sdkit.families.checkpoint import Checkpoint, CheckpointTensor, normalize_prediction
 from sdkit.families.clip_tokenizer import ShippedClipTokenizer, ShippedVocab, TokenizerSource
-from sdkit.families.detection import Detected, detect, load_checkpoint
+from sdkit.families.detection import Detected, detect, load_checkpoint, map_detected
 from sdkit.families.family import Family, FamilyComponent, MappedCheckpoint, UnusedKeysWarning
 from sdkit.families.inspect import FileDescription, describe
 from sdkit.families.keymaps import KeyMapper, TensorSource
@@ -41,6 +41,7 @@ __all__ = [
     "describe",
     "detect",
     "load_checkpoint",
+    "map_detected",
     "normalize_prediction",
     "sd_family",
 ]

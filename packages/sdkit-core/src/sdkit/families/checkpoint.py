@@ -87,6 +87,27 @@ class CheckpointTensor:
         return np.ascontiguousarray(array).reshape(self.shape)
 
 
+# ComfyUI's "scaled fp8" files (flux1-dev-fp8-scaled, t5xxl_fp8_e4m3fn_scaled...) store each
+# weight as fp8 to be multiplied by its own ``<layer>.scale_weight`` (a ``scaled_fp8`` marker
+# tensor beside them; ``.scale_input`` for fp8 matmuls), and its newer quantized files declare
+# ``_quantization_metadata`` and ``<layer>.comfy_quant``. Read as plain weights they would run
+# unscaled (wrong images, the scales left over as unused keys): refused by name instead.
+COMFY_SCALE_SUFFIXES = (".scale_weight", ".scale_input", ".comfy_quant")
+
+
+def refuse_scaled_fp8(file: SafetensorsFile) -> None:
+    """``ModelFormatError`` naming the format when ``file`` is a ComfyUI scaled-fp8/quantized file."""
+    marker = next((k for k in file.entries if k == "scaled_fp8" or k.endswith(".scaled_fp8")), None)
+    scaled = marker or next((k for k in file.entries if k.endswith(COMFY_SCALE_SUFFIXES)), None)
+    if scaled is None and "_quantization_metadata" not in file.metadata:
+        return
+    found = f"tensor {scaled!r}" if scaled else "_quantization_metadata"
+    raise ModelFormatError(
+        f"{file.path.name} is a ComfyUI scaled fp8 checkpoint ({found}): each weight needs its own scale, "
+        "which sdkit does not apply; use the file's fp16/bf16 (or plain fp8_e4m3fn) release"
+    )
+
+
 class Checkpoint:
     """Every tensor of a checkpoint by key: one file, or a diffusers folder's files under
     ``<component folder>.`` prefixes (the keys a diffusers-layout single file has)."""
@@ -97,6 +118,7 @@ class Checkpoint:
         self._prefixed_files = list(files)
         self._tensors: dict[str, tuple[SafetensorsFile, TensorEntry]] = {}
         for prefix, file in files:
+            refuse_scaled_fp8(file)
             for key, entry in file.entries.items():
                 self._tensors[prefix + key] = (file, entry)
 

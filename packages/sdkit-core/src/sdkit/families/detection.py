@@ -14,10 +14,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sdkit.errors import ModelFormatError, OptionError
+from sdkit.errors import ModelFormatError, OptionError, UnsupportedFamilyError
 from sdkit.families.checkpoint import Checkpoint, a1111_yaml, normalize_prediction, yaml_prediction
 from sdkit.families.family import LAYOUT_LABELS, Family, MappedCheckpoint
 from sdkit.families.inspect import describe
+from sdkit.families.recognised import recognise
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ def detect(checkpoint: Checkpoint, families: Sequence[Family], prediction: str |
         wanted, source = _stated_prediction(checkpoint)
     candidates = [(family, layout) for family in families if (layout := family.detect(checkpoint))]
     if not candidates:
+        recognised = recognise(checkpoint)
+        if recognised is not None:
+            name = checkpoint.path.name
+            raise UnsupportedFamilyError(f"{name} is a {recognised.model} checkpoint: {recognised.reason}")
         what = describe(checkpoint, families).summary()
         raise ModelFormatError(f"{checkpoint.path.name} is not a checkpoint of a known model family: {what}")
     if wanted is None:
@@ -81,7 +86,14 @@ def load_checkpoint(
     its weights: a lazy ``WeightSet`` per component, checked complete. ``files``: the components
     the family takes from their own files (``Family.files``: Flux's ``clip_l``, ``t5xxl``, ``vae``)."""
     checkpoint = Checkpoint.open(path)
-    found = detect(checkpoint, families, prediction)
+    return map_detected(checkpoint, detect(checkpoint, families, prediction), files)
+
+
+def map_detected(
+    checkpoint: Checkpoint, found: Detected, files: Mapping[str, str | os.PathLike[str]] | None = None
+) -> MappedCheckpoint:
+    """``checkpoint`` mapped as the family ``detect`` found for it (``load_checkpoint`` without
+    reading the header's family again), with the component ``files`` the family takes."""
     given = dict(files or {})
     check_component_files(checkpoint.path.name, found.family, given)
     if given:

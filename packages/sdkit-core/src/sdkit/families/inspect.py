@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sdkit.families.checkpoint import DTYPE_NAMES, Checkpoint, a1111_yaml
+from sdkit.families.recognised import recognise
 
 if TYPE_CHECKING:
     from sdkit.families.family import Family
@@ -28,7 +29,7 @@ _WIDTHS = {768: "SD 1.x (CLIP-L)", 1024: "SD 2.x (OpenCLIP-H)", 1280: "SDXL (Ope
 class FileDescription:
     """A file's kind, a one-line title and labelled details."""
 
-    kind: str  # "checkpoint", "lora", "embedding", "vae" or "unknown"
+    kind: str  # "checkpoint", "lora", "embedding", "vae", "unsupported" (SD3, Chroma files) or "unknown"
     title: str
     details: list[tuple[str, str]] = field(default_factory=list)
 
@@ -63,6 +64,10 @@ def describe(checkpoint: Checkpoint, families: Sequence[Family]) -> FileDescript
         layout = family.detect(checkpoint)
         if layout:
             return _checkpoint(checkpoint, family, layout)
+    recognised = recognise(checkpoint)
+    if recognised is not None:
+        details = [*recognised.details, ("size", f"{checkpoint.nbytes / 1e6:,.1f} MB, {len(checkpoint)} tensors")]
+        return FileDescription("unsupported", recognised.title, [*details, ("status", recognised.reason)])
     keys = checkpoint.keys()
     if any(marker in key for key in keys for marker in _LORA_MARKERS):
         return _lora(checkpoint)

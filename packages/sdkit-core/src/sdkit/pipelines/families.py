@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import UnsupportedFamilyError
-from sdkit.families import Checkpoint, Family, MappedCheckpoint, detect, load_checkpoint, shipped
+from sdkit.families import Checkpoint, Detected, Family, MappedCheckpoint, detect, map_detected, shipped
 from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.pipelines.adapters import base_sources
 from sdkit.pipelines.base import OpenedCheckpoint
@@ -45,17 +45,28 @@ def registered_families() -> list[Family]:
     return get_plugins().families.families()
 
 
+def detect_checkpoint(checkpoint: Checkpoint, prediction: str | None = None) -> Detected:
+    """``checkpoint``'s family among the registered ones (``sdkit.families.detect``)."""
+    return detect(checkpoint, registered_families(), prediction)
+
+
 def open_checkpoint(
-    path: str | os.PathLike[str], prediction: str | None = None, files: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | Checkpoint,
+    prediction: str | None = None,
+    files: Mapping[str, str] | None = None,
+    detected: Detected | None = None,
 ) -> MappedCheckpoint:
     """``path`` (a ``.safetensors`` file or a diffusers folder) detected among the registered
     families and mapped: a lazy ``WeightSet`` per component, checked complete. ``files``: the
     components a family takes from their own files (Flux's ``clip_l``, ``t5xxl``, ``vae``). A
-    family whose graphs sdkit does not ship is refused before any mapping (``require_graphs``)."""
-    families = registered_families()
-    checkpoint = Checkpoint.open(path)
-    require_graphs(detect(checkpoint, families, prediction).family, checkpoint.path.name)
-    return load_checkpoint(path, families, prediction, files)
+    family whose graphs sdkit does not ship is refused before any mapping (``require_graphs``).
+    ``detected``: the caller's own ``detect`` of this checkpoint, its family already checked
+    runnable (``pipeline_class``), so the header is not read for the family again."""
+    checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(path)
+    if detected is None:
+        detected = detect_checkpoint(checkpoint, prediction)
+        require_graphs(detected.family, checkpoint.path.name)
+    return map_detected(checkpoint, detected, files)
 
 
 def require_graphs(family: Family, what: str | Path = "this checkpoint") -> None:
@@ -113,10 +124,14 @@ def checkpoint_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
 
 
 def open_for_pipeline(
-    path: str | os.PathLike[str], prediction: str | None = None, files: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | Checkpoint,
+    prediction: str | None = None,
+    files: Mapping[str, str] | None = None,
+    detected: Detected | None = None,
 ) -> OpenedCheckpoint:
-    """``path`` opened for a pipeline: mapped, with its config and component sources."""
-    mapped = open_checkpoint(path, prediction, files)
+    """``path`` opened for a pipeline: mapped, with its config and component sources
+    (``detected`` as in ``open_checkpoint``)."""
+    mapped = open_checkpoint(path, prediction, files, detected)
     return OpenedCheckpoint(mapped, checkpoint_config(mapped), checkpoint_sources(mapped))
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sdkit.errors import SdkitError, UnsupportedFamilyError
-from sdkit.families import Checkpoint, Family, detect
+from sdkit.families import Checkpoint, Family
 from sdkit.families.checkpoint import is_diffusers_folder
 from sdkit.pipelines.base import Pipeline
 from sdkit.pipelines.components import LoadSettings
-from sdkit.pipelines.families import open_for_pipeline, pipeline_class, registered_families
+from sdkit.pipelines.families import detect_checkpoint, open_for_pipeline, pipeline_class
 from sdkit.pipelines.loading import PipelineLoader
 
 
@@ -44,20 +44,20 @@ class CheckpointLoader(PipelineLoader):
         """The detected family's pipeline class, from the file's header alone (None when the
         file is not one: ``load_pipeline`` then says why)."""
         try:
-            family = detect(Checkpoint.open(path), registered_families()).family
+            family = detect_checkpoint(Checkpoint.open(path)).family
             return _pipeline_class(family, Path(path).name)
         except SdkitError:
             return None
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        # The family's pipeline first, from the header alone: a file whose pipeline is missing is
-        # refused for that, before its graphs are looked for.
-        _pipeline_class(
-            detect(Checkpoint.open(path), registered_families(), settings.prediction).family, Path(path).name
-        )
+        # The family is read from the header once; its pipeline class is resolved first (a file
+        # whose pipeline is missing is refused for that, before its graphs are looked for: both
+        # in ``pipeline_class``), and the mapping takes the same detection.
+        checkpoint = Checkpoint.open(path)
+        found = detect_checkpoint(checkpoint, settings.prediction)
+        cls = _pipeline_class(found.family, Path(path).name)
         opener = partial(open_for_pipeline, files=settings.files) if settings.files else open_for_pipeline
-        opened = opener(path, settings.prediction)
-        cls = _pipeline_class(opened.mapped.family, Path(path).name)
+        opened = opener(checkpoint, settings.prediction, detected=found)
         config = opened.config
         components = settings.components(
             cls.component_names, opened.sources, config.text_outputs, config.fp32_components
