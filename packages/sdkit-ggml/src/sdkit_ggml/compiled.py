@@ -72,6 +72,9 @@ class GgmlCompiledModel(CompiledModel):
             except NeedsValue as need:
                 self._value_inputs.add(need.name)
 
+    def _device_supports(self, node: int) -> bool:
+        return bool(self._lib.ggml_backend_supports_op(self._backend, node))
+
     def _initializers(self, weights: WeightSet) -> dict[str, np.ndarray]:
         names = self.graph.initializer_names
         missing = sorted(n for n in names if n not in weights)
@@ -115,6 +118,7 @@ class GgmlCompiledModel(CompiledModel):
             context = GgmlContext(self._lib, capacity_for(self._proto))
             builder = Builder(context, self.options.precision, self._shared_weights)
             builder.conv_choice = self.conv
+            builder.device_supports = self._device_supports
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
                 wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}

@@ -20,5 +20,5 @@ def test_cpu_is_listed_and_opened_once() -> None:
 
 
 def test_an_absent_device_names_the_available_ones() -> None:
-    with pytest.raises(DeviceError, match="available: cpu"):
+    with pytest.raises(DeviceError, match=r"available: (.*, )?cpu"):
         find_device(load_library(), Device("cuda", 7))

@@ -35,3 +35,28 @@ def test_to_storage_checks_range_and_size() -> None:
 def test_from_storage_restores_the_onnx_dtype() -> None:
     assert from_storage(np.array([0.0, 1.0], np.float32), np.dtype(np.bool_)).tolist() == [False, True]
     assert from_storage(np.array([3], np.int32), np.dtype(np.int64)).dtype == np.int64
+
+
+def test_a_node_the_device_cannot_compute_is_refused_before_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU backend may lack an op the CPU has; computing it would abort inside ggml, so every
+    node is asked first (``ggml_backend_supports_op``) and the refusal names the op."""
+    import sdkit
+    from sdkit.errors import UnsupportedModelError
+    from sdkit.testing import one_node_model
+
+    lib = L.load_library()
+    real = lib.functions["ggml_backend_supports_op"]
+
+    def no_mul_mat(backend: int, node: int) -> bool:
+        return (lib.ggml_op_desc(node) or b"").decode() != "MUL_MAT" and bool(real(backend, node))
+
+    monkeypatch.setitem(lib.functions, "ggml_backend_supports_op", no_mul_mat)
+    rng = np.random.default_rng(0)
+    model = one_node_model("MatMul", {"a": rng.standard_normal((2, 3), dtype=np.float32)},
+                           initializers={"b": rng.standard_normal((3, 4), dtype=np.float32)})  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match=r"CPU backend cannot compute MUL_MAT \(1 node"):
+        sdkit.compile(model, backend="ggml", device="cpu").run({"a": np.ones((2, 3), np.float32)})
+    monkeypatch.undo()
+    relu = one_node_model("Relu", {"x": np.array([-1.0, 2.0], np.float32)})
+    out = sdkit.compile(relu, backend="ggml", device="cpu").run({"x": np.array([-1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(next(iter(out.values())), [0.0, 2.0])

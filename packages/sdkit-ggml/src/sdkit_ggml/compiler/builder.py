@@ -78,6 +78,9 @@ class Builder:
         self.keep_weights = keep_weights
         self.capacity = factory.capacity  # weight tensors
         self.max_tensors = MAX_TENSORS  # compute tensors
+        # Whether the device computes a node (ggml_backend_supports_op); None: every node (the
+        # CPU, and check(), which knows no device). Lowerings with another way ask ``supported``.
+        self.device_supports: Callable[[int], bool] | None = None
         # Every tensor's byte size is checked against the budget in Python integers before
         # ggml sees its ne: ggml's own size_t arithmetic wraps (a 2^62-element tensor gets a
         # 32-byte buffer) and its asserts abort the process.
@@ -148,6 +151,11 @@ class Builder:
             # A lowering bug, not a user error: fail loudly rather than compute garbage.
             raise RuntimeError(f"{fn}: ggml produced ne={got}, expected {want} for ONNX shape {tuple(shape)}")
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype or np.float32), ggml_type)
+
+    def supported(self, t: Tensor) -> bool:
+        """Whether the device computes ``t``'s op as built (a GPU backend lacks some ops or
+        operand layouts the CPU has); an unused node costs a tensor slot, never compute."""
+        return self.device_supports is None or bool(self.device_supports(t.ptr))
 
     def set_precision_f32(self, t: Tensor) -> None:
         """Ask for F32 accumulation in ``t``'s op (flash attention; ignored where ggml has no choice)."""

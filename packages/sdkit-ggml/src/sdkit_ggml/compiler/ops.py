@@ -291,3 +291,15 @@ def retype(t: Tensor, dtype: np.dtype[Any]) -> Tensor:
 
 def with_bounds(t: Tensor, bounds: tuple[int, int] | None) -> Tensor:
     return t if bounds is None else dataclasses.replace(t, bounds=bounds)
+
+
+def pool_rows(b: Builder, rows: Tensor, kind: int, kernel: int, stride: int, out: int) -> Tensor:
+    """Pool each row of ``rows`` [R, L] (no padding) -> [R, out]: ggml_pool_1d, or where the
+    device has no 1-D pool (CUDA), the same window as a 2-D pool of height 1."""
+    shape = (rows.shape[0], out)
+    y = b.op("ggml_pool_1d", rows.ptr, kind, kernel, stride, 0, shape=shape, dtype=rows.dtype)
+    if b.supported(y):
+        return y
+    flat = reshape(b, rows, (1, 1, *rows.shape))
+    y = b.op("ggml_pool_2d", flat.ptr, kind, kernel, 1, stride, 1, 0.0, 0.0, shape=(1, 1, *shape), dtype=rows.dtype)
+    return reshape(b, y, shape)

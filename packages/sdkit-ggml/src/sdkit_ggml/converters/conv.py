@@ -83,6 +83,9 @@ def conv2d(
         return chunked_conv2d(b, x, kernel, rows, stride=stride, pad=pad, dilation=dilation, out_hw=(oh, ow))
     strides_pads_dilations = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
     cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
+    if not b.supported(cols):  # a GPU's im2col reads contiguous operands only
+        x, kernel = ops.cont(b, x), ops.cont(b, kernel)
+        cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
     cols2 = ops.reshape(b, cols, (n * oh * ow, k))
     kernel2 = ops.reshape(b, kernel, (oc, k))
     # mul_mat(cols, kernel) yields channels-first [OC, N*OH*OW] directly; the other operand
@@ -190,6 +193,9 @@ def _slab_cols(
     made = (height + 2 * extra - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     spd = (stride[1], stride[0], pad_w, extra, dilation[1], dilation[0])
     cols = b.op("ggml_im2col", kernel.ptr, slab.ptr, *spd, True, col_type, shape=(1, made, ow, k))
+    if not b.supported(cols):  # a GPU's im2col reads contiguous operands only: copy the slab
+        slab = ops.cont(b, slab)
+        cols = b.op("ggml_im2col", kernel.ptr, slab.ptr, *spd, True, col_type, shape=(1, made, ow, k))
     cols2 = ops.reshape(b, cols, (made * ow, k))
     if made == count:
         return cols2

@@ -87,6 +87,19 @@ def convert_attention(b: Builder, node: Node) -> list[Value]:
     out = b.op(
         "ggml_flash_attn_ext", q4.ptr, k4.ptr, v4.ptr, None, scale, 0.0, 0.0, shape=(nb, lq, heads, dv), dtype=q.dtype
     )
+    if not b.supported(out):  # e.g. CUDA's kernels: head sizes 40/64/80/96/112/128/256... only
+        return [ops.reshape(b, _explicit_attention(b, q4, k4, v4, scale), (*batch, lq, dv))]
     b.set_precision_f32(out)
     result = ops.transpose(b, out, (0, 2, 1, 3))  # ggml's result is [batch, Lq, heads, dv]
     return [ops.reshape(b, result, (*batch, lq, dv))]
+
+
+def _explicit_attention(b: Builder, q4: Tensor, k4: Tensor, v4: Tensor, scale: float) -> Tensor:
+    """softmax(scale * Q K^T) V as mul_mat, soft_max_ext, mul_mat ([B, H, Lq, dv]): where the
+    device has no flash-attention kernel for these operands. The scores are stored."""
+    nb, heads, lq, lk = q4.shape[0], q4.shape[1], q4.shape[2], k4.shape[2]
+    dv = v4.shape[3]
+    scores = b.op("ggml_mul_mat", ops.cont(b, k4).ptr, ops.cont(b, q4).ptr, shape=(nb, heads, lq, lk), dtype=q4.dtype)
+    probs = b.op("ggml_soft_max_ext", scores.ptr, None, scale, 0.0, shape=(nb, heads, lq, lk), dtype=q4.dtype)
+    v_t = ops.cont(b, ops.transpose(b, v4, (0, 1, 3, 2)))  # [B, H, dv, Lk]
+    return b.op("ggml_mul_mat", v_t.ptr, probs.ptr, shape=(nb, heads, lq, dv), dtype=q4.dtype)

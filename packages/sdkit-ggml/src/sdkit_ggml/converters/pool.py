@@ -76,7 +76,7 @@ def _pool(b: Builder, x: Tensor, kind: int, kernel: list[int], strides: list[int
     n, c = x.shape[0], x.shape[1]
     if len(kernel) == 1:
         rows = ops.reshape(b, x, (n * c, x.shape[2]))
-        y = b.op("ggml_pool_1d", rows.ptr, kind, kernel[0], strides[0], 0, shape=(n * c, out[0]), dtype=x.dtype)
+        y = ops.pool_rows(b, rows, kind, kernel[0], strides[0], out[0])
         return ops.reshape(b, y, (n, c, out[0]))
     window = (kernel[1], kernel[0], strides[1], strides[0], 0.0, 0.0)
     return b.op("ggml_pool_2d", x.ptr, kind, *window, shape=(n, c, *out), dtype=x.dtype)

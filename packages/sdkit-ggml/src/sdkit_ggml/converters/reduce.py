@@ -53,7 +53,7 @@ def _first_argmax(b: Builder, rows: Tensor) -> Tensor:
 
 def row_max(b: Builder, rows: Tensor) -> Tensor:
     n = rows.shape[1]
-    return b.op("ggml_pool_1d", rows.ptr, L.GGML_OP_POOL_MAX, n, n, 0, shape=(rows.shape[0], 1), dtype=rows.dtype)
+    return ops.pool_rows(b, rows, L.GGML_OP_POOL_MAX, n, n, 1)
 
 
 def softmax_rows(b: Builder, x: Tensor, axes: list[int]) -> Tensor:

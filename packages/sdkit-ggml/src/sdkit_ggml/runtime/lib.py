@@ -91,6 +91,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_new_graph_custom": (_P, (_P, _S, _B)),
     "ggml_build_forward_expand": (None, (_P, _P)),
     "ggml_graph_n_nodes": (_I, (_P,)),
+    "ggml_graph_node": (_P, (_P, _I)),
     # binary
     "ggml_add": (_P, (_P, _P, _P)),
     "ggml_sub": (_P, (_P, _P, _P)),
@@ -162,6 +163,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_backend_tensor_set": (None, (_P, _P, _S, _S)),
     "ggml_backend_tensor_get": (None, (_P, _P, _S, _S)),
     "ggml_backend_graph_compute": (_I, (_P, _P)),
+    "ggml_backend_supports_op": (_B, (_P, _P)),
     "ggml_backend_synchronize": (None, (_P,)),
     "ggml_backend_free": (None, (_P,)),
     "ggml_backend_name": (_C, (_P,)),

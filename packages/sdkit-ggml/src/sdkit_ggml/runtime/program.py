@@ -41,6 +41,22 @@ def from_storage(raw: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return np.asarray(raw.astype(dtype, copy=False))
 
 
+def unsupported_nodes(lib: GgmlLib, backend: int, graph: int) -> list[str]:
+    """The graph's nodes the backend cannot compute, grouped by ggml op: computing one would
+    abort the process inside ggml (a CPU build runs every op sdkit emits; a GPU backend may not)."""
+    refused: dict[str, list[str]] = {}
+    for i in range(lib.ggml_graph_n_nodes(graph)):
+        node = lib.ggml_graph_node(graph, i)
+        if not lib.ggml_backend_supports_op(backend, node):
+            op = (lib.ggml_op_desc(node) or b"?").decode()
+            refused.setdefault(op, []).append((lib.ggml_get_name(node) or b"").decode())
+    device = (lib.ggml_backend_name(backend) or b"?").decode()
+    return [
+        f"ggml's {device} backend cannot compute {op} ({len(names)} node(s), e.g. {names[0] or 'unnamed'!r})"
+        for op, names in sorted(refused.items())
+    ]
+
+
 @dataclass
 class BuiltGraph:
     """What the compiler built for one input signature, ready to allocate."""
@@ -76,6 +92,9 @@ class Program:
         # Inputs nothing reads still need memory for tensor_set.
         for tensor in graph.inputs.values():
             lib.ggml_build_forward_expand(self.graph, tensor.ptr)
+        refused = unsupported_nodes(lib, backend, self.graph)
+        if refused:
+            raise UnsupportedModelError("ggml", refused)
         if graph.weights:
             self.weight_buffer = lib.ggml_backend_alloc_ctx_tensors(context.wctx, backend)
             if not self.weight_buffer:
