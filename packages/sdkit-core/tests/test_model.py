@@ -41,6 +41,45 @@ def test_load_splits_graph_and_weights(tmp_path: Path) -> None:
     assert other.graph.hash == model.graph.hash
 
 
+def test_the_checker_sees_the_graph_without_its_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``onnx.checker`` gets the graph with each initializer as a typed input, no weight bytes:
+    checking (or sizing) the loaded model would serialize it, a copy of every weight on top of
+    the model (what set ``memory="offload"``'s peak). A bad model is still refused by it."""
+    seen: list[onnx.ModelProto] = []
+    check = onnx.checker.check_model
+
+    def recording(model: onnx.ModelProto, *args: object, **kwargs: object) -> None:
+        seen.append(model)
+        check(model, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx.checker, "check_model", recording)
+    path = tmp_path / "mm.onnx"
+    onnx.save(_matmul_model(), path)
+    model = sdkit.load_model(path)
+    [checked] = seen
+    assert not checked.graph.initializer
+    assert [(i.name, i.type.tensor_type.elem_type) for i in checked.graph.input] == [
+        ("x", TensorProto.FLOAT),
+        ("w", TensorProto.FLOAT),
+    ]
+    assert list(model.weights) == ["w"]
+    bad = _matmul_model()
+    bad.graph.node[0].input[1] = "missing"  # an input nothing produces
+    onnx.save(bad, path)
+    with pytest.raises(ModelFormatError, match="not a valid ONNX model"):
+        sdkit.load_model(path)
+
+
+def test_initializer_bytes_that_do_not_fill_its_dims(tmp_path: Path) -> None:
+    """The checker no longer sees the weight bytes; reading them finds the mismatch."""
+    proto = _matmul_model()
+    proto.graph.initializer[0].raw_data = proto.graph.initializer[0].raw_data[:-4]
+    path = tmp_path / "short.onnx"
+    onnx.save(proto, path)
+    with pytest.raises(ModelFormatError, match="initializer 'w'"):
+        sdkit.load_model(path)
+
+
 def test_external_data_is_loaded(tmp_path: Path) -> None:
     path = tmp_path / "ext.onnx"
     onnx.save_model(_matmul_model(), path, save_as_external_data=True, location="ext.data", size_threshold=0)

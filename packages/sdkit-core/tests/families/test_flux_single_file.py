@@ -11,7 +11,6 @@ reference, ggml (threads=1) and openvino backends; the transformer output within
 from __future__ import annotations
 
 import json
-import struct
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from sdkit.errors import ModelFormatError, OptionError, UnsupportedFamilyError
 from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
 from sdkit.model import Model
+from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 REPO = Path(__file__).resolve().parents[4]
 TINY = REPO / "fixtures" / "families" / "tiny" / "flux"
@@ -273,18 +273,8 @@ def bfl_header(path: Path, guidance: bool, prefix: str = "", dtype: str = "BF16"
     shapes["single_blocks.0.norm.query_norm.scale"] = shapes["single_blocks.0.norm.key_norm.scale"] = (128,)
     linear("final_layer.linear", 64, h)
     linear("final_layer.adaLN_modulation.1", 2 * h, h)
-    header: dict[str, Any] = {}
-    offset = 0
-    for key, shape in shapes.items():
-        size = int(np.prod(shape)) * (1 if dtype.startswith("F8") and len(shape) == 2 else 2)
-        kind = dtype if len(shape) == 2 else "BF16"
-        header[prefix + key] = {"dtype": kind, "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + offset)
+    matrices = {prefix + key: dtype for key, shape in shapes.items() if len(shape) == 2}  # vectors stay BF16
+    write_header_only_safetensors(path, {prefix + key: shape for key, shape in shapes.items()}, "BF16", matrices)
 
 
 @pytest.mark.parametrize(

@@ -8,33 +8,15 @@ width 3072 with ``distilled_guidance_layer`` and no ``vector_in``/``guidance_in`
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 
 import sdkit
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Checkpoint, describe, detect
 from sdkit.pipelines.families import registered_families
-
-
-def write_header_only(path: Path, shapes: dict[str, tuple[int, ...]]) -> Path:
-    header: dict[str, Any] = {}
-    offset = 0
-    for key, shape in shapes.items():
-        size = int(np.prod(shape)) * 2
-        header[key] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + offset)
-    return path
+from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 
 def sd3_shapes(depth: int, prefix: str, encoders: bool, mmdit_x: bool = False) -> dict[str, tuple[int, ...]]:
@@ -80,7 +62,7 @@ CASES = [
 def test_named_by_inspect_and_refused_by_name(
     tmp_path: Path, name: str, shapes: dict[str, tuple[int, ...]], model: str, encoders: str
 ) -> None:
-    path = write_header_only(tmp_path / name, shapes)
+    path = write_header_only_safetensors(tmp_path / name, shapes)
     checkpoint = Checkpoint.open(path)
     described = describe(checkpoint, registered_families())
     assert described.kind == "unsupported" and described.title.startswith(f"{model} checkpoint")
@@ -94,7 +76,8 @@ def test_named_by_inspect_and_refused_by_name(
 def test_the_command_line_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from sdkit.cli.main import main
 
-    path = write_header_only(tmp_path / "sd3.5_large.safetensors", sd3_shapes(38, "model.diffusion_model.", True))
+    shapes = sd3_shapes(38, "model.diffusion_model.", True)
+    path = write_header_only_safetensors(tmp_path / "sd3.5_large.safetensors", shapes)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "SD 3.5 Large checkpoint" in out and "38 joint blocks, width 2432" in out

@@ -110,6 +110,25 @@ def test_offload_holds_one_component_at_a_time(family: str, monkeypatch: pytest.
     assert residency.resident() == frozenset()
 
 
+def test_offload_img2img_adds_the_encoder_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """img2img under ``offload``: the VAE encoder is a stage of its own, after the text encoders
+    and before the transformer, with nothing else resident when it compiles."""
+    from PIL import Image
+
+    pipe = sdkit.load_pipeline(ROOT / "flux_dev", backend="reference", memory="offload")
+    residency = track(pipe, monkeypatch)
+    image = Image.fromarray(np.full((32, 48, 3), 128, np.uint8))
+    pipe.generate("a cat", **REQUEST, init_image=image, strength=0.5)
+    assert [name for name, _ in residency.log] == [
+        "text_encoder",
+        "text_encoder_2",
+        "vae_encoder",
+        *STAGES["flux_dev"][2:],
+    ]
+    assert all(not others for _, others in residency.log), residency.log
+    assert residency.resident() == frozenset()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_keep_holds_every_component(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The contrast that shows the observation sees residency: under ``keep`` every component

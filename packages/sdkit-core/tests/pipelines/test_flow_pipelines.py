@@ -1,10 +1,12 @@
 """SD3, FLUX.1 dev/schnell and Chroma against diffusers' goldens (``fixtures/tiny_flow``).
 
 Oracle: diffusers 0.42.1's ``StableDiffusion3Pipeline``, ``FluxPipeline`` and ``ChromaPipeline``
-images, per-step latents, prompt embeddings and first transformer inputs, made with sdkit's noise
-stream (``make_fixtures.py``). Every image within 1e-3 on [0, 1] pixels on each installed backend
-(reference, ggml with ``threads=1``, openvino), the latents after every step within 1e-4; the
-intermediate arrays on the reference backend within 1e-5.
+images, per-step latents, prompt embeddings and first transformer inputs, and their img2img
+pipelines' (``StableDiffusion3Img2ImgPipeline``, ``FluxImg2ImgPipeline``, ``ChromaImg2ImgPipeline``)
+images, per-step latents and schedules, made with sdkit's noise stream (``make_fixtures.py``).
+Every image within 1e-3 on [0, 1] pixels on each installed backend (reference, ggml with
+``threads=1``, openvino), the latents after every step within 1e-4; the intermediate arrays on the
+reference backend within 1e-5.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ FEED_TOLERANCE = 1e-5
 BACKENDS = ("reference", "ggml", "openvino")
 FAMILIES = ("sd3", "flux_dev", "flux_schnell", "chroma")
 CASES = ("sd3_cfg", "sd3_no_cfg", "flux_dev", "flux_schnell", "chroma_cfg")
+IMG2IMG_CASES = ("sd3_img2img", "flux_dev_img2img", "flux_schnell_img2img", "chroma_img2img")
 CLASSES = {
     "sd3": StableDiffusion3Pipeline,
     "flux_dev": FluxPipeline,
@@ -57,6 +60,13 @@ def kwargs_for(key: str) -> dict[str, Any]:
         "max_sequence_length": c["max_sequence_length"],
         "output_type": "np",
     }
+
+
+def img2img_kwargs(key: str) -> dict[str, Any]:
+    from PIL import Image
+
+    image = Image.fromarray(golden("img2img_init_image"))
+    return {**kwargs_for(key), "init_image": image, "strength": case(key)["strength"]}
 
 
 def load(family: str, backend: str) -> Any:
@@ -95,6 +105,36 @@ def test_golden_on_every_backend(pipes: Any, key: str) -> None:
     assert all(latents.shape == (1, 16, 16, 24) for latents in steps.latents)
     GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend, convert=packed_like)
     assert set(pipe.backends().values()) - {None} == {backend}
+
+
+@pytest.mark.parametrize("key", IMG2IMG_CASES)
+def test_img2img_golden_on_every_backend(pipes: Any, key: str) -> None:
+    """img2img (VAE encode with shift and scaling, the steps strength keeps, ``scale_noise``,
+    Flux's packing) as diffusers' img2img pipelines: the image within 1e-3, each kept step's
+    latents within 1e-4."""
+    backend, loaded = pipes
+    c = case(key)
+    pipe = loaded[c["family"]]
+    steps = StepRecorder()
+    image = pipe.generate(c["prompt"], **img2img_kwargs(key), callback=steps)
+    GOLDENS.check(key, image, steps, (TOLERANCE, STEP_TOLERANCE), backend, convert=packed_like)
+    assert set(pipe.backends().values()) - {None} == {backend}
+
+
+@pytest.mark.parametrize("key", IMG2IMG_CASES)
+def test_img2img_schedule_is_diffusers(reference: Any, key: str) -> None:
+    """The kept timesteps and sigmas (``int(steps - steps * strength)`` dropped, no rounding
+    first), from Flux's linear sigmas and ``mu`` as txt2img."""
+    c = case(key)
+    pipe = reference[c["family"]]
+    plan = pipe.plan(pipe.accept(pipe.request_class.create(c["prompt"], **img2img_kwargs(key))))
+    # diffusers' scheduler.timesteps is the whole schedule; its img2img loop runs the last ``kept``
+    kept = {"sd3_img2img": 2, "flux_dev_img2img": 2, "flux_schnell_img2img": 2, "chroma_img2img": 3}[key]
+    whole = golden(f"{key}/timesteps")
+    assert len(golden(f"{key}/step_latents")) == kept and len(whole) == c["steps"]
+    assert np.abs(np.asarray(plan.scheduler.timesteps) - whole[len(whole) - kept :]).max() <= 1e-4
+    sigmas = golden(f"{key}/sigmas")  # the whole table and the final 0; sdkit's: what is left
+    assert np.abs(np.asarray(plan.scheduler.sigmas) - sigmas[len(sigmas) - kept - 1 :]).max() <= 1e-6
 
 
 def packed_like(latents: np.ndarray, golden_latents: np.ndarray) -> np.ndarray:
@@ -138,8 +178,10 @@ def test_parameters_and_refusals(reference: Any) -> None:
     assert "Model: flux_schnell, Software: sdkit" in text
     with pytest.raises(InputError, match=r"expects \[1,32,16\]"):  # the fixture's fixed T5 length
         pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "max_sequence_length": 64})
-    with pytest.raises(OptionError, match="img2img is not supported"):
-        pipe.generate("a photo", **kwargs_for("flux_schnell"), init_image=np.zeros((32, 48, 3), np.uint8))
+    [image] = pipe.generate("a photo", **{**img2img_kwargs("flux_schnell_img2img"), "output_type": "pil"})
+    assert "Denoising strength: 0.75" in image.info["parameters"]
+    with pytest.raises(InputError, match="strength must be in"):
+        pipe.generate("a photo", **{**img2img_kwargs("flux_schnell_img2img"), "strength": 0.0})
     with pytest.raises(OptionError, match="prompt_weighting"):
         pipe.generate("a photo", **kwargs_for("flux_schnell"), prompt_weighting="a1111")
     with pytest.raises(OptionError, match="does not run 'flow' models"):
@@ -179,3 +221,24 @@ def test_command_line_makes_the_golden_image(tmp_path: Path, capsys: pytest.Capt
     sd_folder = ROOT.parent / "tiny_pipeline" / "model"
     assert main(["generate", "a cat", "--model", str(sd_folder), "--max-sequence-length", "32"]) == 1
     assert "unknown generation option 'max_sequence_length'" in capsys.readouterr().err
+
+
+def test_command_line_img2img(tmp_path: Path) -> None:
+    """``sdkit generate --init-image --strength`` on a Flux folder (the size is the image's):
+    diffusers' ``FluxImg2ImgPipeline`` image (8-bit), A1111's ``Denoising strength``."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    require_backend("ggml")
+    c = case("flux_dev_img2img")
+    init, out = tmp_path / "init.png", tmp_path / "out.png"
+    Image.fromarray(golden("img2img_init_image")).save(init)
+    argv = ["generate", c["prompt"], "--model", str(ROOT / "flux_dev"), "-o", str(out), "--backend", "ggml"]
+    argv += ["--steps", "3", "--seed", "11", "--cfg", "3.5", "--threads", "1", "--max-sequence-length", "32"]
+    assert main([*argv, "--init-image", str(init), "--strength", "0.6"]) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+        text = image.info["parameters"]
+    assert "Denoising strength: 0.6" in text and "Size: 48x32" in text
+    assert np.abs(pixels - golden("flux_dev_img2img/image")[0]).max() <= 1 / 255 + TOLERANCE

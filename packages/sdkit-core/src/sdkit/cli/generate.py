@@ -27,7 +27,7 @@ from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.sdxl_request import XLRequest
 
-HELP = "generate images with a Stable Diffusion, SDXL, SD3, Flux or Chroma pipeline (img2img: --init-image, SD/SDXL)"
+HELP = "generate images with a Stable Diffusion, SDXL, SD3, Flux or Chroma pipeline (img2img: --init-image)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

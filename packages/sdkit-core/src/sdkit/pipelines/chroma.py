@@ -1,4 +1,4 @@
-"""Chroma (Flux-derived, T5 only, real classifier-free guidance), txt2img, on any backend.
+"""Chroma (Flux-derived, T5 only, real classifier-free guidance), txt2img and img2img, on any backend.
 
 diffusers' ``ChromaPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec): Flux's
 packed latents, position ids, sigmas, ``mu`` and t / 1000, with
@@ -35,8 +35,8 @@ def transformer_mask(tokenizer_mask: np.ndarray, image_tokens: int) -> np.ndarra
 class ChromaPipeline(PackedLatentsPipeline):
     """A loaded Chroma pipeline. Create with ``sdkit.load_pipeline``."""
 
-    component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "transformer", "vae_decoder")
-    prepared_components: ClassVar[tuple[str, ...]] = component_names
+    prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "transformer", "vae_decoder")
+    component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder"
 
     def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:

@@ -15,7 +15,14 @@ Unlike the UNet pipelines they denoise with a transformer that predicts a veloci
 ``FlowPipeline.run`` is: plan, conditioning (the family's text encoders), initial latents,
 the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its components,
 T5 encoder, default T5 length and how it packs latents (``to_denoiser`` / ``from_denoiser``).
-img2img and A1111 prompt weighting are refused for now (no diffusers golden checks them yet).
+
+img2img (``init_image``, ``strength``) is diffusers' ``StableDiffusion3Img2ImgPipeline``,
+``FluxImg2ImgPipeline`` and ``ChromaImg2ImgPipeline``: the full schedule is set (same sigmas and
+``mu`` as txt2img), then its first ``int(steps - steps * strength)`` steps are dropped; the image
+is encoded by ``vae_encoder`` (its posterior sampled with the first draw, then ``(z - shift) *
+scaling``) and noised to the first kept sigma with the second draw, ``sigma * noise + (1 - sigma)
+* z`` (``scale_noise``), before Flux/Chroma pack it. A1111 prompt weighting is refused for now
+(no diffusers golden checks it).
 """
 
 from __future__ import annotations
@@ -75,8 +82,6 @@ class FlowPipeline(Pipeline):
 
     def plan(self, request: GenerationRequest) -> GenerationPlan:
         """``Pipeline.plan`` with the requests these pipelines do not run yet refused."""
-        if request.init_image is not None:
-            raise OptionError(f"{self.name}: img2img is not supported for {type(self).__name__} yet")
         if request.prompt_weighting != "none":
             raise OptionError(f"{self.name}: prompt_weighting={request.prompt_weighting!r} is not supported here")
         return super().plan(request)
@@ -143,11 +148,21 @@ class FlowPipeline(Pipeline):
     # -- latents ----------------------------------------------------------------------------
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
-        """The first noise draw (the request's ``latents`` in its place; the stream advances
-        either way), ``[N, C, h, w]``, as the denoiser takes them."""
+        """txt2img: the first noise draw (the request's ``latents`` in its place; the stream
+        advances either way). img2img: the encoded init image (posterior sampled with the first
+        draw) noised to the first kept sigma with the next (or the request's ``latents``), as
+        diffusers' ``scale_noise``. ``[N, C, h, w]``, then as the denoiser takes them."""
+        request = plan.request
+        encoded = None
+        if plan.image is not None:
+            encoder = self.components[self.image_encoder]
+            encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config)
         drawn = noise.normal(plan.latent_shape)
-        latents = drawn if plan.request.latents is None else plan.request.latents
-        return self.to_denoiser(np.asarray(latents, dtype=np.float32))
+        latents = np.asarray(drawn if request.latents is None else request.latents, dtype=np.float32)
+        if encoded is not None:
+            first = np.asarray(plan.scheduler.timesteps).reshape(-1)[:1]
+            latents = np.asarray(plan.scheduler.add_noise(encoded, latents, first), dtype=np.float32)
+        return self.to_denoiser(latents)
 
     def to_denoiser(self, latents: np.ndarray) -> np.ndarray:
         """``[N, C, h, w]`` latents as the denoiser reads them (Flux packs them)."""
@@ -186,7 +201,7 @@ class FlowPipeline(Pipeline):
     # -- the public call --------------------------------------------------------------------
 
     def run(self, request: GenerationRequest) -> Any:
-        """Generate ``request.num_images`` images (txt2img)."""
+        """Generate ``request.num_images`` images (txt2img, or img2img with ``init_image``)."""
         plan = self.plan(self.accept(request))
         noise = NoiseStream(plan.seeds)
         conditioning = self.conditioning(plan)  # the text encoders first, as diffusers

@@ -1,4 +1,4 @@
-"""FLUX.1 dev and schnell (flow matching, packed latents, RoPE ids), txt2img, on any backend.
+"""FLUX.1 dev and schnell (flow matching, packed latents, RoPE ids), txt2img and img2img, on any backend.
 
 diffusers' ``FluxPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 
@@ -58,8 +58,8 @@ class PackedLatentsPipeline(FlowPipeline):
 class FluxPipeline(PackedLatentsPipeline):
     """A loaded FLUX.1 dev or schnell pipeline. Create with ``sdkit.load_pipeline``."""
 
-    component_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
-    prepared_components: ClassVar[tuple[str, ...]] = component_names
+    prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
+    component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_2"
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:

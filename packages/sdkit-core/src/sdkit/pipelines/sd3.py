@@ -1,4 +1,4 @@
-"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching), txt2img, on any backend.
+"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching), txt2img and img2img, on any backend.
 
 diffusers' ``StableDiffusion3Pipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 
@@ -34,8 +34,8 @@ CLIP_ENCODERS = ("text_encoder", "text_encoder_2")
 class StableDiffusion3Pipeline(FlowPipeline):
     """A loaded SD3 / SD3.5 pipeline. Create with ``sdkit.load_pipeline``."""
 
-    component_names: ClassVar[tuple[str, ...]] = (*CLIP_ENCODERS, "text_encoder_3", "transformer", "vae_decoder")
-    prepared_components: ClassVar[tuple[str, ...]] = component_names
+    prepared_components: ClassVar[tuple[str, ...]] = (*CLIP_ENCODERS, "text_encoder_3", "transformer", "vae_decoder")
+    component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_3"
     default_max_sequence_length: ClassVar[int] = 256
 

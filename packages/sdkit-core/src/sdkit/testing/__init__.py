@@ -17,6 +17,7 @@ from sdkit.testing.adapter import (
     run_conformance,
 )
 from sdkit.testing.models import compare_with_reference, one_node_model
+from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 __all__ = [
     "ConformanceResult",
@@ -25,4 +26,5 @@ __all__ = [
     "one_node_model",
     "onnx_backend",
     "run_conformance",
+    "write_header_only_safetensors",
 ]
