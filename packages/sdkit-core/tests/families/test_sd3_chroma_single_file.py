@@ -429,7 +429,10 @@ def test_full_size_files_are_detected_and_refused_by_name(
     checkpoint = Checkpoint.open(path)
     families = sdkit.pipelines.families.registered_families()
     assert detect(checkpoint, families).family.name == family
-    text = "\n".join(describe(checkpoint, families).lines())
+    described = describe(checkpoint, families)
+    text = "\n".join(described.lines())
     assert f"{label} checkpoint" in text and "--t5xxl" in text
+    parameters = sum(int(np.prod(s)) for s in shapes.values())
+    assert dict(described.details)["transformer"].startswith(f"{parameters / 1e6:,.1f} M parameters")
     with pytest.raises(UnsupportedFamilyError, match=f"{name} is a {label} checkpoint .*does not ship the full-size"):
         sdkit.load_pipeline(path)

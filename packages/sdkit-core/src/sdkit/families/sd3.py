@@ -57,7 +57,7 @@ COMPONENT_FILES = {
     "clip_l": "CLIP-L text encoder, e.g. ComfyUI's clip_l.safetensors",
     "clip_g": "OpenCLIP bigG text encoder, e.g. ComfyUI's clip_g.safetensors",
     "t5xxl": "T5-XXL text encoder, e.g. t5xxl_fp16.safetensors",
-    "vae": "the SD3 VAE in LDM names (first_stage_model. keys without the prefix)",
+    "vae": "the SD3 VAE, LDM names without first_stage_model.",
 }
 
 

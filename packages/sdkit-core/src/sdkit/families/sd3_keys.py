@@ -87,7 +87,7 @@ class SaiMmdit:
     (64 x heads), which tells the last block's two-part context modulation from the others' six."""
 
     hidden: int
-    prefix: str = COMFY_PREFIX
+    prefix: str = ""  # both spellings are read; unread keys are reported, none is skipped
 
     def sai_name(self, name: str, shape: Sequence[int]) -> tuple[str, tuple[int, int] | None, bool] | None:
         """Stability's key (without prefix) of a diffusers name, its row slice and whether its row
@@ -116,7 +116,7 @@ class SaiMmdit:
         if found is None:
             return None
         key, rows, swapped = found
-        return TensorSource((self.prefix + key, key), rows=rows, swap_halves=swapped)
+        return TensorSource((COMFY_PREFIX + key, key), rows=rows, swap_halves=swapped)
 
     def ignored(self, key: str) -> bool:
         return False
