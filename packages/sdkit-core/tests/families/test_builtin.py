@@ -146,5 +146,6 @@ def test_text_outputs_are_graph_outputs(family: object) -> None:
 def test_registered_by_core() -> None:
     plugins = Plugins([])
     assert [f.name for f in plugins.families.families()] == [
-        "sd2v", "flux_dev", "sd1", "sd1_inpaint", "sd2", "sdxl", "sdxl_inpaint", "sdxl_refiner", "flux_schnell"
+        "sd2v", "flux_dev", "sd1", "sd1_inpaint", "sd2", "sdxl", "sdxl_inpaint", "sdxl_refiner", "flux_schnell",
+        "sd3_medium", "sd35_large", "sd35_medium", "chroma",
     ]  # fmt: skip

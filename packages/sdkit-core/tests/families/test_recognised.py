@@ -1,5 +1,6 @@
-"""SD3 / SD 3.5 and Chroma files (``sdkit.families.recognised``): named from their header, with
-what they hold, and refused by name with the reason (no family for them yet), never "unknown".
+"""SD3 / SD 3.5 and Chroma files that match none of the registered families (here: headers with
+the layouts' telltale keys but not the families' full probe sets) (``sdkit.families.recognised``):
+named from their header, with what they hold, and refused by name with the reason, never "unknown".
 
 The files are header-only (sparse) with the real layouts' key names and full-size shapes (SD 3.5
 Large: 38 joint blocks of width 2432; SD3 Medium: 24 of 1536; Chroma: Flux's 19 + 38 blocks of
@@ -67,7 +68,7 @@ def test_named_by_inspect_and_refused_by_name(
     described = describe(checkpoint, registered_families())
     assert described.kind == "unsupported" and described.title.startswith(f"{model} checkpoint")
     assert encoders in dict(described.details)["text encoders"]
-    with pytest.raises(UnsupportedFamilyError, match=rf"{name} is a {model} checkpoint: sdkit does not ship"):
+    with pytest.raises(UnsupportedFamilyError, match=rf"{name} is a {model} checkpoint: its \w+ matches no"):
         detect(checkpoint, registered_families())
     with pytest.raises(UnsupportedFamilyError, match="diffusers/optimum ONNX export folder"):
         sdkit.load_pipeline(path, backend="reference")

@@ -41,26 +41,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="a standalone VAE .safetensors file (LDM or diffusers keys); "
-        "with --clip_l/--t5xxl, the Flux VAE (ae.safetensors)",
+        "with --clip_l/--clip_g/--t5xxl, the Flux, Chroma or SD3 model's VAE file (ae.safetensors)",
     )
     parser.add_argument(
         "--clip_l",
         default=None,
         metavar="FILE",
-        help="a Flux transformer-only --model's CLIP-L text encoder (ComfyUI's clip_l.safetensors)",
+        help="a Flux or SD3 --model's CLIP-L text encoder when the file lacks it (ComfyUI's clip_l.safetensors)",
+    )
+    parser.add_argument(
+        "--clip_g",
+        default=None,
+        metavar="FILE",
+        help="an SD3 --model's OpenCLIP bigG text encoder when the file lacks it (ComfyUI's clip_g.safetensors)",
     )
     parser.add_argument(
         "--t5xxl",
         default=None,
         metavar="FILE",
-        help="a Flux transformer-only --model's T5-XXL text encoder (t5xxl_fp16.safetensors)",
+        help="a Flux, Chroma or SD3 --model's T5-XXL text encoder when the file lacks it (t5xxl_fp16.safetensors)",
     )
 
 
 def component_files(args: argparse.Namespace) -> dict[str, str]:
     """The component files a transformer-only --model takes at load (stable-diffusion.cpp's
-    --clip_l, --t5xxl, --vae): given --clip_l or --t5xxl, --vae is that model's VAE file."""
-    files = {name: str(path) for name in ("clip_l", "t5xxl") if (path := getattr(args, name, None)) is not None}
+    --clip_l, --clip_g, --t5xxl, --vae): given one of the text encoders, --vae is that model's
+    VAE file."""
+    files = {
+        name: str(path) for name in ("clip_l", "clip_g", "t5xxl") if (path := getattr(args, name, None)) is not None
+    }
     if files and args.vae is not None:
         files["vae"] = str(args.vae)
     return files

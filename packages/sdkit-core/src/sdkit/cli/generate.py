@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="a .safetensors checkpoint (SD 1.x/2.x, SDXL), a diffusers folder, or a diffusers/optimum ONNX "
         "folder; --diffusion-model (as stable-diffusion.cpp): the same, for a transformer-only file "
-        "(FLUX.1) given with --clip_l, --t5xxl and --vae",
+        "(FLUX.1, Chroma, SD3) given with the --clip_l, --clip_g, --t5xxl and --vae files it needs",
     )
     parser.add_argument(
         "--prediction",

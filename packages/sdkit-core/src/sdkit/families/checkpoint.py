@@ -112,13 +112,19 @@ class Checkpoint:
     """Every tensor of a checkpoint by key: one file, or a diffusers folder's files under
     ``<component folder>.`` prefixes (the keys a diffusers-layout single file has)."""
 
-    def __init__(self, path: Path, files: Sequence[tuple[str, SafetensorsFile]]) -> None:
+    def __init__(self, path: Path, files: Sequence[tuple[str, SafetensorsFile]], replacing: Sequence[str] = ()) -> None:
+        """``files``: (key prefix, file) in order. A file whose prefix is in ``replacing`` (a
+        component file, ``with_files``) replaces the keys earlier files have under that prefix."""
         self.path = path
         self.files = [f for _, f in files]
         self._prefixed_files = list(files)
+        self._replacing = tuple(replacing)
         self._tensors: dict[str, tuple[SafetensorsFile, TensorEntry]] = {}
         for prefix, file in files:
             refuse_scaled_fp8(file)
+            if prefix and prefix in self._replacing:
+                for key in [k for k in self._tensors if k.startswith(prefix)]:
+                    del self._tensors[key]
             for key, entry in file.entries.items():
                 self._tensors[prefix + key] = (file, entry)
 
@@ -134,9 +140,13 @@ class Checkpoint:
             return cls._open_folder(path)
         return cls(path, [("", SafetensorsFile(path))])
 
-    def with_files(self, files: Mapping[str, str | os.PathLike[str]]) -> Checkpoint:
+    def with_files(
+        self, files: Mapping[str, str | os.PathLike[str]], prefixes: Mapping[str, str] | None = None
+    ) -> Checkpoint:
         """This checkpoint plus other ``.safetensors`` files, each one's keys under
-        ``<name>.`` (a Flux transformer file with its ``clip_l.``, ``t5xxl.`` and ``vae.`` files)."""
+        ``prefixes[name]``, by default ``<name>.`` (a Flux transformer file with its ``clip_l.``,
+        ``t5xxl.`` and ``vae.`` files). This checkpoint's own keys under a given file's prefix
+        are replaced by the file's (an SD3 file's ``text_encoders.clip_l.transformer.``)."""
         extra: list[tuple[str, SafetensorsFile]] = []
         for name, file in files.items():
             path = Path(file).expanduser()
@@ -144,8 +154,9 @@ class Checkpoint:
                 raise ModelFormatError(pickle_refusal(path.name))
             if not path.is_file():
                 raise ModelFormatError(f"{name} file not found: {path}")
-            extra.append((f"{name}.", SafetensorsFile(path)))
-        return Checkpoint(self.path, [*self._prefixed_files, *extra])
+            extra.append(((prefixes or {}).get(name, f"{name}."), SafetensorsFile(path)))
+        replacing = (*self._replacing, *(prefix for prefix, _ in extra))
+        return Checkpoint(self.path, [*self._prefixed_files, *extra], replacing)
 
     @classmethod
     def _open_folder(cls, path: Path) -> Checkpoint:

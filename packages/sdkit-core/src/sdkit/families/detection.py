@@ -93,27 +93,34 @@ def map_detected(
     checkpoint: Checkpoint, found: Detected, files: Mapping[str, str | os.PathLike[str]] | None = None
 ) -> MappedCheckpoint:
     """``checkpoint`` mapped as the family ``detect`` found for it (``load_checkpoint`` without
-    reading the header's family again), with the component ``files`` the family takes."""
-    given = dict(files or {})
-    check_component_files(checkpoint.path.name, found.family, given)
+    reading the header's family again), with the component ``files`` the family takes (each read
+    under ``Family.file_prefix``: a file replaces a component the checkpoint holds itself)."""
+    given = {name: path for name, path in (files or {}).items() if path is not None}
+    family = found.family
+    check_component_files(checkpoint.path.name, family, given, family.held(checkpoint))
     if given:
-        checkpoint = checkpoint.with_files(given)
-    mapped = found.family.map(checkpoint, found.layout)
+        checkpoint = checkpoint.with_files(given, {name: family.file_prefix(name) for name in given})
+    mapped = family.map(checkpoint, found.layout)
     return replace(mapped, prediction_type=found.prediction_type)
 
 
-def check_component_files(name: str, family: Family, given: Mapping[str, object]) -> None:
+def check_component_files(name: str, family: Family, given: Mapping[str, object], held: Sequence[str] = ()) -> None:
     """One error naming every component file the family needs and was not given (with its
-    command-line flag), or given files the family does not take."""
+    command-line flag), or given files the family does not take. ``held``: the components the
+    checkpoint holds itself (``Family.held``), whose files are optional."""
     unexpected = [n for n in given if n not in family.files]
     if unexpected:
         takes = f"it takes {', '.join(family.files)}" if family.files else "it holds every component itself"
         raise OptionError(f"{name} is a {family.label} checkpoint: {', '.join(unexpected)} not used ({takes})")
-    missing = [n for n in family.files if given.get(n) is None]
+    missing = [n for n in family.files if given.get(n) is None and n not in held]
     if missing:
         flags = ", ".join(f"--{n} FILE ({family.files[n]})" for n in missing)
         python = ", ".join(f"{n}=PATH" for n in missing)
+        what = (
+            f"does not hold the {family.label} {', '.join(missing)}"
+            if held
+            else (f"holds the {family.label} transformer only")
+        )
         raise ModelFormatError(
-            f"{name} holds the {family.label} transformer only; give its other components: {flags} "
-            f"(in Python: load_pipeline(path, {python}))"
+            f"{name} {what}; give its other components: {flags} (in Python: load_pipeline(path, {python}))"
         )

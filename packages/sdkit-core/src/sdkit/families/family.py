@@ -30,7 +30,12 @@ from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.keymaps import KeyMapper, TensorSource
 from sdkit.model import Graph, LazyArray, WeightSet
 
-LAYOUT_LABELS = {"ldm": "LDM/SGM single file", "diffusers": "diffusers", "bfl": "BFL original (Flux)"}
+LAYOUT_LABELS = {
+    "ldm": "LDM/SGM single file",
+    "diffusers": "diffusers",
+    "bfl": "BFL original (Flux)",
+    "sai": "Stability original (SD3 MMDiT)",
+}
 # What LDM training files carry besides the modules: EMA copies and the DDPM schedule buffers.
 LDM_EXTRA_PREFIXES = ("model_ema.",)
 LDM_EXTRA_KEYS = frozenset(
@@ -135,7 +140,19 @@ class Family:
     # files): option name (``clip_l``: ``load_pipeline(..., clip_l=PATH)``, ``--clip_l PATH``) ->
     # what it is. Their keys are read under ``<name>.`` (``Checkpoint.with_files``).
     files: Mapping[str, str] = field(default_factory=dict)
+    # Of those, the ones a file of the family may hold itself (SD3's all-in-one files): option ->
+    # the key prefix it holds the component under. Such a component's file is needed only when the
+    # checkpoint has no key there; a given one is read under that prefix, replacing the file's own.
+    embedded: Mapping[str, str] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)  # more PipelineConfig fields (flow models')
+
+    def file_prefix(self, option: str) -> str:
+        """The key prefix a component file given as ``option`` is read under."""
+        return self.embedded.get(option, f"{option}.")
+
+    def held(self, checkpoint: Checkpoint) -> list[str]:
+        """The component-file options whose component ``checkpoint`` holds itself (``embedded``)."""
+        return [n for n, prefix in self.embedded.items() if any(k.startswith(prefix) for k in checkpoint)]
 
     def layouts(self) -> list[str]:
         """The checkpoint layouts every component has a mapper for."""

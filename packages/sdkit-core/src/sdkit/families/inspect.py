@@ -92,13 +92,18 @@ def _checkpoint(checkpoint: Checkpoint, family: Family, layout: str) -> FileDesc
     for component in family.components:
         prefixes.setdefault(family.mapper(component, layout).prefix, []).append(component)
     for prefix, components in prefixes.items():
-        owned = [k for k in keys if k.startswith(prefix)]
+        # a key belongs to the longest component prefix it has (SD3's transformer reads any key
+        # outside its encoders' and VAE's namespaces)
+        longer = tuple(p for p in prefixes if len(p) > len(prefix) and p.startswith(prefix))
+        owned = [k for k in keys if k.startswith(prefix) and not (longer and k.startswith(longer))]
         if not owned and family.files:
             continue  # a component the family takes from its own file (Flux's clip_l, t5xxl, vae)
         label = "vae" if all(c.startswith("vae") for c in components) else "+".join(components)
         details.append((label, f"{_millions(_count(checkpoint, owned))} ({_dtypes(checkpoint, owned)})"))
-    if family.files:
-        details.append(("needs", ", ".join(f"--{name} ({what})" for name, what in family.files.items())))
+    held = family.held(checkpoint)
+    needed = {name: what for name, what in family.files.items() if name not in held}
+    if needed:
+        details.append(("needs", ", ".join(f"--{name} ({what})" for name, what in needed.items())))
     ema = [k for k in keys if k.startswith("model_ema.")]
     details.append(("EMA", f"yes ({len(ema)} tensors, not used)" if ema else "no"))
     config = a1111_yaml(checkpoint.path)

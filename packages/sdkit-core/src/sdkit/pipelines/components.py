@@ -37,7 +37,7 @@ MEMORY_POLICIES: tuple[str, ...] = ("keep", "offload")
 PerComponent = str | Device | None | Mapping[str, Any]
 WeightSwap = Literal["refit", "recompile"]
 # load_pipeline options naming a component's own file (stable-diffusion.cpp's --clip_l, --t5xxl, --vae).
-COMPONENT_FILES = ("clip_l", "t5xxl", "vae")
+COMPONENT_FILES = ("clip_l", "clip_g", "t5xxl", "vae")
 
 
 def per_component(value: PerComponent, components: tuple[str, ...], what: str, default: Any) -> dict[str, Any]:

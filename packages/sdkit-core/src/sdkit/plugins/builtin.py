@@ -40,6 +40,10 @@ MODEL_FAMILIES = (
     ),
     "sdkit.families.flux:FLUX_DEV",
     "sdkit.families.flux:FLUX_SCHNELL",
+    "sdkit.families.sd3:SD3_MEDIUM",
+    "sdkit.families.sd3:SD35_LARGE",
+    "sdkit.families.sd3:SD35_MEDIUM",
+    "sdkit.families.chroma:CHROMA",
 )
 
 

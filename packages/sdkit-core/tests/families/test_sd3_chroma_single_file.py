@@ -1,0 +1,438 @@
+"""SD3 / SD 3.5 and Chroma single files in their original layouts (``sdkit.families.sd3``,
+``sd3_keys``, ``chroma``) on tiny graphs.
+
+Oracle: diffusers reading the same files with its own converters
+(``fixtures/families/make_sd3_chroma_single_file.py``, goldens in
+``fixtures/families/tiny/{sd3,chroma}/golden.npz``): ``StableDiffusion3Pipeline.from_single_file``
+for Stability's all-in-one file, ``SD3Transformer2DModel`` / ``ChromaTransformer2DModel``
+``.from_single_file`` for the transformer files; the images diffusers' pipelines make with what it
+loaded, tiny_flow's ``sd3_cfg`` / ``chroma_cfg`` case. Required: the image within 1e-3 on [0, 1]
+pixels on the reference, ggml (threads=1) and openvino backends; the transformer output within 1e-4.
+T5 and the VAE are the tiny Flux files (the same modules).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import sdkit
+import sdkit.pipelines.families
+from sdkit.errors import ModelFormatError, UnsupportedFamilyError
+from sdkit.families import Checkpoint, CheckpointTensor, Family, MappedCheckpoint, describe, detect, load_checkpoint
+from sdkit.families.chroma import ChromaArch, chroma_family
+from sdkit.families.flux import FluxGraphs
+from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
+from sdkit.model import Model
+
+REPO = Path(__file__).resolve().parents[4]
+TINY = REPO / "fixtures" / "families" / "tiny"
+TINY_SD3, TINY_CHROMA, TINY_FLUX = TINY / "sd3", TINY / "chroma", TINY / "flux"
+TINY_FLOW = REPO / "fixtures" / "tiny_flow"
+SD3_ARCH = Sd3Arch(
+    hidden=32,
+    depth=2,
+    context_dim=16,
+    pooled_dim=16,
+    positions=32 * 32,
+    dual_attention_layers=(0,),
+    qk_norm=True,
+    head_dim=8,
+    clip_l_layers=5,
+    clip_g_layers=5,
+)
+CHROMA_ARCH = ChromaArch(
+    hidden=32,
+    context_dim=16,
+    approximator_channels=16,
+    approximator_hidden=32,
+    approximator_layers=1,
+    double_blocks=1,
+    single_blocks=1,
+)
+SD3 = sd3_family(
+    "tiny_sd3",
+    "tiny SD3",
+    Sd3Graphs(
+        TINY_SD3 / "sd3_transformer.onnx",
+        TINY_SD3 / "clip_l.onnx",
+        TINY_SD3 / "clip_g.onnx",
+        TINY_FLUX / "t5xxl.onnx",
+        TINY_FLUX / "vae_decoder.onnx",
+        2,
+    ),
+    SD3_ARCH,
+    pipeline="sdkit.pipelines.sd3:StableDiffusion3Pipeline",
+    clip_tokenizers=(TINY_FLOW / "sd3" / "tokenizer", TINY_FLOW / "sd3" / "tokenizer_2"),
+)
+CHROMA: Family = chroma_family(
+    "tiny_chroma",
+    "tiny Chroma",
+    FluxGraphs(
+        TINY_CHROMA / "chroma_transformer.onnx",
+        t5=TINY_FLUX / "t5xxl.onnx",
+        vae_decoder=TINY_FLUX / "vae_decoder.onnx",
+        vae_blocks=2,
+    ),
+    CHROMA_ARCH,
+    pipeline="sdkit.pipelines.chroma:ChromaPipeline",
+)
+FAMILIES = [SD3, CHROMA]
+T5, AE = TINY_FLUX / "t5xxl.safetensors", TINY_FLUX / "ae.safetensors"
+SIDE: dict[str, dict[str, Path]] = {
+    "sd3_incl_clips_fp16": {"t5xxl": T5},
+    "sd35_transformer_bf16": {
+        "clip_l": TINY_SD3 / "clip_l.safetensors",
+        "clip_g": TINY_SD3 / "clip_g.safetensors",
+        "t5xxl": T5,
+        "vae": AE,
+    },
+    "chroma_bf16": {"t5xxl": T5, "vae": AE},
+    "chroma_fp16_comfy": {"t5xxl": T5, "vae": AE},
+}
+FILES = tuple(SIDE)
+IMAGE_TOLERANCE = 1e-3
+OUTPUT_TOLERANCE = 1e-4
+
+
+def folder(file: str) -> Path:
+    return TINY_CHROMA if file.startswith("chroma") else TINY_SD3
+
+
+def family_of(file: str) -> Family:
+    return CHROMA if file.startswith("chroma") else SD3
+
+
+@lru_cache(maxsize=2)
+def info(where: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((where / "golden.json").read_text(encoding="utf-8"))
+    return data
+
+
+def golden(file: str, key: str) -> np.ndarray:
+    with np.load(folder(file) / "golden.npz") as data:
+        value: np.ndarray = data[f"{file}/{key}"]
+    return value
+
+
+def mapped(file: str) -> MappedCheckpoint:
+    return load_checkpoint(folder(file) / f"{file}.safetensors", FAMILIES, files=SIDE[file])
+
+
+@pytest.fixture
+def tiny_families(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny SD3 and Chroma families registered before the installed ones (as a plugin would)."""
+    installed = sdkit.pipelines.families.registered_families()
+    monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
+
+
+def available(backend: str) -> None:
+    found = next((b for b in sdkit.backends() if b.name == backend), None)
+    if found is None or not found.available:
+        pytest.skip(f"backend {backend} unavailable: {found.reason if found else 'not installed'}")
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_detected_and_every_weight_mapped(file: str) -> None:
+    """The file is its family (``sai`` / ``bfl`` layout); every initializer of every graph is
+    found with its shape, every tensor of the file and of the component files is read (SD3
+    CLIP-L's ``text_projection``, unused by SD3, is skipped by name), with or without prefixes."""
+    checkpoint = Checkpoint.open(folder(file) / f"{file}.safetensors")
+    found = detect(checkpoint, FAMILIES)
+    assert found.family is family_of(file)
+    assert found.layout == ("bfl" if file.startswith("chroma") else "sai") and found.prediction_type == "flow"
+    result = mapped(file)
+    for component, spec in found.family.components.items():
+        graph = spec.load_graph()
+        assert set(result.weights[component]) == {t.name for t in graph.proto.graph.initializer}
+    assert result.unknown == ()
+    assert len(checkpoint) == info(folder(file))["files"][file]["tensors"]
+
+
+def test_all_in_one_reads_its_own_encoders_and_vae() -> None:
+    """Stability's all-in-one file: CLIP-L, bigG and the VAE from the file itself (only T5 given)."""
+    result = mapped("sd3_incl_clips_fp16")
+    for component in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
+        assert read_from(result, component) == {"sd3_incl_clips_fp16.safetensors"}, component
+    assert read_from(result, "text_encoder_3") == {"t5xxl.safetensors"}
+
+
+def read_from(result: MappedCheckpoint, component: str) -> set[str]:
+    """The files a component's lazy weights are read from."""
+    entries = result.weights[component].entries().values()
+    return {Path(t.file.path).name for t in entries if isinstance(t, CheckpointTensor)}
+
+
+def test_a_given_component_file_replaces_the_one_in_the_checkpoint(recwarn: pytest.WarningsRecorder) -> None:
+    """``clip_g=`` with an all-in-one file: bigG comes from that file, the checkpoint's own copy is
+    neither read nor reported as unread."""
+    path = TINY_SD3 / "sd3_incl_clips_fp16.safetensors"
+    result = load_checkpoint(path, FAMILIES, files={"t5xxl": T5, "clip_g": TINY_SD3 / "clip_g.safetensors"})
+    assert read_from(result, "text_encoder_2") == {"clip_g.safetensors"}
+    assert result.unknown == () and not [w for w in recwarn if "no tiny SD3 component reads" in str(w.message)]
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_transformer_output_is_diffusers_from_single_file(file: str) -> None:
+    """The mapped graph's output equals the transformer diffusers loaded from the file (reference
+    backend): fused q/k/v and linear1 slices, swapped modulations, the approximator's names."""
+    family = family_of(file)
+    model = Model(family.components["transformer"].load_graph(), mapped(file).weights["transformer"])
+    with np.load(folder(file) / "golden.npz") as data:
+        feeds = {k.rpartition("/")[2]: data[k] for k in data.files if k.startswith(f"{file}/inputs/")}
+    out = sdkit.compile(model, backend="reference").run(feeds)["out_hidden_states"]
+    diff = float(np.abs(out - golden(file, "output")).max())
+    print(f"{file}: transformer max |diff| {diff:.3g}")
+    assert diff <= OUTPUT_TOLERANCE
+
+
+IMAGE_CASES = [
+    *[pytest.param("reference", f, id=f"reference-{f}") for f in FILES],
+    *[
+        pytest.param(b, f, id=f"{b}-{f}")
+        for b in ("ggml", "openvino")
+        for f in ("sd3_incl_clips_fp16", "sd35_transformer_bf16", "chroma_bf16")
+    ],
+]
+
+
+def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Path]) -> np.ndarray:
+    pipe = sdkit.load_pipeline(path, backend=backend, threads=1, **files)
+    try:
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            negative_prompt=case["negative_prompt"],
+            seed=case["seed"],
+            steps=case["steps"],
+            guidance_scale=case["guidance_scale"],
+            width=case["width"],
+            height=case["height"],
+            max_sequence_length=case["max_sequence_length"],
+            output_type="np",
+        )
+        assert set(pipe.backends().values()) == {backend}
+    finally:
+        pipe.close()
+    return np.asarray(image)
+
+
+@pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
+def test_image_equals_diffusers_from_the_single_files(tiny_families: None, backend: str, file: str) -> None:
+    """``load_pipeline(file, <its component files>)`` makes the image diffusers' pipeline makes
+    with what diffusers loaded from the same files."""
+    available(backend)
+    case = info(folder(file))["files"][file]["case"]
+    image = generate(folder(file) / f"{file}.safetensors", backend, case, SIDE[file])
+    diff = float(np.abs(image - golden(file, "image")).max())
+    print(f"{file} on {backend}: image max |diff| {diff:.3g}")
+    assert diff <= IMAGE_TOLERANCE
+
+
+def _raw(path: Path) -> dict[str, np.ndarray]:
+    checkpoint = Checkpoint.open(path)
+    return {k: checkpoint.files[0].read(checkpoint.entry(k)) for k in checkpoint}
+
+
+def test_an_all_in_one_file_with_t5_needs_no_component_file(tiny_families: None, tmp_path: Path) -> None:
+    """``sd3_medium_incl_clips_t5xxlfp16``'s layout: T5 under ``text_encoders.t5xxl.transformer.``
+    (the tied embedding under both its names). Loads with no component file; its image is the
+    all-in-one golden's (the same T5 weights, fp32 here)."""
+    path = tmp_path / "sd3_incl_clips_t5xxl.safetensors"
+    t5 = {f"text_encoders.t5xxl.transformer.{k}": v for k, v in _raw(T5).items()}
+    t5["text_encoders.t5xxl.transformer.encoder.embed_tokens.weight"] = t5[
+        "text_encoders.t5xxl.transformer.shared.weight"
+    ]
+    save_file({**_raw(TINY_SD3 / "sd3_incl_clips_fp16.safetensors"), **t5}, str(path))
+    assert load_checkpoint(path, FAMILIES).unknown == ()
+    case = info(TINY_SD3)["files"]["sd3_incl_clips_fp16"]["case"]
+    image = generate(path, "reference", case, {})
+    assert float(np.abs(image - golden("sd3_incl_clips_fp16", "image")).max()) <= IMAGE_TOLERANCE
+
+
+def test_missing_component_files_are_named(tiny_families: None) -> None:
+    """What the file lacks, by flag; what it holds is not asked for."""
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(TINY_SD3 / "sd3_incl_clips_fp16.safetensors")
+    message = str(err.value)
+    assert "does not hold the tiny SD3 t5xxl" in message and "--t5xxl FILE" in message
+    assert "--clip_l" not in message and "--vae" not in message
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(TINY_SD3 / "sd35_transformer_bf16.safetensors", t5xxl=T5)
+    message = str(err.value)
+    assert "holds the tiny SD3 transformer only" in message
+    assert "--clip_l FILE" in message and "--clip_g FILE" in message and "--vae FILE" in message
+    with pytest.raises(ModelFormatError, match="--t5xxl FILE"):
+        sdkit.load_pipeline(TINY_CHROMA / "chroma_bf16.safetensors", vae=AE)
+
+
+def test_a_renamed_key_is_named(tmp_path: Path) -> None:
+    tensors = _raw(TINY_SD3 / "sd35_transformer_bf16.safetensors")
+    tensors["joint_blocks.0.x_block.mlp.fc2_renamed.weight"] = tensors.pop("joint_blocks.0.x_block.mlp.fc2.weight")
+    path = tmp_path / "renamed.safetensors"
+    save_file(tensors, str(path))
+    with pytest.raises(ModelFormatError) as err:
+        load_checkpoint(path, FAMILIES, files=SIDE["sd35_transformer_bf16"])
+    assert "model.diffusion_model.joint_blocks.0.x_block.mlp.fc2.weight (missing)" in str(err.value)
+    assert "fc2_renamed" in str(err.value)
+
+
+def test_image_goldens_move_with_the_file_dtype() -> None:
+    """The goldens check what they claim: the half-precision files' images differ from the fp32
+    weights' (tiny_flow's goldens) by more than the tolerance."""
+    with np.load(TINY_FLOW / "golden.npz") as data:
+        fp32 = {k: data[f"{k}/image"] for k in ("sd3_cfg", "chroma_cfg")}
+    for file, case in (("sd35_transformer_bf16", "sd3_cfg"), ("chroma_bf16", "chroma_cfg")):
+        assert float(np.abs(golden(file, "image") - fp32[case]).max()) > IMAGE_TOLERANCE
+
+
+def test_command_line_takes_clip_g(tiny_families: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sdkit generate --diffusion-model sd35.safetensors --clip_l --clip_g --t5xxl --vae`` (as
+    stable-diffusion.cpp): the PNG holds diffusers' image (8-bit); without --clip_g, one line."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    available("ggml")
+    out = tmp_path / "sd3.png"
+    model = TINY_SD3 / "sd35_transformer_bf16.safetensors"
+    case = info(TINY_SD3)["files"]["sd35_transformer_bf16"]["case"]
+    argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--diffusion-model", str(model)]
+    argv += ["-o", str(out), "--backend", "ggml", "--threads", "1", "--steps", str(case["steps"])]
+    argv += ["--seed", str(case["seed"]), "--cfg", str(case["guidance_scale"]), "--negative", case["negative_prompt"]]
+    argv += ["--width", "48", "--height", "32", "--max-sequence-length", "32"]
+    side = SIDE["sd35_transformer_bf16"]
+    files = ["--clip_l", str(side["clip_l"]), "--t5xxl", str(side["t5xxl"]), "--vae", str(side["vae"])]
+    assert main([*argv, *files, "--clip_g", str(side["clip_g"])]) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+    assert np.abs(pixels - golden("sd35_transformer_bf16", "image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
+    capsys.readouterr()
+    assert main([*argv, *files]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sdkit: error: ") and "--clip_g FILE" in err and err.count("\n") == 1
+
+
+# --- full size: header-only files of the published architectures ------------------------------
+
+
+def header_only(path: Path, shapes: dict[str, tuple[int, ...]], prefix: str = "", dtype: str = "BF16") -> Path:
+    """A real safetensors header over a sparse data region (nothing here reads data)."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for key, shape in shapes.items():
+        size = int(np.prod(shape)) * (1 if dtype.startswith("F8") else 2)
+        header[prefix + key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + offset)
+    return path
+
+
+def sd3_keys(arch: Sd3Arch) -> dict[str, tuple[int, ...]]:
+    """Stability's MMDiT key list for ``arch`` (``fixtures/families/sd3_chroma_full_size_check.py``
+    checks the full lists against diffusers' converter)."""
+    h, last = arch.hidden, arch.depth - 1
+    shapes: dict[str, tuple[int, ...]] = {"pos_embed": (1, arch.positions, h)}
+
+    def linear(name: str, out: int, inp: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (out, inp), (out,)
+
+    shapes["x_embedder.proj.weight"], shapes["x_embedder.proj.bias"] = (h, 16, 2, 2), (h,)
+    linear("t_embedder.mlp.0", h, 256)
+    linear("t_embedder.mlp.2", h, h)
+    linear("y_embedder.mlp.0", h, arch.pooled_dim)
+    linear("y_embedder.mlp.2", h, h)
+    linear("context_embedder", h, arch.context_dim)
+    for i in range(arch.depth):
+        b = f"joint_blocks.{i}."
+        dual = i in arch.dual_attention_layers
+        linear(f"{b}x_block.adaLN_modulation.1", (9 if dual else 6) * h, h)
+        linear(f"{b}context_block.adaLN_modulation.1", (2 if i == last else 6) * h, h)
+        for side in ("x_block", "context_block"):
+            linear(f"{b}{side}.attn.qkv", 3 * h, h)
+            if arch.qk_norm:
+                shapes[f"{b}{side}.attn.ln_q.weight"] = shapes[f"{b}{side}.attn.ln_k.weight"] = (64,)
+            if side == "x_block" or i != last:
+                linear(f"{b}{side}.attn.proj", h, h)
+                linear(f"{b}{side}.mlp.fc1", 4 * h, h)
+                linear(f"{b}{side}.mlp.fc2", h, 4 * h)
+        if dual:
+            linear(f"{b}x_block.attn2.qkv", 3 * h, h)
+            linear(f"{b}x_block.attn2.proj", h, h)
+            shapes[f"{b}x_block.attn2.ln_q.weight"] = shapes[f"{b}x_block.attn2.ln_k.weight"] = (64,)
+    linear("final_layer.linear", 64, h)
+    linear("final_layer.adaLN_modulation.1", 2 * h, h)
+    return shapes
+
+
+def chroma_keys() -> dict[str, tuple[int, ...]]:
+    h, a, mlp = 3072, 5120, 4 * 3072
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(name: str, out: int, inp: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (out, inp), (out,)
+
+    linear("img_in", h, 64)
+    linear("txt_in", h, 4096)
+    linear("distilled_guidance_layer.in_proj", a, 64)
+    for i in range(5):
+        linear(f"distilled_guidance_layer.layers.{i}.in_layer", a, a)
+        linear(f"distilled_guidance_layer.layers.{i}.out_layer", a, a)
+        shapes[f"distilled_guidance_layer.norms.{i}.scale"] = (a,)
+    linear("distilled_guidance_layer.out_proj", h, a)
+    for i in range(19):
+        for side in ("img", "txt"):
+            b = f"double_blocks.{i}.{side}"
+            linear(f"{b}_attn.qkv", 3 * h, h)
+            linear(f"{b}_attn.proj", h, h)
+            linear(f"{b}_mlp.0", mlp, h)
+            linear(f"{b}_mlp.2", h, mlp)
+            shapes[f"{b}_attn.norm.query_norm.scale"] = shapes[f"{b}_attn.norm.key_norm.scale"] = (128,)
+    for i in range(38):
+        linear(f"single_blocks.{i}.linear1", 3 * h + mlp, h)
+        linear(f"single_blocks.{i}.linear2", h, h + mlp)
+        shapes[f"single_blocks.{i}.norm.query_norm.scale"] = shapes[f"single_blocks.{i}.norm.key_norm.scale"] = (128,)
+    linear("final_layer.linear", 64, h)
+    return shapes
+
+
+FULL_SIZE = [
+    ("sd3_medium.safetensors", "SD3_MEDIUM_ARCH", "model.diffusion_model.", "sd3_medium", "SD3 Medium"),
+    ("sd3.5_large.safetensors", "SD35_LARGE_ARCH", "model.diffusion_model.", "sd35_large", "SD 3.5 Large"),
+    ("sd3.5_medium.safetensors", "SD35_MEDIUM_ARCH", "", "sd35_medium", "SD 3.5 Medium"),
+    ("chroma-unlocked-v37.safetensors", None, "", "chroma", "Chroma"),
+    ("Chroma1-HD_comfy.safetensors", None, "model.diffusion_model.", "chroma", "Chroma"),
+]
+
+
+@pytest.mark.parametrize(("name", "arch", "prefix", "family", "label"), FULL_SIZE)
+def test_full_size_files_are_detected_and_refused_by_name(
+    tmp_path: Path, name: str, arch: str | None, prefix: str, family: str, label: str
+) -> None:
+    """The registered full-size families tell SD3 Medium, SD 3.5 Large and Medium (width, depth,
+    position table, MMDiT-X) and Chroma apart from a header; ``sdkit inspect`` names them and what
+    they need; ``load_pipeline`` refuses them by name until their graphs ship."""
+    import sdkit.families.sd3 as sd3
+
+    shapes = sd3_keys(getattr(sd3, arch)) if arch else chroma_keys()
+    path = header_only(tmp_path / name, shapes, prefix)
+    checkpoint = Checkpoint.open(path)
+    families = sdkit.pipelines.families.registered_families()
+    assert detect(checkpoint, families).family.name == family
+    described = describe(checkpoint, families)
+    text = "\n".join(described.lines())
+    assert f"{label} checkpoint" in text and "--t5xxl" in text
+    parameters = sum(int(np.prod(s)) for s in shapes.values())
+    assert dict(described.details)["transformer"].startswith(f"{parameters / 1e6:,.1f} M parameters")
+    with pytest.raises(UnsupportedFamilyError, match=f"{name} is a {label} checkpoint .*does not ship the full-size"):
+        sdkit.load_pipeline(path)
