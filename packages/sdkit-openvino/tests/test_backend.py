@@ -157,3 +157,13 @@ def test_q8_0_is_one_option_error(sdkit_isolated: Path) -> None:
     model = one_node_model("Relu", {"x": np.zeros((2, 2), np.float32)})
     with pytest.raises(OptionError, match="q8_0"):
         sdkit.compile(model, backend="openvino", precision="q8_0")
+
+
+def test_effective_precision_trusts_what_the_device_reports() -> None:
+    """OpenVINO's CPU plugin answers an f16 hint with bf16 on AVX-512 BF16 CPUs without FP16
+    (AMD Zen 4): bf16 is what ran, not f32."""
+    ran, note = effective_precision("fp16", frozenset({"FP32", "BF16"}), "bf16")
+    assert ran == "bf16"
+    assert "fp16 was requested but the device runs bf16" in note
+    ran, _ = effective_precision("fp16", frozenset({"FP32"}), "f16")  # no FP16 capability: f32
+    assert ran == "fp32"

@@ -84,10 +84,12 @@ def test_golden_image_is_the_decoded_final_latents(case: dict[str, Any]) -> None
     assert scaled_error(image, GOLDENS.array(f"{key}/image")) <= TOL
 
 
-@pytest.mark.parametrize("case", cases(), ids=lambda c: c["key"])
+@pytest.mark.parametrize("case", [c for c in cases() if len(c["draws"]) == 1], ids=lambda c: c["key"])
 def test_golden_draw_is_sdkits_stream(case: dict[str, Any]) -> None:
-    """The one draw is sdkit's PCG64 stream: the first transformer call's latents are it
-    (packed 2x2 for Flux and Chroma, with diffusers' position ids)."""
+    """txt2img's one draw is sdkit's PCG64 stream: the first transformer call's latents are it
+    (packed 2x2 for Flux and Chroma, with diffusers' position ids). img2img's two draws (the VAE
+    posterior's, then the noise) meet the encoded image before the transformer sees them: the
+    pipeline tests check them through diffusers' images."""
     [draw] = case["draws"]
     first = np.random.Generator(np.random.PCG64(case["seed"])).standard_normal(draw["shape"], dtype=np.float32)
     call = f"{case['key']}/transformer_call0"

@@ -63,9 +63,11 @@ def compile_properties(
 
 def effective_precision(requested: str, capabilities: frozenset[str], reported: str | None) -> tuple[str, str]:
     """(precision the device runs, note). ``reported`` is the compiled model's
-    INFERENCE_PRECISION_HINT; a device without the capability runs f32 whatever it says."""
+    INFERENCE_PRECISION_HINT, which need not be the one asked for (OpenVINO's CPU plugin answers
+    an f16 hint with bf16 on a CPU that has AVX-512 BF16 but no AVX-512 FP16); a precision the
+    device has no capability for runs in f32 whatever it says."""
     ran = _OV_TO_SDKIT.get((reported or "").lower(), requested)  # unknown answer: trust the hint
-    if PRECISIONS[requested][1] not in capabilities and requested != "fp32":
+    if ran != "fp32" and PRECISIONS[ran][1] not in capabilities:
         ran = "fp32"
     if ran == requested:
         return ran, ""
