@@ -30,14 +30,8 @@ from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
 # Pipeline modules other work is building, named in the refusal of a family whose pipeline is
-# not there yet.
-PENDING = {
-    "sdkit.pipelines.flux_single_file": (
-        "sdkit does not ship the full-size weightless Flux transformer, T5-XXL and 16-channel VAE graphs yet "
-        "(the file itself is read: `sdkit inspect`; it will take CLIP-L, T5-XXL and the VAE from their own "
-        "files, --clip_l, --t5xxl, --vae); a diffusers/optimum Flux folder loads"
-    ),
-}
+# not there yet: module -> what to say (none today).
+PENDING: dict[str, str] = {}
 
 
 def registered_families() -> list[Family]:
