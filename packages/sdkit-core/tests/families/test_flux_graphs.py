@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+import sdkit
 from sdkit.families import shipped
 from sdkit.families.flux import FLUX, FLUX_DEV, FLUX_SCHNELL
+from sdkit.model import Model, WeightSet
 
 TRANSFORMERS = ["flux_dev_transformer", "flux_schnell_transformer"]
 BLOCK = re.compile(r"^(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$")
@@ -83,3 +87,31 @@ def test_transformer_graph_is_lean(name: str) -> None:
     constants = [n.attribute[0].SerializeToString() for n in graph.proto.graph.node if n.op_type == "Constant"]
     assert len(constants) == len(set(constants))
     assert shipped.graph_path(name).stat().st_size < 3_000_000
+
+
+TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "flux_dynamic"
+
+
+@pytest.mark.parametrize("backend", ["reference", "ggml", "openvino"])
+def test_assembled_graph_runs_at_two_sizes(backend: str) -> None:
+    """The shipped graphs' export and depth assembly (``export_flux_graphs.py --tiny``: the dev
+    transformer at width 32, traced at 2 + 2 blocks, assembled to 3 + 4) on sdkit's backends: at
+    the trace's size (batch 1, 24 image / 12 text tokens) and another (batch 2, 60 / 17), diffusers'
+    ``FluxTransformer2DModel`` of that depth, same fp16-stored weights, within 1e-4."""
+    found = next((b for b in sdkit.backends() if b.name == backend), None)
+    if found is None or not found.available:
+        pytest.skip(f"backend {backend} unavailable")
+    graph = shipped.load_graph(TINY / "transformer.onnx")
+    weights = {
+        k: np.asarray(v, np.float32) for k, v in WeightSet.load_safetensors(TINY / "weights.safetensors").items()
+    }
+    options = {"threads": 1} if backend == "ggml" else {}
+    with np.load(TINY / "golden.npz") as data:
+        golden = {k: data[k] for k in data.files}
+    for size in ("small", "other"):
+        feeds = {k.rpartition("/")[2]: v for k, v in golden.items() if k.startswith(f"{size}/inputs/")}
+        compiled = sdkit.compile(Model(graph, WeightSet(weights)), backend=backend, **options)
+        out = compiled.run(feeds)["out_hidden_states"]
+        diff = float(np.abs(out - golden[f"{size}/output"]).max())
+        print(f"{backend} {size} {tuple(out.shape)}: max |diff| {diff:.3g}")
+        assert diff <= 1e-4, (size, diff)
