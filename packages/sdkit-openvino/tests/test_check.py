@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -86,10 +85,12 @@ def test_sd_graphs_are_clean(sd_graphs: object, name: str) -> None:
     assert report.ok, report.summary()
 
 
-def test_flux_full_depth_graph_passes_check(sd_graphs: Any) -> None:
-    """FLUX.1-dev's transformer as shipped (19 double + 38 single blocks, 11.9B weights), weightless."""
-    from sdkit.model import Graph
+@pytest.mark.parametrize("name", ["flux_dev_transformer", "flux_schnell_transformer"])
+def test_shipped_flux_transformer_passes_check(name: str) -> None:
+    """FLUX.1's transformer as shipped (``sdkit/families/graphs``: 19 double + 38 single blocks,
+    11.9B weights, dynamic batch / image / text tokens), weightless."""
+    from sdkit.families import shipped
     from sdkit.selection import get_backend
 
-    report = get_backend("openvino").check(Graph(sd_graphs.flux_full_graph()))
+    report = get_backend("openvino").check(shipped.load_graph(name))
     assert report.ok, report.unsupported

@@ -32,10 +32,9 @@ from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource
 
 FLUX_LAYOUT = "bfl"
 TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
-# The full-size families' pipeline: ``sdkit.pipelines.flux:FluxPipeline`` once the full-size
-# weightless Flux transformer, T5-XXL and VAE graphs ship (the tiny test families use it already);
-# until then load_pipeline refuses such a file by name (``sdkit.pipelines.families.PENDING``).
-FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux_single_file:FluxSingleFilePipeline"
+# The families' pipeline, on the shipped full-size graphs (``flux_dev_transformer``,
+# ``flux_schnell_transformer``, ``clip_l``, ``t5xxl_encoder``, ``flux_vae_decoder``).
+FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux:FluxPipeline"
 # black-forest-labs/FLUX.1-dev and -schnell scheduler/scheduler_config.json as published.
 FLUX_DEV_SCHEDULER: dict[str, Any] = {
     "_class_name": "FlowMatchEulerDiscreteScheduler",

@@ -30,22 +30,17 @@ from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
 # Pipeline modules other work is building, named in the refusal of a family whose pipeline is
-# not there yet.
+# not there yet: module -> what to say.
 PENDING = {
-    "sdkit.pipelines.flux_single_file": (
-        "sdkit does not ship the full-size weightless Flux transformer, T5-XXL and 16-channel VAE graphs yet "
-        "(the file itself is read: `sdkit inspect`; it will take CLIP-L, T5-XXL and the VAE from their own "
-        "files, --clip_l, --t5xxl, --vae); a diffusers/optimum Flux folder loads"
-    ),
     "sdkit.pipelines.sd3_single_file": (
-        "sdkit does not ship the full-size weightless SD3 MMDiT, CLIP-L, OpenCLIP bigG, T5-XXL and VAE graphs "
-        "yet (the file itself is read and every weight mapped: `sdkit inspect`; what it does not hold it will "
-        "take from --clip_l, --clip_g, --t5xxl, --vae); a diffusers/optimum SD3 folder loads"
+        "sdkit does not ship the full-size weightless SD3 MMDiT graphs yet (the file itself is read and every "
+        "weight mapped: `sdkit inspect`; what it does not hold it will take from --clip_l, --clip_g, --t5xxl, "
+        "--vae); a diffusers/optimum SD3 folder loads"
     ),
     "sdkit.pipelines.chroma_single_file": (
-        "sdkit does not ship the full-size weightless Chroma transformer, T5-XXL and 16-channel VAE graphs yet "
-        "(the file itself is read and every weight mapped: `sdkit inspect`; it will take T5-XXL and the VAE from "
-        "their own files, --t5xxl, --vae); a diffusers/optimum Chroma folder loads"
+        "sdkit does not ship the full-size weightless Chroma transformer graph yet (the file itself is read and "
+        "every weight mapped: `sdkit inspect`; it will take T5-XXL and the VAE from their own files, --t5xxl, "
+        "--vae); a diffusers/optimum Chroma folder loads"
     ),
 }
 

@@ -1,0 +1,133 @@
+"""Full-size FLUX.1 single files load through ``sdkit.load_pipeline`` on the shipped graphs.
+
+The files are header-only copies of the ones users have (``flux1-dev.safetensors`` /
+``flux1-schnell.safetensors`` in BFL's layout, bf16, with or without ComfyUI's prefix; ComfyUI's
+``clip_l.safetensors`` and ``t5xxl_fp16.safetensors``; BFL's ``ae.safetensors``): real safetensors
+headers with every tensor's name, dtype and full-size shape, the data region a sparse hole (36 GB
+apparent, nothing written). The tensor lists are ``fixtures/families/flux_full_size_headers.json``
+(``make_flux_headers.py``; each certified by diffusers' converters or the transformers module).
+Loading reads headers only (``prepare=False``: nothing is compiled, no weight is read).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sdkit
+from sdkit.errors import ModelFormatError
+
+REPO = Path(__file__).resolve().parents[4]
+HEADERS = REPO / "fixtures" / "families" / "flux_full_size_headers.json"
+BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+SIDE = {"clip_l": "clip_l.safetensors", "t5xxl": "t5xxl_fp16.safetensors", "vae": "ae.safetensors"}
+
+
+@lru_cache(maxsize=1)
+def headers() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(HEADERS.read_text(encoding="utf-8"))
+    return data
+
+
+def write_header_only(path: Path, file: str, prefix: str = "") -> Path:
+    entry = headers()[file]
+    header: dict[str, Any] = {}
+    offset = 0
+    for key, shape in entry["tensors"].items():
+        size = int(np.prod(shape)) * BYTES[entry["dtype"]]
+        header[prefix + key] = {"dtype": entry["dtype"], "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + offset)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("flux_full_size")
+    out = {name: write_header_only(folder / name, name) for name in headers()}
+    out["comfy/flux1-dev.safetensors"] = write_header_only(
+        folder / "flux1-dev-comfy.safetensors", "flux1-dev.safetensors", prefix="model.diffusion_model."
+    )
+    return out
+
+
+def side(files: dict[str, Path]) -> dict[str, Path]:
+    return {flag: files[name] for flag, name in SIDE.items()}
+
+
+@pytest.mark.parametrize(
+    ("file", "family"),
+    [
+        ("flux1-dev.safetensors", "flux_dev"),
+        ("comfy/flux1-dev.safetensors", "flux_dev"),
+        ("flux1-schnell.safetensors", "flux_schnell"),
+    ],
+)
+def test_full_size_files_load_and_map_every_component(files: dict[str, Path], file: str, family: str) -> None:
+    """Detected, and each component's shipped graph gets every initializer from the files, with
+    its shape; no tensor of any file left unread."""
+    pipe = sdkit.load_pipeline(files[file], backend="reference", prepare=False, **side(files))
+    try:
+        mapped = pipe.checkpoint
+        assert mapped is not None and mapped.family.name == family
+        assert type(pipe).__name__ == "FluxPipeline"
+        assert mapped.unknown == ()
+        assert set(mapped.weights) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+        counts = {}
+        for component, spec in mapped.family.components.items():
+            graph = spec.load_graph().proto.graph
+            weights = mapped.weights[component]
+            assert set(weights) == {t.name for t in graph.initializer}, component
+            assert {t.name: tuple(t.dims) for t in graph.initializer} == {n: weights.spec(n)[0] for n in weights}
+            counts[component] = len(graph.initializer)
+        transformer = 1160 if family == "flux_dev" else 1156
+        assert counts == {"text_encoder": 196, "text_encoder_2": 219, "transformer": transformer, "vae_decoder": 138}
+        assert pipe.config.latent_channels == 16 and pipe.config.vae_scale_factor == 8
+    finally:
+        pipe.close()
+
+
+def test_missing_component_file_is_one_clear_error(files: dict[str, Path]) -> None:
+    """Without --t5xxl (or any of the three): one ModelFormatError naming what is missing."""
+    given = {k: v for k, v in side(files).items() if k != "t5xxl"}
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **given)
+    message = str(err.value)
+    assert "--t5xxl FILE" in message and "--clip_l" not in message and "--vae" not in message
+    with pytest.raises(ModelFormatError, match="--clip_l FILE"):
+        sdkit.load_pipeline(files["flux1-schnell.safetensors"], backend="reference", prepare=False)
+
+
+def test_a_file_in_the_wrong_slot_is_refused(files: dict[str, Path]) -> None:
+    """The VAE file given as --t5xxl: the T5 graph's weights are not there, said by name."""
+    swapped = {**side(files), "t5xxl": files["ae.safetensors"]}
+    with pytest.raises(ModelFormatError, match=r"t5xxl|text_encoder_2"):
+        sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **swapped)
+
+
+def test_ae_file_maps_onto_the_vae_encoder_graph(files: dict[str, Path]) -> None:
+    """BFL's ae.safetensors also fills the shipped 16-channel encoder graph (img2img's), every
+    initializer with its shape (LDM names, no quant convs)."""
+    from sdkit.families import Checkpoint
+    from sdkit.families.family import FamilyComponent
+    from sdkit.families.flux import FLUX_DEV
+    from sdkit.families.keymaps import LdmVae
+
+    encoder = FamilyComponent("flux_vae_encoder", {"bfl": LdmVae(4, "vae.")})
+    family = replace(FLUX_DEV, components={**FLUX_DEV.components, "vae_encoder": encoder})
+    checkpoint = Checkpoint.open(files["flux1-dev.safetensors"]).with_files(side(files))
+    weights = family.map(checkpoint, "bfl").weights["vae_encoder"]
+    graph = encoder.load_graph().proto.graph
+    assert {t.name: tuple(t.dims) for t in graph.initializer} == {n: weights.spec(n)[0] for n in weights}
+    assert len(graph.initializer) == 106
