@@ -11,6 +11,7 @@ rounding of the same values, and their component outputs against diffusers' gold
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import warnings
@@ -150,7 +151,8 @@ def test_a_renamed_key_is_one_error_naming_both_names(tiny_families: dict[str, F
         found.family.map(checkpoint, found.layout)
     message = str(caught.value)
     assert "renamed.safetensors is not a complete tiny sd1 checkpoint (LDM/SGM single file)" in message
-    assert f"1 weight(s) missing or mis-shaped: {key} (missing)" in message
+    shaped = r"1 weight\(s\) missing or mis-shaped \(the unet's 1 of \d+\): "
+    assert re.search(shaped + re.escape(f"{key} (missing)"), message)
     assert f"keys in the file that nothing reads: {key}_old" in message
 
 
@@ -160,7 +162,10 @@ def test_missing_keys_are_counted_and_listed(tiny_families: dict[str, Family], t
     bad = _rewrite(source, tmp_path / "novae.safetensors", drop=vae)
     checkpoint = Checkpoint.open(bad)
     found = detect(checkpoint, list(tiny_families.values()))  # the UNet and CLIP still say SD 1.x
-    with pytest.raises(ModelFormatError, match=r"124 weight\(s\) missing or mis-shaped: first_stage_model\.\S+ "):
+    counted = (
+        r"124 weight\(s\) missing or mis-shaped \(the vae_encoder's (\d+) of \1, the vae_decoder's (\d+) of \2\): "
+    )
+    with pytest.raises(ModelFormatError, match=counted + r"first_stage_model\.\S+ "):
         found.family.map(checkpoint, found.layout)
     with pytest.raises(ModelFormatError, match=r"and 119 more"):
         found.family.map(checkpoint, found.layout)

@@ -192,9 +192,12 @@ class Family:
         used: set[str] = set()
         problems: list[str] = []
         weights: dict[str, WeightSet] = {}
+        short: dict[str, tuple[int, int]] = {}  # component -> (weights missing, weights it has)
         for component, spec in self.components.items():
             entries: dict[str, LazyArray] = {}
-            for name, (shape, dtype) in initializer_specs(spec.load_graph()).items():
+            specs = initializer_specs(spec.load_graph())
+            before = len(problems)
+            for name, (shape, dtype) in specs.items():
                 source = self.key_map_entry(component, layout, name, shape)
                 key = checkpoint.find(source)
                 if key is None:
@@ -207,13 +210,16 @@ class Family:
                 used.add(key)
                 entries[name] = checkpoint.tensor(key, source, shape, dtype)
             weights[component] = WeightSet(entries)
+            if len(problems) > before:
+                short[component] = (len(problems) - before, len(specs))
         unknown = self._unknown(checkpoint, layout, used)
         name = checkpoint.path.name
         if problems:
             hint = f"; keys in the file that nothing reads: {_listed(unknown)}" if unknown else ""
+            which = ", ".join(f"the {c}'s {n} of {total}" for c, (n, total) in short.items())
             raise ModelFormatError(
                 f"{name} is not a complete {self.label} checkpoint ({LAYOUT_LABELS.get(layout, layout)}): "
-                f"{len(problems)} weight(s) missing or mis-shaped: {_listed(problems)}{hint}"
+                f"{len(problems)} weight(s) missing or mis-shaped ({which}): {_listed(problems)}{hint}"
             )
         if unknown:
             message = f"{name}: {len(unknown)} tensor(s) that no {self.label} component reads: {_listed(unknown)}"

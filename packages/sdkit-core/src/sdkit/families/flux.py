@@ -6,7 +6,9 @@ copies under ``model.diffusion_model.``, ``flux1-dev-fp8``) hold the transformer
 key layout (``sdkit.families.flux_keys``); the other components come from their own files, as
 stable-diffusion.cpp's ``--clip_l``, ``--t5xxl``, ``--vae`` take them (``Family.files``: ComfyUI's
 ``clip_l.safetensors`` and ``t5xxl_fp16.safetensors`` in transformers' names, BFL's
-``ae.safetensors`` in the LDM VAE names), read under ``clip_l.``, ``t5xxl.`` and ``vae.``.
+``ae.safetensors`` in the LDM VAE names), read under ``clip_l.``, ``t5xxl.`` and ``vae.``; the
+VAE file gives both the decoder and the encoder (img2img), so a decoder-only file is refused
+with the encoder keys it lacks named.
 Detection looks at the transformer only and tells dev from schnell by the guidance embedder
 (``guidance_in``: dev's distilled guidance input; schnell has none): both families' probes match
 a dev file, and dev's higher ``priority`` wins.
@@ -33,7 +35,8 @@ from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource
 FLUX_LAYOUT = "bfl"
 TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
 # The families' pipeline, on the shipped full-size graphs (``flux_dev_transformer``,
-# ``flux_schnell_transformer``, ``clip_l``, ``t5xxl_encoder``, ``flux_vae_decoder``).
+# ``flux_schnell_transformer``, ``clip_l``, ``t5xxl_encoder``, ``flux_vae_decoder``,
+# ``flux_vae_encoder``).
 FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux:FluxPipeline"
 # black-forest-labs/FLUX.1-dev and -schnell scheduler/scheduler_config.json as published.
 FLUX_DEV_SCHEDULER: dict[str, Any] = {
@@ -87,6 +90,7 @@ class FluxGraphs:
     t5: str | Path = "t5xxl_encoder"
     vae_decoder: str | Path = "flux_vae_decoder"
     vae_blocks: int = 4  # the VAE's down (= up) blocks: 8 pixels per latent cell
+    vae_encoder: str | Path = "flux_vae_encoder"  # img2img's encoder, from the same VAE file
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,9 @@ _T5_EMBEDDING = ("shared.weight", "encoder.embed_tokens.weight")
 
 @dataclass(frozen=True)
 class AeDecoder(LdmVae):
-    """BFL's ``ae.safetensors`` (LDM VAE names, no quant convs) read for its decoder: the
-    encoder's tensors are deliberately left (txt2img decodes only)."""
+    """BFL's ``ae.safetensors`` (LDM VAE names, no quant convs) read for its decoder only: the
+    encoder's tensors are deliberately left (the families with no ``vae_encoder`` component: SD3's
+    and Chroma's; Flux's reads both halves through ``LdmVae``)."""
 
     def ignored(self, key: str) -> bool:
         return key.startswith(self.prefix + "encoder.")
@@ -142,7 +147,9 @@ def flux_family(
         "transformer": FamilyComponent(
             graphs.transformer, {FLUX_LAYOUT: BflFlux(arch.hidden)}, probes=arch.probes(guidance)
         ),
-        "vae_decoder": FamilyComponent(graphs.vae_decoder, {FLUX_LAYOUT: AeDecoder(graphs.vae_blocks, "vae.")}),
+        "vae_decoder": FamilyComponent(graphs.vae_decoder, {FLUX_LAYOUT: LdmVae(graphs.vae_blocks, "vae.")}),
+        # img2img: the encoder half of the same file (BFL's ae.safetensors holds both).
+        "vae_encoder": FamilyComponent(graphs.vae_encoder, {FLUX_LAYOUT: LdmVae(graphs.vae_blocks, "vae.")}),
     }
     scheduler = FLUX_DEV_SCHEDULER if guidance else FLUX_SCHNELL_SCHEDULER
     return Family(
@@ -158,7 +165,7 @@ def flux_family(
         latent_channels=16,
         vae_scaling_factor=0.3611,
         vae_scale_factor=2 ** (graphs.vae_blocks - 1),
-        fp32_components=("vae_decoder",),
+        fp32_components=("vae_decoder", "vae_encoder"),
         priority=1 if guidance else 0,
         files=COMPONENT_FILES,
         config={"vae_shift_factor": 0.1159, "patch_size": 2, "denoiser_config": {"guidance_embeds": guidance}},
