@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,7 @@ def test_full_size_files_load_and_map_every_component(files: dict[str, Path], fi
         assert mapped is not None and mapped.family.name == family
         assert type(pipe).__name__ == "FluxPipeline"
         assert mapped.unknown == ()
-        assert set(mapped.weights) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+        assert set(mapped.weights) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder", "vae_encoder"}
         counts = {}
         for component, spec in mapped.family.components.items():
             graph = spec.load_graph().proto.graph
@@ -92,7 +91,13 @@ def test_full_size_files_load_and_map_every_component(files: dict[str, Path], fi
             assert {t.name: tuple(t.dims) for t in graph.initializer} == {n: weights.spec(n)[0] for n in weights}
             counts[component] = len(graph.initializer)
         transformer = 1160 if family == "flux_dev" else 1156
-        assert counts == {"text_encoder": 196, "text_encoder_2": 219, "transformer": transformer, "vae_decoder": 138}
+        assert counts == {
+            "text_encoder": 196,
+            "text_encoder_2": 219,
+            "transformer": transformer,
+            "vae_decoder": 138,
+            "vae_encoder": 106,  # img2img's, from the same ae.safetensors
+        }
         assert pipe.config.latent_channels == 16 and pipe.config.vae_scale_factor == 8
     finally:
         pipe.close()
@@ -116,18 +121,36 @@ def test_a_file_in_the_wrong_slot_is_refused(files: dict[str, Path]) -> None:
         sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **swapped)
 
 
-def test_ae_file_maps_onto_the_vae_encoder_graph(files: dict[str, Path]) -> None:
-    """BFL's ae.safetensors also fills the shipped 16-channel encoder graph (img2img's), every
-    initializer with its shape (LDM names, no quant convs)."""
+def test_ae_file_fills_the_shipped_vae_encoder(files: dict[str, Path]) -> None:
+    """The shipped families read img2img's encoder (``flux_vae_encoder``) from ae.safetensors:
+    every initializer with its shape (LDM names, no quant convs), fp32 like the decoder."""
     from sdkit.families import Checkpoint
-    from sdkit.families.family import FamilyComponent
-    from sdkit.families.flux import FLUX_DEV
-    from sdkit.families.keymaps import LdmVae
+    from sdkit.families.flux import FLUX_DEV, FLUX_SCHNELL
 
-    encoder = FamilyComponent("flux_vae_encoder", {"bfl": LdmVae(4, "vae.")})
-    family = replace(FLUX_DEV, components={**FLUX_DEV.components, "vae_encoder": encoder})
-    checkpoint = Checkpoint.open(files["flux1-dev.safetensors"]).with_files(side(files))
-    weights = family.map(checkpoint, "bfl").weights["vae_encoder"]
-    graph = encoder.load_graph().proto.graph
-    assert {t.name: tuple(t.dims) for t in graph.initializer} == {n: weights.spec(n)[0] for n in weights}
-    assert len(graph.initializer) == 106
+    for family in (FLUX_DEV, FLUX_SCHNELL):
+        encoder = family.components["vae_encoder"]
+        assert encoder.graph == "flux_vae_encoder" and "vae_encoder" in family.fp32_components
+        file = "flux1-dev.safetensors" if family is FLUX_DEV else "flux1-schnell.safetensors"
+        checkpoint = Checkpoint.open(files[file]).with_files(side(files))
+        weights = family.map(checkpoint, "bfl").weights["vae_encoder"]
+        graph = encoder.load_graph().proto.graph
+        assert {t.name: tuple(t.dims) for t in graph.initializer} == {n: weights.spec(n)[0] for n in weights}
+        assert len(graph.initializer) == 106
+
+
+def test_a_vae_file_without_the_encoder_is_named(files: dict[str, Path], tmp_path: Path) -> None:
+    """A decoder-only VAE file as --vae: one ModelFormatError naming the encoder keys it lacks."""
+    entry = headers()["ae.safetensors"]
+    decoder_only = {k: v for k, v in entry["tensors"].items() if not k.startswith("encoder.")}
+    headers()["decoder_only_ae.safetensors"] = {**entry, "tensors": decoder_only}
+    try:
+        path = write_header_only(tmp_path / "decoder_only_ae.safetensors", "decoder_only_ae.safetensors")
+    finally:
+        del headers()["decoder_only_ae.safetensors"]
+    given = {**side(files), "vae": path}
+    with pytest.raises(ModelFormatError) as err:
+        sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **given)
+    message = str(err.value)
+    print(message)
+    assert "106 weight(s) missing or mis-shaped (the vae_encoder's 106 of 106)" in message
+    assert "vae.encoder.conv_in.weight (missing)" in message

@@ -4,8 +4,10 @@ Oracle: diffusers' ``FluxTransformer2DModel.from_single_file`` on the same files
 converter; ``fixtures/families/make_flux_single_file.py``, goldens in
 ``fixtures/families/tiny/flux/golden.npz``): the transformer's output on fixed inputs, and the
 image ``FluxPipeline`` makes with that transformer and tiny_flow's other components (tiny_flow's
-``flux_dev`` / ``flux_schnell`` case). Required: the image within 1e-3 on [0, 1] pixels on the
-reference, ggml (threads=1) and openvino backends; the transformer output within 1e-4.
+``flux_dev`` / ``flux_schnell`` case), and the image ``FluxImg2ImgPipeline`` makes from tiny_flow's
+init image (its ``flux_dev_img2img`` / ``flux_schnell_img2img`` case, the same noise stream).
+Required: the images within 1e-3 on [0, 1] pixels on the reference, ggml (threads=1) and openvino
+backends; the transformer output within 1e-4.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ ARCH = FluxArch(hidden=32, in_channels=64, context_dim=16, pooled_dim=32, double
 
 def tiny_graphs(model: str) -> FluxGraphs:
     return FluxGraphs(
-        TINY / f"{model}_transformer.onnx", TINY / "clip_l.onnx", TINY / "t5xxl.onnx", TINY / "vae_decoder.onnx", 2
+        TINY / f"{model}_transformer.onnx",
+        TINY / "clip_l.onnx",
+        TINY / "t5xxl.onnx",
+        TINY / "vae_decoder.onnx",
+        2,
+        vae_encoder=TINY / "vae_encoder.onnx",
     )
 
 
@@ -160,12 +167,44 @@ def test_image_equals_diffusers_from_the_single_files(tiny_flux: None, backend: 
             max_sequence_length=case["max_sequence_length"],
             output_type="np",
         )
-        assert set(pipe.backends().values()) == {backend}
+        assert set(pipe.backends().values()) - {None} == {backend}  # the encoder: img2img only
     finally:
         pipe.close()
     diff = float(np.abs(image - golden(f"{file}/image")).max())
     print(f"{file} on {backend}: image max |diff| {diff:.3g}")
     assert diff <= IMAGE_TOLERANCE
+
+
+@pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
+def test_img2img_equals_diffusers_from_the_single_files(tiny_flux: None, backend: str, file: str) -> None:
+    """img2img from the single files (the encoder read from ae.safetensors): the image diffusers'
+    ``FluxImg2ImgPipeline`` makes with ``from_single_file``'s transformer, the same CLIP, T5 and
+    VAE, the same init image, strength and noise stream."""
+    from PIL import Image
+
+    available(backend)
+    case = info()["files"][file]["img2img_case"]
+    pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
+    try:
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            init_image=Image.fromarray(golden("img2img_init_image")),
+            strength=case["strength"],
+            seed=case["seed"],
+            steps=case["steps"],
+            guidance_scale=case["guidance_scale"],
+            width=case["width"],
+            height=case["height"],
+            max_sequence_length=case["max_sequence_length"],
+            output_type="np",
+        )
+        assert set(pipe.backends().values()) == {backend}
+    finally:
+        pipe.close()
+    diff = float(np.abs(image - golden(f"{file}/img2img_image")).max())
+    txt2img = float(np.abs(image - golden(f"{file}/image")).max())
+    print(f"{file} img2img on {backend}: image max |diff| {diff:.3g} (vs the txt2img golden {txt2img:.3g})")
+    assert diff <= IMAGE_TOLERANCE < txt2img
 
 
 def test_missing_component_files_are_named(tiny_flux: None) -> None:
@@ -186,7 +225,7 @@ def test_set_checkpoint_keeps_the_component_files(tiny_flux: None) -> None:
     try:
         swaps = pipe.set_checkpoint(TINY / "flux_dev_bf16_comfy.safetensors")
         assert pipe.checkpoint is not None and pipe.checkpoint.checkpoint.path.name == "flux_dev_bf16_comfy.safetensors"
-        assert set(swaps) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+        assert set(swaps) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder", "vae_encoder"}
     finally:
         pipe.close()
 
@@ -348,3 +387,26 @@ def test_component_files_are_refused_where_nothing_takes_them(tiny_families: Any
     if sd1.is_file():
         with pytest.raises(OptionError, match="vae not used"):
             sdkit.load_pipeline(sd1, vae=SIDE["vae"])
+
+
+def test_command_line_img2img_from_the_single_files(tiny_flux: None, tmp_path: Path) -> None:
+    """``sdkit generate --diffusion-model ... --vae ae.safetensors --init-image F --strength 0.6``:
+    the PNG holds diffusers' ``FluxImg2ImgPipeline`` image (8-bit), the size the init image's."""
+    from PIL import Image
+
+    from sdkit.cli.main import main
+
+    available("ggml")
+    init, out = tmp_path / "init.png", tmp_path / "flux_img2img.png"
+    Image.fromarray(golden("img2img_init_image")).save(init)
+    case = info()["files"]["flux_dev_bf16_comfy"]["img2img_case"]
+    model = TINY / "flux_dev_bf16_comfy.safetensors"
+    argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--diffusion-model", str(model)]
+    argv += ["-o", str(out), "--backend", "ggml", "--threads", "1", "--steps", str(case["steps"]), "--seed", "11"]
+    argv += ["--cfg", "3.5", "--max-sequence-length", "32", "--init-image", str(init), "--strength", "0.6"]
+    argv += ["--clip_l", str(SIDE["clip_l"]), "--t5xxl", str(SIDE["t5xxl"]), "--vae", str(SIDE["vae"])]
+    assert main(argv) == 0
+    with Image.open(out) as image:
+        pixels = np.asarray(image, np.float32) / 255.0
+        assert "Denoising strength: 0.6" in image.info["parameters"]
+    assert np.abs(pixels - golden("flux_dev_bf16_comfy/img2img_image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE

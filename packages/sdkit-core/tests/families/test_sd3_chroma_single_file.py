@@ -256,6 +256,23 @@ def test_an_all_in_one_file_with_t5_needs_no_component_file(tiny_families: None,
     assert float(np.abs(image - golden("sd3_incl_clips_fp16", "image")).max()) <= IMAGE_TOLERANCE
 
 
+def test_img2img_from_a_family_without_a_vae_encoder_is_refused_by_name(tiny_families: None) -> None:
+    """SD3's and Chroma's single-file families read no VAE encoder yet: img2img is one
+    ModelFormatError naming the family, not a folder's missing ``vae_encoder/model.onnx``."""
+    from PIL import Image
+
+    file = "chroma_bf16"
+    pipe = sdkit.load_pipeline(folder(file) / f"{file}.safetensors", backend="reference", prepare=False, **SIDE[file])
+    try:
+        with pytest.raises(ModelFormatError) as err:
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
+    message = str(err.value)
+    assert "needs a VAE encoder (vae_encoder)" in message and "tiny Chroma single files" in message
+    assert "model.onnx" not in message
+
+
 def test_missing_component_files_are_named(tiny_families: None) -> None:
     """What the file lacks, by flag; what it holds is not asked for."""
     with pytest.raises(ModelFormatError) as err:

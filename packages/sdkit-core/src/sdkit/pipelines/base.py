@@ -196,6 +196,11 @@ class Pipeline(AdapterMethods):
         width, height = request.width, request.height
         if request.init_image is not None:
             if self.image_encoder not in self.components:
+                if self.checkpoint is not None:  # a single file: its family reads no encoder
+                    raise ModelFormatError(
+                        f"{self.name}: img2img needs a VAE encoder ({self.image_encoder}), which "
+                        f"{self.checkpoint.family.label} single files do not load yet"
+                    )
                 raise ModelFormatError(
                     f"{self.name}: img2img needs {self.image_encoder}/model.onnx, which this pipeline lacks"
                 )
