@@ -12,20 +12,18 @@ Loading reads headers only (``prepare=False``: nothing is compiled, no weight is
 from __future__ import annotations
 
 import json
-import struct
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import sdkit
 from sdkit.errors import ModelFormatError
+from sdkit.testing import write_header_only_safetensors
 
 REPO = Path(__file__).resolve().parents[4]
 HEADERS = REPO / "fixtures" / "families" / "flux_full_size_headers.json"
-BYTES = {"BF16": 2, "F16": 2, "F32": 4}
 SIDE = {"clip_l": "clip_l.safetensors", "t5xxl": "t5xxl_fp16.safetensors", "vae": "ae.safetensors"}
 
 
@@ -37,18 +35,8 @@ def headers() -> dict[str, Any]:
 
 def write_header_only(path: Path, file: str, prefix: str = "") -> Path:
     entry = headers()[file]
-    header: dict[str, Any] = {}
-    offset = 0
-    for key, shape in entry["tensors"].items():
-        size = int(np.prod(shape)) * BYTES[entry["dtype"]]
-        header[prefix + key] = {"dtype": entry["dtype"], "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + offset)
-    return path
+    shapes = {prefix + key: tuple(shape) for key, shape in entry["tensors"].items()}
+    return write_header_only_safetensors(path, shapes, dtype=entry["dtype"])
 
 
 @pytest.fixture(scope="module")

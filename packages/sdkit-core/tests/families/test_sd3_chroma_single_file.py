@@ -14,7 +14,6 @@ T5 and the VAE are the tiny Flux files (the same modules).
 from __future__ import annotations
 
 import json
-import struct
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from sdkit.families.chroma import ChromaArch, chroma_family
 from sdkit.families.flux import FluxGraphs
 from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
 from sdkit.model import Model
+from sdkit.testing import write_header_only_safetensors
 
 REPO = Path(__file__).resolve().parents[4]
 TINY = REPO / "fixtures" / "families" / "tiny"
@@ -341,18 +341,7 @@ def test_command_line_takes_clip_g(tiny_families: None, tmp_path: Path, capsys: 
 
 def header_only(path: Path, shapes: dict[str, tuple[int, ...]], prefix: str = "", dtype: str = "BF16") -> Path:
     """A real safetensors header over a sparse data region (nothing here reads data)."""
-    header: dict[str, Any] = {}
-    offset = 0
-    for key, shape in shapes.items():
-        size = int(np.prod(shape)) * (1 if dtype.startswith("F8") else 2)
-        header[prefix + key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + offset)
-    return path
+    return write_header_only_safetensors(path, {prefix + key: shape for key, shape in shapes.items()}, dtype=dtype)
 
 
 def sd3_keys(arch: Sd3Arch) -> dict[str, tuple[int, ...]]:
