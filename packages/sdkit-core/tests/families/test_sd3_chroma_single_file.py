@@ -434,5 +434,8 @@ def test_full_size_files_are_detected_and_refused_by_name(
     assert f"{label} checkpoint" in text and "--t5xxl" in text
     parameters = sum(int(np.prod(s)) for s in shapes.values())
     assert dict(described.details)["transformer"].startswith(f"{parameters / 1e6:,.1f} M parameters")
-    with pytest.raises(UnsupportedFamilyError, match=f"{name} is a {label} checkpoint .*does not ship the full-size"):
+    with pytest.raises(
+        UnsupportedFamilyError,
+        match=f"{name} is a {label} checkpoint .*full-size T5-XXL encoder and 16-channel VAE decoder graphs",
+    ):
         sdkit.load_pipeline(path)

@@ -38,8 +38,9 @@ from sdkit.families.sd3_keys import SaiMmdit, Sd3ClipL
 SD3_LAYOUT = "sai"
 TIME_CHANNELS = 256
 # The full-size families' pipeline: ``sdkit.pipelines.sd3:StableDiffusion3Pipeline`` once the
-# full-size weightless MMDiT, CLIP-L, bigG, T5-XXL and VAE graphs ship (the tiny test families use
-# it already); until then load_pipeline refuses such a file by name (``pipelines.families.PENDING``).
+# full-size weightless T5-XXL and VAE graphs ship too (the MMDiT, CLIP-L and bigG graphs do; the tiny
+# test families use it already); until then load_pipeline refuses such a file by name
+# (``pipelines.families.PENDING``).
 SD3_SINGLE_FILE_PIPELINE = "sdkit.pipelines.sd3_single_file:SD3SingleFilePipeline"
 SD3_SCHEDULER: dict[str, Any] = {  # scheduler_config.json of the SD3 / 3.5 diffusers repositories
     "_class_name": "FlowMatchEulerDiscreteScheduler",
@@ -100,13 +101,15 @@ class Sd3Arch:
 class Sd3Graphs:
     """The family's weightless graphs (shipped names or ``.onnx`` paths) and the VAE's depth.
     ``clip_l``: CLIP-L without projection (its pooled output is SD3's), ``clip_g``: bigG with it:
-    the shipped SD 1.x / SDXL graphs are those very architectures."""
+    the shipped SD 1.x / SDXL graphs are those very architectures. The VAE decoder is FLUX.1's graph:
+    SD3's ``AutoencoderKL`` is the same architecture (16 latent channels, 128-512 channels, no quant
+    convs); only its scaling and shift factors, family config, differ."""
 
     transformer: str | Path
     clip_l: str | Path = "clip_l"
     clip_g: str | Path = "openclip_bigg"
     t5: str | Path = "t5xxl_encoder"
-    vae_decoder: str | Path = "sd3_vae_decoder"
+    vae_decoder: str | Path = "flux_vae_decoder"
     vae_blocks: int = 4
 
 

@@ -38,14 +38,18 @@ PENDING = {
         "files, --clip_l, --t5xxl, --vae); a diffusers/optimum Flux folder loads"
     ),
     "sdkit.pipelines.sd3_single_file": (
-        "sdkit does not ship the full-size weightless SD3 MMDiT, CLIP-L, OpenCLIP bigG, T5-XXL and VAE graphs "
-        "yet (the file itself is read and every weight mapped: `sdkit inspect`; what it does not hold it will "
-        "take from --clip_l, --clip_g, --t5xxl, --vae); a diffusers/optimum SD3 folder loads"
+        "sdkit ships the SD3 Medium and SD 3.5 Medium MMDiT graphs (sd3_medium_transformer, "
+        "sd35_medium_transformer) and CLIP-L / OpenCLIP bigG (clip_l, openclip_bigg), not yet SD 3.5 Large's "
+        "MMDiT (sd35_large_transformer) nor the full-size T5-XXL encoder and 16-channel VAE decoder graphs "
+        "(t5xxl_encoder, flux_vae_decoder) this pipeline also runs (the file itself is read and every weight "
+        "mapped: `sdkit inspect`; what it does not hold it will take from --clip_l, --clip_g, --t5xxl, --vae); "
+        "a diffusers/optimum SD3 folder loads"
     ),
     "sdkit.pipelines.chroma_single_file": (
-        "sdkit does not ship the full-size weightless Chroma transformer, T5-XXL and 16-channel VAE graphs yet "
-        "(the file itself is read and every weight mapped: `sdkit inspect`; it will take T5-XXL and the VAE from "
-        "their own files, --t5xxl, --vae); a diffusers/optimum Chroma folder loads"
+        "sdkit does not ship its full-size transformer graph (chroma_transformer) nor the full-size T5-XXL "
+        "encoder and 16-channel VAE decoder graphs (t5xxl_encoder, flux_vae_decoder) yet (the file itself is "
+        "read and every weight mapped: `sdkit inspect`; it will take T5-XXL and the VAE from their own files, "
+        "--t5xxl, --vae); a diffusers/optimum Chroma folder loads"
     ),
 }
 
