@@ -35,7 +35,7 @@ from sdkit.families.flux_keys import COMFY_PREFIX, BflFlux
 from sdkit.families.keymaps import TensorSource
 
 # The full-size family's pipeline: ``sdkit.pipelines.chroma:ChromaPipeline`` once the full-size
-# weightless Chroma transformer, T5-XXL and VAE graphs ship (the tiny test family uses it already);
+# weightless T5-XXL and VAE graphs ship too (the transformer graph does; the tiny test family uses it already);
 # until then load_pipeline refuses such a file by name (``sdkit.pipelines.families.PENDING``).
 CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.chroma_single_file:ChromaSingleFilePipeline"
 _APPROXIMATOR = re.compile(r"^distilled_guidance_layer\.(layers|norms)\.(\d+)\.(.+)$")

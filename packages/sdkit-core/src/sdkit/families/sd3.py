@@ -37,9 +37,11 @@ from sdkit.families.sd3_keys import SaiMmdit, Sd3ClipL
 
 SD3_LAYOUT = "sai"
 TIME_CHANNELS = 256
-# The full-size families' pipeline: ``sdkit.pipelines.sd3:StableDiffusion3Pipeline`` once the
-# full-size weightless MMDiT, CLIP-L, bigG, T5-XXL and VAE graphs ship (the tiny test families use
-# it already); until then load_pipeline refuses such a file by name (``pipelines.families.PENDING``).
+# The full-size families whose graphs all ship (MMDiT, clip_l, openclip_bigg, t5xxl_encoder,
+# flux_vae_decoder) run the folder pipeline, as the tiny test families do; SD 3.5 Large, whose MMDiT
+# graph is not shipped yet, names a pipeline module that load_pipeline refuses by name
+# (``pipelines.families.PENDING``).
+SD3_PIPELINE = "sdkit.pipelines.sd3:StableDiffusion3Pipeline"
 SD3_SINGLE_FILE_PIPELINE = "sdkit.pipelines.sd3_single_file:SD3SingleFilePipeline"
 SD3_SCHEDULER: dict[str, Any] = {  # scheduler_config.json of the SD3 / 3.5 diffusers repositories
     "_class_name": "FlowMatchEulerDiscreteScheduler",
@@ -100,13 +102,15 @@ class Sd3Arch:
 class Sd3Graphs:
     """The family's weightless graphs (shipped names or ``.onnx`` paths) and the VAE's depth.
     ``clip_l``: CLIP-L without projection (its pooled output is SD3's), ``clip_g``: bigG with it:
-    the shipped SD 1.x / SDXL graphs are those very architectures."""
+    the shipped SD 1.x / SDXL graphs are those very architectures. The VAE decoder is FLUX.1's graph:
+    SD3's ``AutoencoderKL`` is the same architecture (16 latent channels, 128-512 channels, no quant
+    convs); only its scaling and shift factors, family config, differ."""
 
     transformer: str | Path
     clip_l: str | Path = "clip_l"
     clip_g: str | Path = "openclip_bigg"
     t5: str | Path = "t5xxl_encoder"
-    vae_decoder: str | Path = "sd3_vae_decoder"
+    vae_decoder: str | Path = "flux_vae_decoder"
     vae_blocks: int = 4
 
 
@@ -159,6 +163,10 @@ def sd3_family(
 SD3_MEDIUM_ARCH = Sd3Arch()
 SD35_LARGE_ARCH = Sd3Arch(hidden=2432, depth=38, qk_norm=True)
 SD35_MEDIUM_ARCH = Sd3Arch(positions=384 * 384, dual_attention_layers=tuple(range(13)), qk_norm=True)
-SD3_MEDIUM = sd3_family("sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH)
+SD3_MEDIUM = sd3_family(
+    "sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH, pipeline=SD3_PIPELINE
+)
 SD35_LARGE = sd3_family("sd35_large", "SD 3.5 Large", Sd3Graphs("sd35_large_transformer"), SD35_LARGE_ARCH)
-SD35_MEDIUM = sd3_family("sd35_medium", "SD 3.5 Medium", Sd3Graphs("sd35_medium_transformer"), SD35_MEDIUM_ARCH)
+SD35_MEDIUM = sd3_family(
+    "sd35_medium", "SD 3.5 Medium", Sd3Graphs("sd35_medium_transformer"), SD35_MEDIUM_ARCH, pipeline=SD3_PIPELINE
+)

@@ -33,14 +33,14 @@ from sdkit.plugins.registries import import_object
 # not there yet: module -> what to say.
 PENDING = {
     "sdkit.pipelines.sd3_single_file": (
-        "sdkit does not ship the full-size weightless SD3 MMDiT graphs yet (the file itself is read and every "
-        "weight mapped: `sdkit inspect`; what it does not hold it will take from --clip_l, --clip_g, --t5xxl, "
-        "--vae); a diffusers/optimum SD3 folder loads"
+        "sdkit does not ship SD 3.5 Large's full-size MMDiT graph (sd35_large_transformer) yet; SD3 Medium and "
+        "SD 3.5 Medium files load (the file itself is read and every weight mapped: `sdkit inspect`); a "
+        "diffusers/optimum SD3 folder loads"
     ),
     "sdkit.pipelines.chroma_single_file": (
-        "sdkit does not ship the full-size weightless Chroma transformer graph yet (the file itself is read and "
-        "every weight mapped: `sdkit inspect`; it will take T5-XXL and the VAE from their own files, --t5xxl, "
-        "--vae); a diffusers/optimum Chroma folder loads"
+        "sdkit does not ship Chroma's full-size transformer graph (chroma_transformer) yet (the file itself is "
+        "read and every weight mapped: `sdkit inspect`; T5-XXL and the VAE will come from --t5xxl, --vae); a "
+        "diffusers/optimum Chroma folder loads"
     ),
 }
 
