@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -115,17 +114,6 @@ def test_sd3_depth_and_block_kinds(name: str) -> None:
     graph = shipped.load_graph(name)
     table = next(t for t in graph.proto.graph.initializer if t.name == "pos_embed.pos_embed")
     assert tuple(table.dims) == (1, arch.positions, arch.hidden)  # the files' table, read as a weight
-
-
-@pytest.mark.parametrize("name", [n for n in GRAPHS if n == "chroma_transformer"])
-def test_chroma_depth(name: str) -> None:
-    """19 double and 38 single blocks, each kind with the same parameters."""
-    arch = chroma.ChromaArch()
-    found = blocks(name)
-    counts = Counter(kind for kind, _ in found)
-    assert counts == {"transformer_blocks": arch.double_blocks, "single_transformer_blocks": arch.single_blocks}
-    for (kind, _), params in found.items():
-        assert params == found[(kind, 0)]
 
 
 @pytest.mark.parametrize("name", GRAPHS)
