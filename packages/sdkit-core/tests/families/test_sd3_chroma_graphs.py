@@ -46,7 +46,7 @@ SD3_GRAPHS = {
 # The graphs export_sd3_chroma_graphs.py writes that are shipped so far: sd35_large_transformer and
 # chroma_transformer are written by the same code; their export had not finished when this was
 # committed, and they join these tests (and the ggml / openvino ones) when they are shipped.
-GRAPHS = ["sd3_medium_transformer", "sd35_medium_transformer"]
+GRAPHS = ["sd3_medium_transformer", "sd35_medium_transformer", "chroma_transformer"]
 BLOCK = re.compile(r"^(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$")
 
 

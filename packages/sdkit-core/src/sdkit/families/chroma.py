@@ -34,10 +34,9 @@ from sdkit.families.flux import FLUX_DEV_SCHEDULER, FLUX_LAYOUT, AeDecoder, Flux
 from sdkit.families.flux_keys import COMFY_PREFIX, BflFlux
 from sdkit.families.keymaps import TensorSource
 
-# The full-size family's pipeline: ``sdkit.pipelines.chroma:ChromaPipeline`` once the full-size
-# weightless T5-XXL and VAE graphs ship too (the transformer graph does; the tiny test family uses it already);
-# until then load_pipeline refuses such a file by name (``sdkit.pipelines.families.PENDING``).
-CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.chroma_single_file:ChromaSingleFilePipeline"
+# The full-size family's pipeline: the folder pipeline, as the tiny test family's (its graphs ship:
+# chroma_transformer, t5xxl_encoder, flux_vae_decoder).
+CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.chroma:ChromaPipeline"
 _APPROXIMATOR = re.compile(r"^distilled_guidance_layer\.(layers|norms)\.(\d+)\.(.+)$")
 _LAYER = {"linear_1": "in_layer", "linear_2": "out_layer"}
 

@@ -37,11 +37,6 @@ PENDING = {
         "SD 3.5 Medium files load (the file itself is read and every weight mapped: `sdkit inspect`); a "
         "diffusers/optimum SD3 folder loads"
     ),
-    "sdkit.pipelines.chroma_single_file": (
-        "sdkit does not ship Chroma's full-size transformer graph (chroma_transformer) yet (the file itself is "
-        "read and every weight mapped: `sdkit inspect`; T5-XXL and the VAE will come from --t5xxl, --vae); a "
-        "diffusers/optimum Chroma folder loads"
-    ),
 }
 
 
