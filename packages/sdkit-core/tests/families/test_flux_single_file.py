@@ -28,6 +28,7 @@ from sdkit.errors import ModelFormatError, OptionError
 from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
 from sdkit.model import Model
+from sdkit.testing.goldens import require_backend
 from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 REPO = Path(__file__).resolve().parents[4]
@@ -90,12 +91,6 @@ def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable: {found.reason if found else 'not installed'}")
-
-
 @pytest.mark.parametrize("file", FILES)
 def test_detected_as_dev_or_schnell_and_every_weight_mapped(file: str) -> None:
     """dev by its guidance embedder, schnell without; every initializer of the graph found, every
@@ -152,7 +147,7 @@ IMAGE_CASES = [
 def test_image_equals_diffusers_from_the_single_files(tiny_flux: None, backend: str, file: str) -> None:
     """``load_pipeline(transformer file, clip_l=, t5xxl=, vae=)`` makes the image diffusers'
     ``FluxPipeline`` makes with ``from_single_file``'s transformer and the same CLIP, T5 and VAE."""
-    available(backend)
+    require_backend(backend)
     case = info()["files"][file]["case"]
     pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
     try:
@@ -182,7 +177,7 @@ def test_img2img_equals_diffusers_from_the_single_files(tiny_flux: None, backend
     VAE, the same init image, strength and noise stream."""
     from PIL import Image
 
-    available(backend)
+    require_backend(backend)
     case = info()["files"][file]["img2img_case"]
     pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
     try:
@@ -361,7 +356,7 @@ def test_command_line_takes_the_component_files(
 
     from sdkit.cli.main import main
 
-    available("ggml")
+    require_backend("ggml")
     out = tmp_path / "flux.png"
     model = TINY / "flux_dev_bf16_comfy.safetensors"
     argv = ["generate", "a photo of an astronaut riding a horse on the moon", "--model", str(model), "-o", str(out)]
@@ -396,7 +391,7 @@ def test_command_line_img2img_from_the_single_files(tiny_flux: None, tmp_path: P
 
     from sdkit.cli.main import main
 
-    available("ggml")
+    require_backend("ggml")
     init, out = tmp_path / "init.png", tmp_path / "flux_img2img.png"
     Image.fromarray(golden("img2img_init_image")).save(init)
     case = info()["files"]["flux_dev_bf16_comfy"]["img2img_case"]

@@ -31,6 +31,7 @@ from sdkit.families.flux import FluxGraphs
 from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
 from sdkit.model import Model
 from sdkit.testing import write_header_only_safetensors
+from sdkit.testing.goldens import require_backend
 
 REPO = Path(__file__).resolve().parents[4]
 TINY = REPO / "fixtures" / "families" / "tiny"
@@ -133,12 +134,6 @@ def tiny_families(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable: {found.reason if found else 'not installed'}")
-
-
 @pytest.mark.parametrize("file", FILES)
 def test_detected_and_every_weight_mapped(file: str) -> None:
     """The file is its family (``sai`` / ``bfl`` layout); every initializer of every graph is
@@ -227,7 +222,7 @@ def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Pa
 def test_image_equals_diffusers_from_the_single_files(tiny_families: None, backend: str, file: str) -> None:
     """``load_pipeline(file, <its component files>)`` makes the image diffusers' pipeline makes
     with what diffusers loaded from the same files."""
-    available(backend)
+    require_backend(backend)
     case = info(folder(file))["files"][file]["case"]
     image = generate(folder(file) / f"{file}.safetensors", backend, case, SIDE[file])
     diff = float(np.abs(image - golden(file, "image")).max())
@@ -316,7 +311,7 @@ def test_command_line_takes_clip_g(tiny_families: None, tmp_path: Path, capsys: 
 
     from sdkit.cli.main import main
 
-    available("ggml")
+    require_backend("ggml")
     out = tmp_path / "sd3.png"
     model = TINY_SD3 / "sd35_transformer_bf16.safetensors"
     case = info(TINY_SD3)["files"]["sd35_transformer_bf16"]["case"]
