@@ -2,7 +2,7 @@
 the reduced-depth one (2 double + 2 single blocks, 1.03B random weights), per backend.
 
     nice python benchmarks/flux_transformer.py [--backend ggml --backend openvino] [--threads 2]
-        [--weights bf16 --weights fp32]
+        [--weights bf16 --weights fp32] [--precision fp32 --precision q8_0]
 
 Graphs: ``fixtures/sd/flux_transformer_2x2.onnx`` (weightless, ``make_sd_graphs.py``) and
 ``sd_graphs.flux_full_graph()`` (its blocks repeated to 19 + 38, 11.9B weights, weightless:
@@ -11,7 +11,9 @@ per-process high-water mark): compile from ``sd_graphs.model_path`` (seeded weig
 external data; ``--weights bf16``, the default, stores them as bf16 widened by a Cast to the
 fp32 the backends compute in, ``sd_graphs.stored_as``), run the 512 px inputs twice, report
 compile time, each run's time, the RSS after loading, after compiling and at its peak, and the
-max |diff| between backends' outputs (and between weight dtypes: bf16 rounding of the weights).
+max |diff| and relative L2 between backends' outputs (and between weight dtypes: bf16 rounding of
+the weights; and between compute precisions: ``--precision q8_0`` is ggml's Q8_0 weights, the
+error vs full precision issue 12 asks to report).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np, sdkit
 sys.path.insert(0, sys.argv[4])
 import sd_graphs
 backend, threads, out, weights, repeats = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5], int(sys.argv[6])
+precision = sys.argv[7]
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 def peak_mb():
@@ -44,7 +47,7 @@ model = sdkit.load_model(path)
 loaded, load_peak = rss_mb(), peak_mb()
 weight_mb = sum(model.weights[name].nbytes for name in model.weights) / 2**20
 start = time.perf_counter()
-compiled = sdkit.compile(model, backend=backend, threads=threads, cache=False)
+compiled = sdkit.compile(model, backend=backend, threads=threads, precision=precision, cache=False)
 compiled_s = time.perf_counter() - start
 del model
 after_compile, compile_peak = rss_mb(), peak_mb()
@@ -76,9 +79,10 @@ def full_graph_check(backend: str) -> dict[str, object]:
     }
 
 
-def one_step(backend: str, threads: int, out: Path, weights: str, runs: int) -> dict[str, object]:
+def one_step(backend: str, threads: int, out: Path, weights: str, runs: int, precision: str) -> dict[str, object]:
+    child = [backend, str(threads), str(out), str(ROOT / "fixtures"), weights, str(runs), precision]
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, backend, str(threads), str(out), str(ROOT / "fixtures"), weights, str(runs)],
+        [sys.executable, "-c", CHILD, *child],
         capture_output=True,
         text=True,
         check=False,
@@ -89,36 +93,44 @@ def one_step(backend: str, threads: int, out: Path, weights: str, runs: int) -> 
     return parsed
 
 
+def _product(weights: list[str], precisions: list[str]) -> list[tuple[str, str]]:
+    return [(w, p) for w in weights for p in precisions]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", action="append", default=None, help="repeatable (default: ggml, openvino)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--weights", action="append", default=None, help="bf16|fp16|fp32, repeatable (default: bf16)")
+    parser.add_argument("--precision", action="append", default=None, help="fp32|fp16|q8_0, repeatable (default: fp32)")
     parser.add_argument("--runs", type=int, default=2, help="steps timed per backend (the first warms up)")
     parser.add_argument("--skip-check", action="store_true", help="skip check() of the full-depth graph")
     parser.add_argument("--skip-step", action="store_true", help="only check() the full-depth graph")
     args = parser.parse_args()
     backends = args.backend or ["ggml", "openvino"]
+    precisions = args.precision or ["fp32"]
     outputs: dict[tuple[str, str], np.ndarray] = {}
     for backend in backends:
         if not args.skip_check:
             print(backend, "full-depth check():", json.dumps(full_graph_check(backend), default=str), flush=True)
-        for weights in [] if args.skip_step else args.weights or ["bf16"]:
-            out = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}_{weights}.npy"
+        for weights, precision in [] if args.skip_step else _product(args.weights or ["bf16"], precisions):
+            tag = weights if precision == "fp32" else f"{weights}-{precision}"
+            out = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}_{tag}.npy"
             out.unlink(missing_ok=True)
-            step = one_step(backend, args.threads, out, weights, args.runs)
-            print(backend, f"2x2 one step at 512 px, {weights} weights:", json.dumps(step), flush=True)
+            step = one_step(backend, args.threads, out, weights, args.runs, precision)
+            print(backend, f"2x2 one step at 512 px, {weights} weights, {precision}:", json.dumps(step), flush=True)
             if out.exists():
-                outputs[backend, weights] = np.load(out)
-    for backend, weights in ((b, w) for b in ("ggml", "openvino") for w in ("bf16", "fp16", "fp32")):
-        earlier = ROOT / "fixtures" / "cache" / f"flux_2x2_{backend}_{weights}.npy"
-        if (backend, weights) not in outputs and earlier.exists():  # from an earlier invocation
-            outputs[backend, weights] = np.load(earlier)
+                outputs[backend, tag] = np.load(out)
+    for path in sorted((ROOT / "fixtures" / "cache").glob("flux_2x2_*.npy")):
+        backend, tag = path.stem.removeprefix("flux_2x2_").split("_", 1)
+        if (backend, tag) not in outputs:  # from an earlier invocation
+            outputs[backend, tag] = np.load(path)
     keys = sorted(outputs)
     for i, first in enumerate(keys):
         for second in keys[i + 1 :]:
-            diff = float(np.abs(outputs[first] - outputs[second]).max())
-            print(f"max |diff| {first} vs {second}: {diff:.3e} (output std {float(outputs[first].std()):.3f})")
+            a, b = outputs[first].astype(np.float64), outputs[second].astype(np.float64)
+            diff, rel = float(np.abs(a - b).max()), float(np.linalg.norm(a - b) / np.linalg.norm(a))
+            print(f"{first} vs {second}: max |diff| {diff:.3e}, rel-L2 {rel:.3e} (output std {float(a.std()):.3f})")
     return 0
 
 
