@@ -11,8 +11,12 @@ import pytest
 # a dim the exporter named (the unpatchify Reshape's): 16.
 SD3_1024 = {"batch": 1, "height": 128, "width": 128, "text_tokens": 333, "Reshapeout_hidden_states_dim_1": 16}
 CHROMA_1024 = {"batch": 1, "image_tokens": 4096, "text_tokens": 512, "tokens": 4608}
-# Shipped so far (sd35_large_transformer: SD3_1024, chroma_transformer: CHROMA_1024 join when shipped).
-GRAPHS = {"sd3_medium_transformer": SD3_1024, "sd35_medium_transformer": SD3_1024, "chroma_transformer": CHROMA_1024}
+GRAPHS = {
+    "sd3_medium_transformer": SD3_1024,
+    "sd35_large_transformer": SD3_1024,
+    "sd35_medium_transformer": SD3_1024,
+    "chroma_transformer": CHROMA_1024,
+}
 
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["dynamic", "1024px"])

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-# Shipped so far (sd35_large_transformer and chroma_transformer join when shipped).
-GRAPHS = ["sd3_medium_transformer", "sd35_medium_transformer", "chroma_transformer"]
+GRAPHS = ["sd3_medium_transformer", "sd35_large_transformer", "sd35_medium_transformer", "chroma_transformer"]
 
 
 @pytest.mark.parametrize("name", GRAPHS)

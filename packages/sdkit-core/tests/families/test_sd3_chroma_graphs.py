@@ -43,9 +43,8 @@ SD3_GRAPHS = {
     "sd35_large_transformer": (sd3.SD35_LARGE, sd3.SD35_LARGE_ARCH),
     "sd35_medium_transformer": (sd3.SD35_MEDIUM, sd3.SD35_MEDIUM_ARCH),
 }
-# The graphs export_sd3_chroma_graphs.py writes that are shipped so far: sd35_large_transformer is
-# written by the same code and joins these tests (and the ggml / openvino ones) when it is shipped.
-GRAPHS = ["sd3_medium_transformer", "sd35_medium_transformer", "chroma_transformer"]
+# Every graph export_sd3_chroma_graphs.py writes (all shipped).
+GRAPHS = ["sd3_medium_transformer", "sd35_large_transformer", "sd35_medium_transformer", "chroma_transformer"]
 BLOCK = re.compile(r"^(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$")
 
 

@@ -24,7 +24,7 @@ from safetensors.numpy import save_file
 
 import sdkit
 import sdkit.pipelines.families
-from sdkit.errors import ModelFormatError, UnsupportedFamilyError
+from sdkit.errors import ModelFormatError
 from sdkit.families import Checkpoint, CheckpointTensor, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.chroma import ChromaArch, chroma_family
 from sdkit.families.flux import FluxGraphs
@@ -417,13 +417,13 @@ FULL_SIZE = [
 
 
 @pytest.mark.parametrize(("name", "arch", "prefix", "family", "label"), FULL_SIZE)
-def test_full_size_files_are_detected_and_refused_by_name(
+def test_full_size_files_are_detected_and_ask_for_what_they_lack(
     tmp_path: Path, name: str, arch: str | None, prefix: str, family: str, label: str
 ) -> None:
     """The registered full-size families tell SD3 Medium, SD 3.5 Large and Medium (width, depth,
     position table, MMDiT-X) and Chroma apart from a header; ``sdkit inspect`` names them and what
-    they need; ``load_pipeline`` loads those whose graphs ship (SD3 Medium, SD 3.5 Medium: this
-    MMDiT-only file then lacks its encoders and VAE, asked for by flag) and refuses the others by name."""
+    they need; ``load_pipeline`` goes on (every family's graphs ship) to what this MMDiT-only file
+    lacks: its text encoders and VAE, asked for by flag."""
     import sdkit.families.sd3 as sd3
 
     shapes = sd3_keys(getattr(sd3, arch)) if arch else chroma_keys()
@@ -436,9 +436,5 @@ def test_full_size_files_are_detected_and_refused_by_name(
     assert f"{label} checkpoint" in text and "--t5xxl" in text
     parameters = sum(int(np.prod(s)) for s in shapes.values())
     assert dict(described.details)["transformer"].startswith(f"{parameters / 1e6:,.1f} M parameters")
-    if family != "sd35_large":  # every graph ships: the load goes on, to the files it lacks
-        with pytest.raises(ModelFormatError, match="--t5xxl"):
-            sdkit.load_pipeline(path)
-        return
-    with pytest.raises(UnsupportedFamilyError, match=f"{name} is a {label} checkpoint .*\\(sd35_large_transformer\\)"):
+    with pytest.raises(ModelFormatError, match="--t5xxl"):
         sdkit.load_pipeline(path)

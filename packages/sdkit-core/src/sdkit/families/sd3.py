@@ -37,12 +37,9 @@ from sdkit.families.sd3_keys import SaiMmdit, Sd3ClipL
 
 SD3_LAYOUT = "sai"
 TIME_CHANNELS = 256
-# The full-size families whose graphs all ship (MMDiT, clip_l, openclip_bigg, t5xxl_encoder,
-# flux_vae_decoder) run the folder pipeline, as the tiny test families do; SD 3.5 Large, whose MMDiT
-# graph is not shipped yet, names a pipeline module that load_pipeline refuses by name
-# (``pipelines.families.PENDING``).
+# The full-size families (their graphs all ship: MMDiT, clip_l, openclip_bigg, t5xxl_encoder,
+# flux_vae_decoder) run the folder pipeline, as the tiny test families do.
 SD3_PIPELINE = "sdkit.pipelines.sd3:StableDiffusion3Pipeline"
-SD3_SINGLE_FILE_PIPELINE = "sdkit.pipelines.sd3_single_file:SD3SingleFilePipeline"
 SD3_SCHEDULER: dict[str, Any] = {  # scheduler_config.json of the SD3 / 3.5 diffusers repositories
     "_class_name": "FlowMatchEulerDiscreteScheduler",
     "num_train_timesteps": 1000,
@@ -119,7 +116,7 @@ def sd3_family(
     label: str,
     graphs: Sd3Graphs,
     arch: Sd3Arch,
-    pipeline: str = SD3_SINGLE_FILE_PIPELINE,
+    pipeline: str = SD3_PIPELINE,
     clip_tokenizers: tuple[TokenizerSource, TokenizerSource] = (CLIP_VOCAB, OPENCLIP_VOCAB),
 ) -> Family:
     """An SD3 family: the MMDiT (and whatever else the file holds) from a Stability-layout file,
@@ -163,10 +160,6 @@ def sd3_family(
 SD3_MEDIUM_ARCH = Sd3Arch()
 SD35_LARGE_ARCH = Sd3Arch(hidden=2432, depth=38, qk_norm=True)
 SD35_MEDIUM_ARCH = Sd3Arch(positions=384 * 384, dual_attention_layers=tuple(range(13)), qk_norm=True)
-SD3_MEDIUM = sd3_family(
-    "sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH, pipeline=SD3_PIPELINE
-)
+SD3_MEDIUM = sd3_family("sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH)
 SD35_LARGE = sd3_family("sd35_large", "SD 3.5 Large", Sd3Graphs("sd35_large_transformer"), SD35_LARGE_ARCH)
-SD35_MEDIUM = sd3_family(
-    "sd35_medium", "SD 3.5 Medium", Sd3Graphs("sd35_medium_transformer"), SD35_MEDIUM_ARCH, pipeline=SD3_PIPELINE
-)
+SD35_MEDIUM = sd3_family("sd35_medium", "SD 3.5 Medium", Sd3Graphs("sd35_medium_transformer"), SD35_MEDIUM_ARCH)

@@ -29,16 +29,6 @@ from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object
 
-# Pipeline modules other work is building, named in the refusal of a family whose pipeline is
-# not there yet: module -> what to say.
-PENDING = {
-    "sdkit.pipelines.sd3_single_file": (
-        "sdkit does not ship SD 3.5 Large's full-size MMDiT graph (sd35_large_transformer) yet; SD3 Medium and "
-        "SD 3.5 Medium files load (the file itself is read and every weight mapped: `sdkit inspect`); a "
-        "diffusers/optimum SD3 folder loads"
-    ),
-}
-
 
 def registered_families() -> list[Family]:
     """Every family registered through ``sdkit_register_model_families``, highest priority first."""
@@ -141,8 +131,7 @@ def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type
     try:
         cls: type[Any] = import_object(family.pipeline)
     except (ImportError, AttributeError, ValueError) as exc:
-        module = family.pipeline.partition(":")[0]
-        why = PENDING.get(module, f"{type(exc).__name__}: {exc}")
+        why = f"{type(exc).__name__}: {exc}"
         raise UnsupportedFamilyError(
             f"{what} is a {family.label} checkpoint (family {family.name!r}); its weights load, but its "
             f"pipeline {family.pipeline} is not available ({why})"
