@@ -68,6 +68,7 @@ SD3 = sd3_family(
         TINY_FLUX / "t5xxl.onnx",
         TINY_FLUX / "vae_decoder.onnx",
         2,
+        TINY_FLUX / "vae_encoder.onnx",
     ),
     SD3_ARCH,
     pipeline="sdkit.pipelines.sd3:StableDiffusion3Pipeline",
@@ -81,6 +82,7 @@ CHROMA: Family = chroma_family(
         t5=TINY_FLUX / "t5xxl.onnx",
         vae_decoder=TINY_FLUX / "vae_decoder.onnx",
         vae_blocks=2,
+        vae_encoder=TINY_FLUX / "vae_encoder.onnx",
     ),
     CHROMA_ARCH,
     pipeline="sdkit.pipelines.chroma:ChromaPipeline",
@@ -117,9 +119,10 @@ def info(where: Path) -> dict[str, Any]:
     return data
 
 
-def golden(file: str, key: str) -> np.ndarray:
+def golden(file: str, key: str, top: bool = False) -> np.ndarray:
+    """``<file>/<key>`` of the file's golden.npz (``top``: ``key`` itself, e.g. the init image)."""
     with np.load(folder(file) / "golden.npz") as data:
-        value: np.ndarray = data[f"{file}/{key}"]
+        value: np.ndarray = data[key if top else f"{file}/{key}"]
     return value
 
 
@@ -154,7 +157,7 @@ def test_detected_and_every_weight_mapped(file: str) -> None:
 def test_all_in_one_reads_its_own_encoders_and_vae() -> None:
     """Stability's all-in-one file: CLIP-L, bigG and the VAE from the file itself (only T5 given)."""
     result = mapped("sd3_incl_clips_fp16")
-    for component in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
+    for component in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder", "vae_encoder"):
         assert read_from(result, component) == {"sd3_incl_clips_fp16.safetensors"}, component
     assert read_from(result, "text_encoder_3") == {"t5xxl.safetensors"}
 
@@ -198,7 +201,8 @@ IMAGE_CASES = [
 ]
 
 
-def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Path]) -> np.ndarray:
+def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Path], **img2img: Any) -> np.ndarray:
+    """The case's image (``img2img``: ``init_image=``, ``strength=``)."""
     pipe = sdkit.load_pipeline(path, backend=backend, threads=1, **files)
     try:
         image = pipe.generate(
@@ -211,8 +215,10 @@ def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Pa
             height=case["height"],
             max_sequence_length=case["max_sequence_length"],
             output_type="np",
+            **img2img,
         )
-        assert set(pipe.backends().values()) == {backend}
+        ran = set(pipe.backends().values())
+        assert (ran if img2img else ran - {None}) == {backend}  # the encoder runs for img2img only
     finally:
         pipe.close()
     return np.asarray(image)
@@ -251,21 +257,104 @@ def test_an_all_in_one_file_with_t5_needs_no_component_file(tiny_families: None,
     assert float(np.abs(image - golden("sd3_incl_clips_fp16", "image")).max()) <= IMAGE_TOLERANCE
 
 
-def test_img2img_from_a_family_without_a_vae_encoder_is_refused_by_name(tiny_families: None) -> None:
-    """SD3's and Chroma's single-file families read no VAE encoder yet: img2img is one
-    ModelFormatError naming the family, not a folder's missing ``vae_encoder/model.onnx``."""
+@pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
+def test_img2img_equals_diffusers_from_the_single_files(tiny_families: None, backend: str, file: str) -> None:
+    """img2img from the single files, the VAE encoder read where the decoder is (the all-in-one
+    file's ``first_stage_model.``, else ``--vae``): the image ``StableDiffusion3Img2ImgPipeline`` /
+    ``ChromaImg2ImgPipeline`` makes with what diffusers loaded from the same files, the same init
+    image, strength and noise stream (tiny_flow's ``sd3_img2img`` / ``chroma_img2img`` case)."""
     from PIL import Image
 
-    file = "chroma_bf16"
-    pipe = sdkit.load_pipeline(folder(file) / f"{file}.safetensors", backend="reference", prepare=False, **SIDE[file])
+    require_backend(backend)
+    case = info(folder(file))["files"][file]["img2img_case"]
+    init = Image.fromarray(golden(file, "img2img_init_image", top=True))
+    path = folder(file) / f"{file}.safetensors"
+    image = generate(path, backend, case, SIDE[file], init_image=init, strength=case["strength"])
+    diff = float(np.abs(image - golden(file, "img2img_image")).max())
+    txt2img = float(np.abs(image - golden(file, "image")).max())
+    print(f"{file} img2img on {backend}: image max |diff| {diff:.3g} (vs the txt2img golden {txt2img:.3g})")
+    assert diff <= IMAGE_TOLERANCE < txt2img
+
+
+def _decoder_only(path: Path, prefix: str, out: Path) -> Path:
+    """``path`` without its VAE encoder's tensors (``<prefix>encoder.*``): a decoder-only VAE."""
+    save_file({k: v for k, v in _raw(path).items() if not k.startswith(prefix + "encoder.")}, str(out))
+    return out
+
+
+@pytest.mark.parametrize("file", ["sd3_incl_clips_fp16", "sd35_transformer_bf16", "chroma_bf16"])
+def test_a_decoder_only_vae_runs_txt2img_and_refuses_img2img(tiny_families: None, tmp_path: Path, file: str) -> None:
+    """A VAE without its encoder (a decoder-only ``--vae`` file, or an all-in-one file whose
+    ``first_stage_model.`` has only the decoder): the file loads without ``vae_encoder`` and makes
+    diffusers' txt2img image; img2img is one ModelFormatError naming the encoder key it lacks."""
+    from PIL import Image
+
+    path, files = folder(file) / f"{file}.safetensors", dict(SIDE[file])
+    if file == "sd3_incl_clips_fp16":
+        path = _decoder_only(path, "first_stage_model.", tmp_path / f"{file}.safetensors")
+        missing = "first_stage_model.encoder.conv_in.weight"
+    else:
+        files["vae"] = _decoder_only(AE, "", tmp_path / "decoder_only_ae.safetensors")
+        missing = ("first_stage_model." if file.startswith("sd3") else "vae.") + "encoder.conv_in.weight"
+    result = load_checkpoint(path, FAMILIES, files=files)
+    assert "vae_encoder" not in result.weights and result.absent == {"vae_encoder": missing}
+    assert result.unknown == ()
+    case = info(folder(file))["files"][file]["case"]
+    image = generate(path, "reference", case, files)
+    assert float(np.abs(image - golden(file, "image")).max()) <= IMAGE_TOLERANCE
+    pipe = sdkit.load_pipeline(path, backend="reference", prepare=False, **files)
     try:
+        assert "vae_encoder" not in pipe.components
         with pytest.raises(ModelFormatError) as err:
             pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
     finally:
         pipe.close()
     message = str(err.value)
-    assert "needs a VAE encoder (vae_encoder)" in message and "tiny Chroma single files" in message
-    assert "model.onnx" not in message
+    print(message)
+    assert "img2img needs a VAE encoder (vae_encoder)" in message and f"decoder-only (no {missing})" in message
+    assert "(--vae)" in message and "txt2img runs without it" in message and "model.onnx" not in message
+
+
+def test_a_partial_vae_encoder_is_refused(tmp_path: Path) -> None:
+    """Some of the encoder's tensors but not all: the usual incomplete-checkpoint error, counted."""
+    tensors = _raw(AE)
+    del tensors["encoder.conv_in.weight"]
+    vae = tmp_path / "partial_ae.safetensors"
+    save_file(tensors, str(vae))
+    with pytest.raises(ModelFormatError, match=r"the vae_encoder's 1 of \d+\): vae\.encoder\.conv_in\.weight"):
+        load_checkpoint(TINY_CHROMA / "chroma_bf16.safetensors", FAMILIES, files={**SIDE["chroma_bf16"], "vae": vae})
+
+
+def test_set_checkpoint_adds_and_drops_the_optional_encoder(tiny_families: None, tmp_path: Path) -> None:
+    """Swapping to a file of the family whose VAE is decoder-only drops ``vae_encoder`` (img2img
+    refused); swapping back makes it again, with the load's backend, and img2img runs."""
+    from PIL import Image
+
+    full = TINY_SD3 / "sd3_incl_clips_fp16.safetensors"
+    partial = _decoder_only(full, "first_stage_model.", tmp_path / "decoder_only.safetensors")
+    case = info(TINY_SD3)["files"]["sd3_incl_clips_fp16"]["img2img_case"]
+    pipe = sdkit.load_pipeline(partial, backend="reference", threads=1, t5xxl=T5)
+    try:
+        assert "vae_encoder" not in pipe.components
+        pipe.set_checkpoint(full)
+        assert "vae_encoder" in pipe.components
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            init_image=Image.fromarray(golden("sd3_incl_clips_fp16", "img2img_init_image", top=True)),
+            **{
+                k: case[k]
+                for k in ("negative_prompt", "strength", "seed", "steps", "guidance_scale", "max_sequence_length")
+            },
+            output_type="np",
+        )
+        assert pipe.backends()["vae_encoder"] == "reference"
+        assert float(np.abs(image - golden("sd3_incl_clips_fp16", "img2img_image")).max()) <= IMAGE_TOLERANCE
+        pipe.set_checkpoint(partial)
+        assert "vae_encoder" not in pipe.components
+        with pytest.raises(ModelFormatError, match="decoder-only"):
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
 
 
 def test_missing_component_files_are_named(tiny_families: None) -> None:
