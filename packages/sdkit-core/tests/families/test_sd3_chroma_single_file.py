@@ -6,9 +6,11 @@ Oracle: diffusers reading the same files with its own converters
 ``fixtures/families/tiny/{sd3,chroma}/golden.npz``): ``StableDiffusion3Pipeline.from_single_file``
 for Stability's all-in-one file, ``SD3Transformer2DModel`` / ``ChromaTransformer2DModel``
 ``.from_single_file`` for the transformer files; the images diffusers' pipelines make with what it
-loaded, tiny_flow's ``sd3_cfg`` / ``chroma_cfg`` case. Required: the image within 1e-3 on [0, 1]
-pixels on the reference, ggml (threads=1) and openvino backends; the transformer output within 1e-4.
-T5 and the VAE are the tiny Flux files (the same modules).
+loaded, tiny_flow's ``sd3_cfg`` / ``chroma_cfg`` case, and the image
+``StableDiffusion3Img2ImgPipeline`` / ``ChromaImg2ImgPipeline`` makes with them from tiny_flow's
+init image (its ``sd3_img2img`` / ``chroma_img2img`` case, the same noise stream). Required: the
+images within 1e-3 on [0, 1] pixels on the reference, ggml (threads=1) and openvino backends; the
+transformer output within 1e-4. T5 and the VAE are the tiny Flux files (the same modules).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sdkit.pipelines.families
 from sdkit.errors import ModelFormatError, UnsupportedFamilyError
 from sdkit.families import Checkpoint, CheckpointTensor, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.chroma import ChromaArch, chroma_family
+from sdkit.families.family import initializer_specs
 from sdkit.families.flux import FluxGraphs
 from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
 from sdkit.model import Model
@@ -531,3 +534,139 @@ def test_full_size_files_are_detected_and_refused_by_name(
         return
     with pytest.raises(UnsupportedFamilyError, match=f"{name} is a {label} checkpoint .*\\(sd35_large_transformer\\)"):
         sdkit.load_pipeline(path)
+
+
+FLUX_HEADERS = REPO / "fixtures" / "families" / "flux_full_size_headers.json"  # ae, clip_l, t5xxl_fp16
+
+
+def flux_headers(file: str) -> tuple[dict[str, tuple[int, ...]], str]:
+    """A published component file's tensors (``make_flux_headers.py``: BFL's ``ae.safetensors``,
+    ComfyUI's ``clip_l.safetensors`` and ``t5xxl_fp16.safetensors``) and their dtype."""
+    entry = json.loads(FLUX_HEADERS.read_text(encoding="utf-8"))[file]
+    return {k: tuple(v) for k, v in entry["tensors"].items()}, entry["dtype"]
+
+
+def clip_g_keys() -> dict[str, tuple[int, ...]]:
+    """OpenCLIP bigG in transformers' ``CLIPTextModelWithProjection`` names (ComfyUI's
+    ``clip_g.safetensors``): width 1280, 32 layers, MLP 5120, 77 positions, 49408 tokens."""
+    h, t = 1280, "text_model."
+    shapes: dict[str, tuple[int, ...]] = {
+        f"{t}embeddings.token_embedding.weight": (49408, h),
+        f"{t}embeddings.position_embedding.weight": (77, h),
+        f"{t}final_layer_norm.weight": (h,),
+        f"{t}final_layer_norm.bias": (h,),
+        "text_projection.weight": (h, h),
+    }
+    for i in range(32):
+        b = f"{t}encoder.layers.{i}."
+        for name, out, inp in (
+            *((f"self_attn.{x}_proj", h, h) for x in ("q", "k", "v", "out")),
+            ("mlp.fc1", 4 * h, h),
+            ("mlp.fc2", h, 4 * h),
+        ):
+            shapes[f"{b}{name}.weight"], shapes[f"{b}{name}.bias"] = (out, inp), (out,)
+        for norm in ("layer_norm1", "layer_norm2"):
+            shapes[f"{b}{norm}.weight"], shapes[f"{b}{norm}.bias"] = (h,), (h,)
+    return shapes
+
+
+def test_full_size_sd3_all_in_one_file_maps_the_vae_encoder(tmp_path: Path) -> None:
+    """SD3 Medium as Stability's ``sd3_medium_incl_clips_t5xxlfp16.safetensors`` (header only,
+    fp16: the MMDiT, CLIP-L, bigG, T5-XXL and the 16-channel VAE in LDM names under
+    ``first_stage_model.``, BFL's ``ae.safetensors`` tensors) loads on the shipped graphs with no
+    component file: every initializer of every component found with its shape, the VAE encoder's
+    (``flux_vae_encoder``) included, no key of the file unread."""
+    import sdkit.families.sd3 as sd3
+
+    shapes = {f"model.diffusion_model.{k}": v for k, v in sd3_keys(sd3.SD3_MEDIUM_ARCH).items()}
+    for prefix, (keys, _) in (
+        ("first_stage_model.", flux_headers("ae.safetensors")),
+        ("text_encoders.clip_l.transformer.", flux_headers("clip_l.safetensors")),
+        ("text_encoders.t5xxl.transformer.", flux_headers("t5xxl_fp16.safetensors")),
+        ("text_encoders.clip_g.transformer.", (clip_g_keys(), "F16")),
+    ):
+        shapes.update({prefix + k: v for k, v in keys.items()})
+    path = header_only(tmp_path / "sd3_medium_incl_clips_t5xxlfp16.safetensors", shapes, dtype="F16")
+    counts = _loaded_counts(path, {}, "sd3_medium")
+    print("SD3 Medium all-in-one:", counts)
+    assert counts["vae_encoder"] == (106, 106) and counts["vae_decoder"] == (138, 138)
+    assert all(found == total for found, total in counts.values())
+
+
+@pytest.mark.parametrize("vae_in_file", [False, True], ids=["vae-file", "vae-in-checkpoint"])
+@pytest.mark.parametrize(
+    ("family", "arch"),
+    [("SD3_MEDIUM", "SD3_MEDIUM_ARCH"), ("SD35_LARGE", "SD35_LARGE_ARCH"), ("SD35_MEDIUM", "SD35_MEDIUM_ARCH")],
+)
+def test_full_size_sd3_families_map_the_vae_encoder(tmp_path: Path, family: str, arch: str, vae_in_file: bool) -> None:
+    """Each SD3 family's VAE onto the shipped ``flux_vae_decoder`` / ``flux_vae_encoder`` graphs
+    (SD 3.5 Large's MMDiT graph is not shipped, so the family maps its VAE components directly):
+    from the checkpoint's ``first_stage_model.`` (``sd3.5_large.safetensors``) or from a ``--vae``
+    file (BFL's ``ae.safetensors`` names), decoder 138/138 and encoder 106/106 with their shapes,
+    every VAE key read."""
+    import sdkit.families.sd3 as sd3
+
+    spec_family: Family = getattr(sd3, family)
+    ae, dtype = flux_headers("ae.safetensors")
+    shapes = sd3_keys(getattr(sd3, arch))
+    if vae_in_file:
+        shapes = {**shapes, **{f"first_stage_model.{k}": v for k, v in ae.items()}}
+    checkpoint = Checkpoint.open(header_only(tmp_path / f"{family}.safetensors", shapes))
+    if not vae_in_file:
+        vae = write_header_only_safetensors(tmp_path / "ae.safetensors", ae, dtype=dtype)
+        checkpoint = checkpoint.with_files({"vae": vae}, {"vae": spec_family.file_prefix("vae")})
+    used: set[str] = set()
+    counts = {}
+    for component in ("vae_decoder", "vae_encoder"):
+        spec = spec_family.components[component]
+        assert spec.graph == f"flux_{component}" and component in spec_family.fp32_components
+        specs = initializer_specs(spec.load_graph())
+        found = 0
+        for name, (shape, _) in specs.items():
+            source = spec_family.key_map_entry(component, "sai", name, shape)
+            key = checkpoint.find(source)
+            assert key is not None and source.stored_shape_fits(checkpoint.entry(key).shape, shape), name
+            used.add(key)
+            found += 1
+        counts[component] = (found, len(specs))
+    print(f"{family} ({'first_stage_model.' if vae_in_file else '--vae'}): {counts}")
+    assert counts == {"vae_decoder": (138, 138), "vae_encoder": (106, 106)}
+    vae_keys = {k for k in checkpoint if k.startswith("first_stage_model.")}
+    assert len(vae_keys) == len(ae) and used == vae_keys
+
+
+@pytest.mark.parametrize("name", ["chroma-unlocked-v37.safetensors", "Chroma1-HD_comfy.safetensors"])
+def test_full_size_chroma_maps_the_vae_encoder_from_ae(tmp_path: Path, name: str) -> None:
+    """Chroma (lodestones' file, with or without ComfyUI's prefix) with ``--t5xxl
+    t5xxl_fp16.safetensors --vae ae.safetensors`` (header only) loads on the shipped graphs:
+    every initializer found with its shape, the VAE encoder's 106 included, nothing unread."""
+    prefix = "model.diffusion_model." if "comfy" in name else ""
+    path = header_only(tmp_path / name, chroma_keys(), prefix)
+    files = {}
+    for flag, file in (("t5xxl", "t5xxl_fp16.safetensors"), ("vae", "ae.safetensors")):
+        keys, dtype = flux_headers(file)
+        files[flag] = write_header_only_safetensors(tmp_path / file, keys, dtype=dtype)
+    counts = _loaded_counts(path, files, "chroma")
+    print(f"{name}:", counts)
+    assert counts["vae_encoder"] == (106, 106) and counts["vae_decoder"] == (138, 138)
+    assert all(found == total for found, total in counts.values())
+
+
+def _loaded_counts(path: Path, files: dict[str, Path], family: str) -> dict[str, tuple[int, int]]:
+    """``load_pipeline(path, **files)`` (nothing compiled, nothing read): per component, the graph
+    initializers given weights of their shape, and how many the graph has; no key unread."""
+    pipe = sdkit.load_pipeline(path, backend="reference", prepare=False, **files)
+    try:
+        mapped = pipe.checkpoint
+        assert mapped is not None and mapped.family.name == family
+        assert mapped.unknown == () and mapped.absent == {}
+        assert set(pipe.components) == set(mapped.family.components)
+        counts = {}
+        for component, spec in mapped.family.components.items():
+            graph = {t.name: tuple(t.dims) for t in spec.load_graph().proto.graph.initializer}
+            weights = mapped.weights[component]
+            found = sum(1 for n in weights if graph.get(n) == weights.spec(n)[0])
+            counts[component] = (found, len(graph))
+        return counts
+    finally:
+        pipe.close()
