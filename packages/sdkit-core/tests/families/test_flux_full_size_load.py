@@ -126,8 +126,12 @@ def test_ae_file_fills_the_shipped_vae_encoder(files: dict[str, Path]) -> None:
         assert len(graph.initializer) == 106
 
 
-def test_a_vae_file_without_the_encoder_is_named(files: dict[str, Path], tmp_path: Path) -> None:
-    """A decoder-only VAE file as --vae: one ModelFormatError naming the encoder keys it lacks."""
+def test_a_vae_file_without_the_encoder_loads_for_txt2img_only(files: dict[str, Path], tmp_path: Path) -> None:
+    """A decoder-only VAE file as --vae: the file loads without ``vae_encoder`` (every other
+    weight mapped, nothing unread); img2img is one ModelFormatError naming the encoder key it
+    lacks, before any model runs (nothing is read from these header-only files)."""
+    from PIL import Image
+
     entry = headers()["ae.safetensors"]
     decoder_only = {k: v for k, v in entry["tensors"].items() if not k.startswith("encoder.")}
     headers()["decoder_only_ae.safetensors"] = {**entry, "tensors": decoder_only}
@@ -136,9 +140,35 @@ def test_a_vae_file_without_the_encoder_is_named(files: dict[str, Path], tmp_pat
     finally:
         del headers()["decoder_only_ae.safetensors"]
     given = {**side(files), "vae": path}
+    pipe = sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **given)
+    try:
+        mapped = pipe.checkpoint
+        assert mapped is not None and mapped.unknown == ()
+        assert set(mapped.weights) == {"text_encoder", "text_encoder_2", "transformer", "vae_decoder"}
+        assert mapped.absent == {"vae_encoder": "vae.encoder.conv_in.weight"} and "vae_encoder" not in pipe.components
+        with pytest.raises(ModelFormatError) as err:
+            pipe.generate("a photo", init_image=Image.new("RGB", (64, 64)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
+    message = str(err.value)
+    print(message)
+    assert "img2img needs a VAE encoder (vae_encoder)" in message
+    assert "decoder-only (no vae.encoder.conv_in.weight)" in message and "(--vae)" in message
+
+
+def test_a_vae_file_with_part_of_the_encoder_is_refused(files: dict[str, Path], tmp_path: Path) -> None:
+    """Some encoder tensors but not all: one ModelFormatError counting the encoder's missing weights."""
+    entry = headers()["ae.safetensors"]
+    partial = {k: v for k, v in entry["tensors"].items() if not k.startswith("encoder.down.")}
+    headers()["partial_ae.safetensors"] = {**entry, "tensors": partial}
+    try:
+        path = write_header_only(tmp_path / "partial_ae.safetensors", "partial_ae.safetensors")
+    finally:
+        del headers()["partial_ae.safetensors"]
+    given = {**side(files), "vae": path}
     with pytest.raises(ModelFormatError) as err:
         sdkit.load_pipeline(files["flux1-dev.safetensors"], backend="reference", prepare=False, **given)
     message = str(err.value)
     print(message)
-    assert "106 weight(s) missing or mis-shaped (the vae_encoder's 106 of 106)" in message
-    assert "vae.encoder.conv_in.weight (missing)" in message
+    missing = sum(k.startswith("encoder.down.") for k in entry["tensors"])
+    assert f"weight(s) missing or mis-shaped (the vae_encoder's {missing} of 106)" in message

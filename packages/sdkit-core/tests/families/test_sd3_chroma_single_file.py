@@ -6,9 +6,11 @@ Oracle: diffusers reading the same files with its own converters
 ``fixtures/families/tiny/{sd3,chroma}/golden.npz``): ``StableDiffusion3Pipeline.from_single_file``
 for Stability's all-in-one file, ``SD3Transformer2DModel`` / ``ChromaTransformer2DModel``
 ``.from_single_file`` for the transformer files; the images diffusers' pipelines make with what it
-loaded, tiny_flow's ``sd3_cfg`` / ``chroma_cfg`` case. Required: the image within 1e-3 on [0, 1]
-pixels on the reference, ggml (threads=1) and openvino backends; the transformer output within 1e-4.
-T5 and the VAE are the tiny Flux files (the same modules).
+loaded, tiny_flow's ``sd3_cfg`` / ``chroma_cfg`` case, and the image
+``StableDiffusion3Img2ImgPipeline`` / ``ChromaImg2ImgPipeline`` makes with them from tiny_flow's
+init image (its ``sd3_img2img`` / ``chroma_img2img`` case, the same noise stream). Required: the
+images within 1e-3 on [0, 1] pixels on the reference, ggml (threads=1) and openvino backends; the
+transformer output within 1e-4. T5 and the VAE are the tiny Flux files (the same modules).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sdkit.pipelines.families
 from sdkit.errors import ModelFormatError
 from sdkit.families import Checkpoint, CheckpointTensor, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.chroma import ChromaArch, chroma_family
+from sdkit.families.family import initializer_specs
 from sdkit.families.flux import FluxGraphs
 from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
 from sdkit.model import Model
@@ -68,6 +71,7 @@ SD3 = sd3_family(
         TINY_FLUX / "t5xxl.onnx",
         TINY_FLUX / "vae_decoder.onnx",
         2,
+        TINY_FLUX / "vae_encoder.onnx",
     ),
     SD3_ARCH,
     pipeline="sdkit.pipelines.sd3:StableDiffusion3Pipeline",
@@ -81,6 +85,7 @@ CHROMA: Family = chroma_family(
         t5=TINY_FLUX / "t5xxl.onnx",
         vae_decoder=TINY_FLUX / "vae_decoder.onnx",
         vae_blocks=2,
+        vae_encoder=TINY_FLUX / "vae_encoder.onnx",
     ),
     CHROMA_ARCH,
     pipeline="sdkit.pipelines.chroma:ChromaPipeline",
@@ -117,9 +122,10 @@ def info(where: Path) -> dict[str, Any]:
     return data
 
 
-def golden(file: str, key: str) -> np.ndarray:
+def golden(file: str, key: str, top: bool = False) -> np.ndarray:
+    """``<file>/<key>`` of the file's golden.npz (``top``: ``key`` itself, e.g. the init image)."""
     with np.load(folder(file) / "golden.npz") as data:
-        value: np.ndarray = data[f"{file}/{key}"]
+        value: np.ndarray = data[key if top else f"{file}/{key}"]
     return value
 
 
@@ -154,7 +160,7 @@ def test_detected_and_every_weight_mapped(file: str) -> None:
 def test_all_in_one_reads_its_own_encoders_and_vae() -> None:
     """Stability's all-in-one file: CLIP-L, bigG and the VAE from the file itself (only T5 given)."""
     result = mapped("sd3_incl_clips_fp16")
-    for component in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
+    for component in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder", "vae_encoder"):
         assert read_from(result, component) == {"sd3_incl_clips_fp16.safetensors"}, component
     assert read_from(result, "text_encoder_3") == {"t5xxl.safetensors"}
 
@@ -198,7 +204,8 @@ IMAGE_CASES = [
 ]
 
 
-def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Path]) -> np.ndarray:
+def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Path], **img2img: Any) -> np.ndarray:
+    """The case's image (``img2img``: ``init_image=``, ``strength=``)."""
     pipe = sdkit.load_pipeline(path, backend=backend, threads=1, **files)
     try:
         image = pipe.generate(
@@ -211,8 +218,10 @@ def generate(path: Path, backend: str, case: dict[str, Any], files: dict[str, Pa
             height=case["height"],
             max_sequence_length=case["max_sequence_length"],
             output_type="np",
+            **img2img,
         )
-        assert set(pipe.backends().values()) == {backend}
+        ran = set(pipe.backends().values())
+        assert (ran if img2img else ran - {None}) == {backend}  # the encoder runs for img2img only
     finally:
         pipe.close()
     return np.asarray(image)
@@ -251,21 +260,104 @@ def test_an_all_in_one_file_with_t5_needs_no_component_file(tiny_families: None,
     assert float(np.abs(image - golden("sd3_incl_clips_fp16", "image")).max()) <= IMAGE_TOLERANCE
 
 
-def test_img2img_from_a_family_without_a_vae_encoder_is_refused_by_name(tiny_families: None) -> None:
-    """SD3's and Chroma's single-file families read no VAE encoder yet: img2img is one
-    ModelFormatError naming the family, not a folder's missing ``vae_encoder/model.onnx``."""
+@pytest.mark.parametrize(("backend", "file"), IMAGE_CASES)
+def test_img2img_equals_diffusers_from_the_single_files(tiny_families: None, backend: str, file: str) -> None:
+    """img2img from the single files, the VAE encoder read where the decoder is (the all-in-one
+    file's ``first_stage_model.``, else ``--vae``): the image ``StableDiffusion3Img2ImgPipeline`` /
+    ``ChromaImg2ImgPipeline`` makes with what diffusers loaded from the same files, the same init
+    image, strength and noise stream (tiny_flow's ``sd3_img2img`` / ``chroma_img2img`` case)."""
     from PIL import Image
 
-    file = "chroma_bf16"
-    pipe = sdkit.load_pipeline(folder(file) / f"{file}.safetensors", backend="reference", prepare=False, **SIDE[file])
+    require_backend(backend)
+    case = info(folder(file))["files"][file]["img2img_case"]
+    init = Image.fromarray(golden(file, "img2img_init_image", top=True))
+    path = folder(file) / f"{file}.safetensors"
+    image = generate(path, backend, case, SIDE[file], init_image=init, strength=case["strength"])
+    diff = float(np.abs(image - golden(file, "img2img_image")).max())
+    txt2img = float(np.abs(image - golden(file, "image")).max())
+    print(f"{file} img2img on {backend}: image max |diff| {diff:.3g} (vs the txt2img golden {txt2img:.3g})")
+    assert diff <= IMAGE_TOLERANCE < txt2img
+
+
+def _decoder_only(path: Path, prefix: str, out: Path) -> Path:
+    """``path`` without its VAE encoder's tensors (``<prefix>encoder.*``): a decoder-only VAE."""
+    save_file({k: v for k, v in _raw(path).items() if not k.startswith(prefix + "encoder.")}, str(out))
+    return out
+
+
+@pytest.mark.parametrize("file", ["sd3_incl_clips_fp16", "sd35_transformer_bf16", "chroma_bf16"])
+def test_a_decoder_only_vae_runs_txt2img_and_refuses_img2img(tiny_families: None, tmp_path: Path, file: str) -> None:
+    """A VAE without its encoder (a decoder-only ``--vae`` file, or an all-in-one file whose
+    ``first_stage_model.`` has only the decoder): the file loads without ``vae_encoder`` and makes
+    diffusers' txt2img image; img2img is one ModelFormatError naming the encoder key it lacks."""
+    from PIL import Image
+
+    path, files = folder(file) / f"{file}.safetensors", dict(SIDE[file])
+    if file == "sd3_incl_clips_fp16":
+        path = _decoder_only(path, "first_stage_model.", tmp_path / f"{file}.safetensors")
+        missing = "first_stage_model.encoder.conv_in.weight"
+    else:
+        files["vae"] = _decoder_only(AE, "", tmp_path / "decoder_only_ae.safetensors")
+        missing = ("first_stage_model." if file.startswith("sd3") else "vae.") + "encoder.conv_in.weight"
+    result = load_checkpoint(path, FAMILIES, files=files)
+    assert "vae_encoder" not in result.weights and result.absent == {"vae_encoder": missing}
+    assert result.unknown == ()
+    case = info(folder(file))["files"][file]["case"]
+    image = generate(path, "reference", case, files)
+    assert float(np.abs(image - golden(file, "image")).max()) <= IMAGE_TOLERANCE
+    pipe = sdkit.load_pipeline(path, backend="reference", prepare=False, **files)
     try:
+        assert "vae_encoder" not in pipe.components
         with pytest.raises(ModelFormatError) as err:
             pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
     finally:
         pipe.close()
     message = str(err.value)
-    assert "needs a VAE encoder (vae_encoder)" in message and "tiny Chroma single files" in message
-    assert "model.onnx" not in message
+    print(message)
+    assert "img2img needs a VAE encoder (vae_encoder)" in message and f"decoder-only (no {missing})" in message
+    assert "(--vae)" in message and "txt2img runs without it" in message and "model.onnx" not in message
+
+
+def test_a_partial_vae_encoder_is_refused(tmp_path: Path) -> None:
+    """Some of the encoder's tensors but not all: the usual incomplete-checkpoint error, counted."""
+    tensors = _raw(AE)
+    del tensors["encoder.conv_in.weight"]
+    vae = tmp_path / "partial_ae.safetensors"
+    save_file(tensors, str(vae))
+    with pytest.raises(ModelFormatError, match=r"the vae_encoder's 1 of \d+\): vae\.encoder\.conv_in\.weight"):
+        load_checkpoint(TINY_CHROMA / "chroma_bf16.safetensors", FAMILIES, files={**SIDE["chroma_bf16"], "vae": vae})
+
+
+def test_set_checkpoint_adds_and_drops_the_optional_encoder(tiny_families: None, tmp_path: Path) -> None:
+    """Swapping to a file of the family whose VAE is decoder-only drops ``vae_encoder`` (img2img
+    refused); swapping back makes it again, with the load's backend, and img2img runs."""
+    from PIL import Image
+
+    full = TINY_SD3 / "sd3_incl_clips_fp16.safetensors"
+    partial = _decoder_only(full, "first_stage_model.", tmp_path / "decoder_only.safetensors")
+    case = info(TINY_SD3)["files"]["sd3_incl_clips_fp16"]["img2img_case"]
+    pipe = sdkit.load_pipeline(partial, backend="reference", threads=1, t5xxl=T5)
+    try:
+        assert "vae_encoder" not in pipe.components
+        pipe.set_checkpoint(full)
+        assert "vae_encoder" in pipe.components
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            init_image=Image.fromarray(golden("sd3_incl_clips_fp16", "img2img_init_image", top=True)),
+            **{
+                k: case[k]
+                for k in ("negative_prompt", "strength", "seed", "steps", "guidance_scale", "max_sequence_length")
+            },
+            output_type="np",
+        )
+        assert pipe.backends()["vae_encoder"] == "reference"
+        assert float(np.abs(image - golden("sd3_incl_clips_fp16", "img2img_image")).max()) <= IMAGE_TOLERANCE
+        pipe.set_checkpoint(partial)
+        assert "vae_encoder" not in pipe.components
+        with pytest.raises(ModelFormatError, match="decoder-only"):
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
 
 
 def test_missing_component_files_are_named(tiny_families: None) -> None:
@@ -438,3 +530,139 @@ def test_full_size_files_are_detected_and_ask_for_what_they_lack(
     assert dict(described.details)["transformer"].startswith(f"{parameters / 1e6:,.1f} M parameters")
     with pytest.raises(ModelFormatError, match="--t5xxl"):
         sdkit.load_pipeline(path)
+
+
+FLUX_HEADERS = REPO / "fixtures" / "families" / "flux_full_size_headers.json"  # ae, clip_l, t5xxl_fp16
+
+
+def flux_headers(file: str) -> tuple[dict[str, tuple[int, ...]], str]:
+    """A published component file's tensors (``make_flux_headers.py``: BFL's ``ae.safetensors``,
+    ComfyUI's ``clip_l.safetensors`` and ``t5xxl_fp16.safetensors``) and their dtype."""
+    entry = json.loads(FLUX_HEADERS.read_text(encoding="utf-8"))[file]
+    return {k: tuple(v) for k, v in entry["tensors"].items()}, entry["dtype"]
+
+
+def clip_g_keys() -> dict[str, tuple[int, ...]]:
+    """OpenCLIP bigG in transformers' ``CLIPTextModelWithProjection`` names (ComfyUI's
+    ``clip_g.safetensors``): width 1280, 32 layers, MLP 5120, 77 positions, 49408 tokens."""
+    h, t = 1280, "text_model."
+    shapes: dict[str, tuple[int, ...]] = {
+        f"{t}embeddings.token_embedding.weight": (49408, h),
+        f"{t}embeddings.position_embedding.weight": (77, h),
+        f"{t}final_layer_norm.weight": (h,),
+        f"{t}final_layer_norm.bias": (h,),
+        "text_projection.weight": (h, h),
+    }
+    for i in range(32):
+        b = f"{t}encoder.layers.{i}."
+        for name, out, inp in (
+            *((f"self_attn.{x}_proj", h, h) for x in ("q", "k", "v", "out")),
+            ("mlp.fc1", 4 * h, h),
+            ("mlp.fc2", h, 4 * h),
+        ):
+            shapes[f"{b}{name}.weight"], shapes[f"{b}{name}.bias"] = (out, inp), (out,)
+        for norm in ("layer_norm1", "layer_norm2"):
+            shapes[f"{b}{norm}.weight"], shapes[f"{b}{norm}.bias"] = (h,), (h,)
+    return shapes
+
+
+def test_full_size_sd3_all_in_one_file_maps_the_vae_encoder(tmp_path: Path) -> None:
+    """SD3 Medium as Stability's ``sd3_medium_incl_clips_t5xxlfp16.safetensors`` (header only,
+    fp16: the MMDiT, CLIP-L, bigG, T5-XXL and the 16-channel VAE in LDM names under
+    ``first_stage_model.``, BFL's ``ae.safetensors`` tensors) loads on the shipped graphs with no
+    component file: every initializer of every component found with its shape, the VAE encoder's
+    (``flux_vae_encoder``) included, no key of the file unread."""
+    import sdkit.families.sd3 as sd3
+
+    shapes = {f"model.diffusion_model.{k}": v for k, v in sd3_keys(sd3.SD3_MEDIUM_ARCH).items()}
+    for prefix, (keys, _) in (
+        ("first_stage_model.", flux_headers("ae.safetensors")),
+        ("text_encoders.clip_l.transformer.", flux_headers("clip_l.safetensors")),
+        ("text_encoders.t5xxl.transformer.", flux_headers("t5xxl_fp16.safetensors")),
+        ("text_encoders.clip_g.transformer.", (clip_g_keys(), "F16")),
+    ):
+        shapes.update({prefix + k: v for k, v in keys.items()})
+    path = header_only(tmp_path / "sd3_medium_incl_clips_t5xxlfp16.safetensors", shapes, dtype="F16")
+    counts = _loaded_counts(path, {}, "sd3_medium")
+    print("SD3 Medium all-in-one:", counts)
+    assert counts["vae_encoder"] == (106, 106) and counts["vae_decoder"] == (138, 138)
+    assert all(found == total for found, total in counts.values())
+
+
+@pytest.mark.parametrize("vae_in_file", [False, True], ids=["vae-file", "vae-in-checkpoint"])
+@pytest.mark.parametrize(
+    ("family", "arch"),
+    [("SD3_MEDIUM", "SD3_MEDIUM_ARCH"), ("SD35_LARGE", "SD35_LARGE_ARCH"), ("SD35_MEDIUM", "SD35_MEDIUM_ARCH")],
+)
+def test_full_size_sd3_families_map_the_vae_encoder(tmp_path: Path, family: str, arch: str, vae_in_file: bool) -> None:
+    """Each SD3 family's VAE onto the shipped ``flux_vae_decoder`` / ``flux_vae_encoder`` graphs
+    (SD 3.5 Large's MMDiT graph is not shipped, so the family maps its VAE components directly):
+    from the checkpoint's ``first_stage_model.`` (``sd3.5_large.safetensors``) or from a ``--vae``
+    file (BFL's ``ae.safetensors`` names), decoder 138/138 and encoder 106/106 with their shapes,
+    every VAE key read."""
+    import sdkit.families.sd3 as sd3
+
+    spec_family: Family = getattr(sd3, family)
+    ae, dtype = flux_headers("ae.safetensors")
+    shapes = sd3_keys(getattr(sd3, arch))
+    if vae_in_file:
+        shapes = {**shapes, **{f"first_stage_model.{k}": v for k, v in ae.items()}}
+    checkpoint = Checkpoint.open(header_only(tmp_path / f"{family}.safetensors", shapes))
+    if not vae_in_file:
+        vae = write_header_only_safetensors(tmp_path / "ae.safetensors", ae, dtype=dtype)
+        checkpoint = checkpoint.with_files({"vae": vae}, {"vae": spec_family.file_prefix("vae")})
+    used: set[str] = set()
+    counts = {}
+    for component in ("vae_decoder", "vae_encoder"):
+        spec = spec_family.components[component]
+        assert spec.graph == f"flux_{component}" and component in spec_family.fp32_components
+        specs = initializer_specs(spec.load_graph())
+        found = 0
+        for name, (shape, _) in specs.items():
+            source = spec_family.key_map_entry(component, "sai", name, shape)
+            key = checkpoint.find(source)
+            assert key is not None and source.stored_shape_fits(checkpoint.entry(key).shape, shape), name
+            used.add(key)
+            found += 1
+        counts[component] = (found, len(specs))
+    print(f"{family} ({'first_stage_model.' if vae_in_file else '--vae'}): {counts}")
+    assert counts == {"vae_decoder": (138, 138), "vae_encoder": (106, 106)}
+    vae_keys = {k for k in checkpoint if k.startswith("first_stage_model.")}
+    assert len(vae_keys) == len(ae) and used == vae_keys
+
+
+@pytest.mark.parametrize("name", ["chroma-unlocked-v37.safetensors", "Chroma1-HD_comfy.safetensors"])
+def test_full_size_chroma_maps_the_vae_encoder_from_ae(tmp_path: Path, name: str) -> None:
+    """Chroma (lodestones' file, with or without ComfyUI's prefix) with ``--t5xxl
+    t5xxl_fp16.safetensors --vae ae.safetensors`` (header only) loads on the shipped graphs:
+    every initializer found with its shape, the VAE encoder's 106 included, nothing unread."""
+    prefix = "model.diffusion_model." if "comfy" in name else ""
+    path = header_only(tmp_path / name, chroma_keys(), prefix)
+    files = {}
+    for flag, file in (("t5xxl", "t5xxl_fp16.safetensors"), ("vae", "ae.safetensors")):
+        keys, dtype = flux_headers(file)
+        files[flag] = write_header_only_safetensors(tmp_path / file, keys, dtype=dtype)
+    counts = _loaded_counts(path, files, "chroma")
+    print(f"{name}:", counts)
+    assert counts["vae_encoder"] == (106, 106) and counts["vae_decoder"] == (138, 138)
+    assert all(found == total for found, total in counts.values())
+
+
+def _loaded_counts(path: Path, files: dict[str, Path], family: str) -> dict[str, tuple[int, int]]:
+    """``load_pipeline(path, **files)`` (nothing compiled, nothing read): per component, the graph
+    initializers given weights of their shape, and how many the graph has; no key unread."""
+    pipe = sdkit.load_pipeline(path, backend="reference", prepare=False, **files)
+    try:
+        mapped = pipe.checkpoint
+        assert mapped is not None and mapped.family.name == family
+        assert mapped.unknown == () and mapped.absent == {}
+        assert set(pipe.components) == set(mapped.family.components)
+        counts = {}
+        for component, spec in mapped.family.components.items():
+            graph = {t.name: tuple(t.dims) for t in spec.load_graph().proto.graph.initializer}
+            weights = mapped.weights[component]
+            found = sum(1 for n in weights if graph.get(n) == weights.spec(n)[0])
+            counts[component] = (found, len(graph))
+        return counts
+    finally:
+        pipe.close()

@@ -14,7 +14,9 @@ classifier-free guidance. Its keys are BFL's ``flux`` names (``sdkit.families.fl
 and no ``time_in``, ``vector_in``, ``guidance_in``, ``*_mod.lin``, ``modulation.lin`` or
 ``final_layer.adaLN_modulation``. diffusers' ``convert_chroma_transformer_checkpoint_to_diffusers``
 is the reference. T5-XXL and the VAE (Flux's ``ae.safetensors``) come from their own files, as
-ComfyUI and stable-diffusion.cpp (``--t5xxl``, ``--vae``) take them.
+ComfyUI and stable-diffusion.cpp (``--t5xxl``, ``--vae``) take them; the VAE file gives the
+decoder and img2img's encoder (``flux.flow_vae_components``: optional, a decoder-only file runs
+txt2img only).
 
 The published numbers (diffusers' ``ChromaTransformer2DModel`` config of lodestones/Chroma1-HD):
 Flux's width 3072 (24 heads of 128), 64 input channels, T5-XXL context 4096, 19 double and 38
@@ -30,12 +32,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdkit.families.family import Family, FamilyComponent
-from sdkit.families.flux import FLUX_DEV_SCHEDULER, FLUX_LAYOUT, AeDecoder, FluxGraphs, T5File
+from sdkit.families.flux import FLUX_DEV_SCHEDULER, FLUX_LAYOUT, FluxGraphs, T5File, flow_vae_components
 from sdkit.families.flux_keys import COMFY_PREFIX, BflFlux
 from sdkit.families.keymaps import TensorSource
 
 # The full-size family's pipeline: the folder pipeline, as the tiny test family's (its graphs ship:
-# chroma_transformer, t5xxl_encoder, flux_vae_decoder).
+# chroma_transformer, t5xxl_encoder, flux_vae_decoder, flux_vae_encoder).
 CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.chroma:ChromaPipeline"
 _APPROXIMATOR = re.compile(r"^distilled_guidance_layer\.(layers|norms)\.(\d+)\.(.+)$")
 _LAYER = {"linear_1": "in_layer", "linear_2": "out_layer"}
@@ -115,7 +117,7 @@ def chroma_family(
     components = {
         "text_encoder": FamilyComponent(graphs.t5, {FLUX_LAYOUT: T5File()}),
         "transformer": FamilyComponent(graphs.transformer, {FLUX_LAYOUT: BflChroma(arch.hidden)}, probes=arch.probes()),
-        "vae_decoder": FamilyComponent(graphs.vae_decoder, {FLUX_LAYOUT: AeDecoder(graphs.vae_blocks, "vae.")}),
+        **flow_vae_components(graphs.vae_decoder, graphs.vae_encoder, graphs.vae_blocks, FLUX_LAYOUT, "vae."),
     }
     config: dict[str, Any] = {"vae_shift_factor": 0.1159, "patch_size": 2}
     return Family(
@@ -131,7 +133,7 @@ def chroma_family(
         latent_channels=16,
         vae_scaling_factor=0.3611,
         vae_scale_factor=2 ** (graphs.vae_blocks - 1),
-        fp32_components=("vae_decoder",),
+        fp32_components=("vae_decoder", "vae_encoder"),
         files=COMPONENT_FILES,
         config=config,
     )

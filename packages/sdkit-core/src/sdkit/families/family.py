@@ -79,11 +79,15 @@ def initializer_specs(graph: Graph) -> dict[str, tuple[tuple[int, ...], np.dtype
 @dataclass(frozen=True)
 class FamilyComponent:
     """One component of a family: its graph, its key mapper per layout, its probes (graph
-    initializer -> shape, derived from the architecture config) that detection checks."""
+    initializer -> shape, derived from the architecture config) that detection checks.
+    ``optional``: a component the files may lack altogether (the flow families' VAE encoder,
+    img2img's only: a decoder-only VAE file); ``Family.map`` leaves it out when none of its
+    weights is there, and refuses the file as for any other component when only some are."""
 
     graph: str | Path
     layouts: Mapping[str, KeyMapper]
     probes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    optional: bool = False
 
     def load_graph(self) -> Graph:
         """The weightless graph (read once per process)."""
@@ -105,6 +109,9 @@ class MappedCheckpoint:
     weights: dict[str, WeightSet]
     unknown: tuple[str, ...] = ()
     prediction_type: str = ""  # "" until detection says (the family's, the .yaml's or the user's)
+    # The optional components left out (none of their weights in the files): component -> the
+    # first key looked for (``vae.encoder.conv_in.weight``), for the error of what needs it.
+    absent: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.prediction_type:
@@ -188,27 +195,34 @@ class Family:
     def map(self, checkpoint: Checkpoint, layout: str) -> MappedCheckpoint:
         """Every component's weights from ``checkpoint`` (lazy, converted to the graphs' dtypes
         on access), checked complete: each initializer found with its shape, else one
-        ``ModelFormatError`` naming the missing ones; keys nothing reads are warned about."""
+        ``ModelFormatError`` naming the missing ones; keys nothing reads are warned about. An
+        ``optional`` component none of whose weights is there is left out (``absent``)."""
         used: set[str] = set()
         problems: list[str] = []
         weights: dict[str, WeightSet] = {}
+        absent: dict[str, str] = {}
         short: dict[str, tuple[int, int]] = {}  # component -> (weights missing, weights it has)
         for component, spec in self.components.items():
             entries: dict[str, LazyArray] = {}
             specs = initializer_specs(spec.load_graph())
-            before = len(problems)
+            before, found = len(problems), False
             for name, (shape, dtype) in specs.items():
                 source = self.key_map_entry(component, layout, name, shape)
                 key = checkpoint.find(source)
                 if key is None:
                     problems.append(f"{source.key} (missing)")
                     continue
+                found = True
                 stored = checkpoint.entry(key).shape
                 if not source.stored_shape_fits(stored, shape):
                     problems.append(f"{key} (shape {list(stored)}, the {component} needs {list(shape)})")
                     continue
                 used.add(key)
                 entries[name] = checkpoint.tensor(key, source, shape, dtype)
+            if spec.optional and not found and len(problems) > before:
+                absent[component] = problems[before].removesuffix(" (missing)")
+                del problems[before:]
+                continue
             weights[component] = WeightSet(entries)
             if len(problems) > before:
                 short[component] = (len(problems) - before, len(specs))
@@ -224,7 +238,7 @@ class Family:
         if unknown:
             message = f"{name}: {len(unknown)} tensor(s) that no {self.label} component reads: {_listed(unknown)}"
             warnings.warn(message, UnusedKeysWarning, stacklevel=2)
-        return MappedCheckpoint(self, layout, checkpoint, weights, tuple(unknown))
+        return MappedCheckpoint(self, layout, checkpoint, weights, tuple(unknown), absent=absent)
 
     def key_map_entry(self, component: str, layout: str, name: str, shape: Sequence[int]) -> TensorSource:
         """Where one graph initializer is stored in a ``layout`` checkpoint."""

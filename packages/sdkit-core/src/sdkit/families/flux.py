@@ -7,8 +7,9 @@ key layout (``sdkit.families.flux_keys``); the other components come from their 
 stable-diffusion.cpp's ``--clip_l``, ``--t5xxl``, ``--vae`` take them (``Family.files``: ComfyUI's
 ``clip_l.safetensors`` and ``t5xxl_fp16.safetensors`` in transformers' names, BFL's
 ``ae.safetensors`` in the LDM VAE names), read under ``clip_l.``, ``t5xxl.`` and ``vae.``; the
-VAE file gives both the decoder and the encoder (img2img), so a decoder-only file is refused
-with the encoder keys it lacks named.
+VAE file gives both the decoder and the encoder (img2img: ``flow_vae_components``, which SD3's and
+Chroma's families share); a decoder-only VAE file loads without the encoder, and img2img is then
+one error naming the encoder keys it lacks.
 Detection looks at the transformer only and tells dev from schnell by the guidance embedder
 (``guidance_in``: dev's distilled guidance input; schnell has none): both families' probes match
 a dev file, and dev's higher ``priority`` wins.
@@ -90,7 +91,7 @@ class FluxGraphs:
     t5: str | Path = "t5xxl_encoder"
     vae_decoder: str | Path = "flux_vae_decoder"
     vae_blocks: int = 4  # the VAE's down (= up) blocks: 8 pixels per latent cell
-    vae_encoder: str | Path = "flux_vae_encoder"  # img2img's encoder, from the same VAE file
+    vae_encoder: str | Path = "flux_vae_encoder"  # img2img's encoder, from the same VAE file (optional)
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,19 @@ class T5File:
 _T5_EMBEDDING = ("shared.weight", "encoder.embed_tokens.weight")
 
 
-@dataclass(frozen=True)
-class AeDecoder(LdmVae):
-    """BFL's ``ae.safetensors`` (LDM VAE names, no quant convs) read for its decoder only: the
-    encoder's tensors are deliberately left (the families with no ``vae_encoder`` component: SD3's
-    and Chroma's; Flux's reads both halves through ``LdmVae``)."""
-
-    def ignored(self, key: str) -> bool:
-        return key.startswith(self.prefix + "encoder.")
+def flow_vae_components(
+    decoder: str | Path, encoder: str | Path, blocks: int, layout: str, prefix: str
+) -> dict[str, FamilyComponent]:
+    """The 16-channel VAE of FLUX.1, SD3 / SD 3.5 and Chroma (one architecture: no quant convs;
+    the shipped ``flux_vae_decoder`` / ``flux_vae_encoder`` graphs): both halves in LDM names under
+    ``prefix`` (BFL's ``ae.safetensors`` as ``vae.``, Stability's ``first_stage_model.``). The
+    encoder is img2img's only, so it is ``optional``: a decoder-only VAE file leaves it out (txt2img
+    runs; img2img is refused naming the keys it lacks), a partial one is refused."""
+    mapper = LdmVae(blocks, prefix)
+    return {
+        "vae_decoder": FamilyComponent(decoder, {layout: mapper}),
+        "vae_encoder": FamilyComponent(encoder, {layout: mapper}, optional=True),
+    }
 
 
 COMPONENT_FILES = {
@@ -147,9 +153,7 @@ def flux_family(
         "transformer": FamilyComponent(
             graphs.transformer, {FLUX_LAYOUT: BflFlux(arch.hidden)}, probes=arch.probes(guidance)
         ),
-        "vae_decoder": FamilyComponent(graphs.vae_decoder, {FLUX_LAYOUT: LdmVae(graphs.vae_blocks, "vae.")}),
-        # img2img: the encoder half of the same file (BFL's ae.safetensors holds both).
-        "vae_encoder": FamilyComponent(graphs.vae_encoder, {FLUX_LAYOUT: LdmVae(graphs.vae_blocks, "vae.")}),
+        **flow_vae_components(graphs.vae_decoder, graphs.vae_encoder, graphs.vae_blocks, FLUX_LAYOUT, "vae."),
     }
     scheduler = FLUX_DEV_SCHEDULER if guidance else FLUX_SCHNELL_SCHEDULER
     return Family(

@@ -10,6 +10,8 @@ own file (``Family.files``: ``--clip_l``, ``--clip_g``, ``--t5xxl``, ``--vae``, 
 stable-diffusion.cpp take them: ComfyUI's ``clip_l.safetensors``, ``clip_g.safetensors``,
 ``t5xxl_fp16.safetensors`` in transformers' names, a VAE in LDM names), read in the namespace the
 file would hold it in (``Family.embedded``); a given file replaces what the checkpoint holds there.
+The VAE gives the decoder and img2img's encoder (``flux.flow_vae_components``; the encoder is
+optional: a decoder-only VAE runs txt2img only).
 
 Detection looks at the MMDiT only: width (64 per head), the last block (its context side is
 "pre-only": a two-part modulation, so the depth is exact), the position-embedding table
@@ -31,14 +33,14 @@ from typing import Any
 from sdkit.families.builtin import CLIP_VOCAB, OPENCLIP_VOCAB
 from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.family import Family, FamilyComponent
-from sdkit.families.flux import AeDecoder, T5File
+from sdkit.families.flux import T5File, flow_vae_components
 from sdkit.families.keymaps import LdmClip
 from sdkit.families.sd3_keys import SaiMmdit, Sd3ClipL
 
 SD3_LAYOUT = "sai"
 TIME_CHANNELS = 256
 # The full-size families (their graphs all ship: MMDiT, clip_l, openclip_bigg, t5xxl_encoder,
-# flux_vae_decoder) run the folder pipeline, as the tiny test families do.
+# flux_vae_decoder, flux_vae_encoder) run the folder pipeline, as the tiny test families do.
 SD3_PIPELINE = "sdkit.pipelines.sd3:StableDiffusion3Pipeline"
 SD3_SCHEDULER: dict[str, Any] = {  # scheduler_config.json of the SD3 / 3.5 diffusers repositories
     "_class_name": "FlowMatchEulerDiscreteScheduler",
@@ -99,9 +101,10 @@ class Sd3Arch:
 class Sd3Graphs:
     """The family's weightless graphs (shipped names or ``.onnx`` paths) and the VAE's depth.
     ``clip_l``: CLIP-L without projection (its pooled output is SD3's), ``clip_g``: bigG with it:
-    the shipped SD 1.x / SDXL graphs are those very architectures. The VAE decoder is FLUX.1's graph:
-    SD3's ``AutoencoderKL`` is the same architecture (16 latent channels, 128-512 channels, no quant
-    convs); only its scaling and shift factors, family config, differ."""
+    the shipped SD 1.x / SDXL graphs are those very architectures. The VAE decoder and encoder
+    (img2img) are FLUX.1's graphs: SD3's ``AutoencoderKL`` is the same architecture (16 latent
+    channels, 128-512 channels, no quant convs); only its scaling and shift factors, family config,
+    differ."""
 
     transformer: str | Path
     clip_l: str | Path = "clip_l"
@@ -109,6 +112,7 @@ class Sd3Graphs:
     t5: str | Path = "t5xxl_encoder"
     vae_decoder: str | Path = "flux_vae_decoder"
     vae_blocks: int = 4
+    vae_encoder: str | Path = "flux_vae_encoder"  # img2img's, from the same VAE (optional)
 
 
 def sd3_family(
@@ -126,7 +130,7 @@ def sd3_family(
         "text_encoder_2": FamilyComponent(graphs.clip_g, {SD3_LAYOUT: LdmClip(EMBEDDED["clip_g"])}),
         "text_encoder_3": FamilyComponent(graphs.t5, {SD3_LAYOUT: T5File(EMBEDDED["t5xxl"])}),
         "transformer": FamilyComponent(graphs.transformer, {SD3_LAYOUT: SaiMmdit(arch.hidden)}, probes=arch.probes()),
-        "vae_decoder": FamilyComponent(graphs.vae_decoder, {SD3_LAYOUT: AeDecoder(graphs.vae_blocks, EMBEDDED["vae"])}),
+        **flow_vae_components(graphs.vae_decoder, graphs.vae_encoder, graphs.vae_blocks, SD3_LAYOUT, EMBEDDED["vae"]),
     }
     text_outputs = {
         "text_encoder": (f"hidden_states.{arch.clip_l_layers - 1}", "pooler_output"),
@@ -146,7 +150,7 @@ def sd3_family(
         latent_channels=16,
         vae_scaling_factor=1.5305,
         vae_scale_factor=2 ** (graphs.vae_blocks - 1),
-        fp32_components=("vae_decoder",),
+        fp32_components=("vae_decoder", "vae_encoder"),
         files=COMPONENT_FILES,
         embedded=EMBEDDED,
         config={

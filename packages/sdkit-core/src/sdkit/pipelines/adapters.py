@@ -82,11 +82,13 @@ class GrownTableSource:
 
 def base_sources(mapped: MappedCheckpoint) -> dict[str, ModelSource]:
     """Each component's source with the checkpoint's own weights (as the single-file loader
-    makes them: the family's weightless graph and the lazily mapped weights)."""
+    makes them: the family's weightless graph and the lazily mapped weights); an optional
+    component the files lack (``MappedCheckpoint.absent``) has none."""
     label = mapped.checkpoint.path.name
     return {
         name: GraphWithWeights(component.load_graph, mapped.weights[name], f"{label} ({name})")
         for name, component in mapped.family.components.items()
+        if name in mapped.weights
     }
 
 

@@ -66,6 +66,8 @@ class OpenedCheckpoint:
 # path, prediction -> the opened checkpoint. The single-file loader hands its opener to the
 # pipelines it builds (``Pipeline.bind_checkpoint``): the families sit above the pipeline classes.
 CheckpointOpener = Callable[[str | os.PathLike[str], str | None], OpenedCheckpoint]
+# sources -> their components, made with the pipeline's load settings (backend, device, memory).
+ComponentMaker = Callable[[dict[str, ModelSource]], "dict[str, Component]"]
 
 
 def same_graphs(a: Family, b: Family) -> bool:
@@ -90,12 +92,17 @@ class Pipeline(AdapterMethods):
         # component (family.key_map(component, layout) gives LoRA and VAE files their names).
         self.checkpoint: MappedCheckpoint | None = None
         self._open_checkpoint: CheckpointOpener | None = None
+        self._make_components: ComponentMaker | None = None
         self.adapters = Adapters()  # LoRAs, embeddings, VAE file (set_loras, load_embedding, set_vae)
 
-    def bind_checkpoint(self, mapped: MappedCheckpoint, opener: CheckpointOpener) -> None:
-        """Record the checkpoint this pipeline runs and how to open another (``set_checkpoint``)."""
+    def bind_checkpoint(
+        self, mapped: MappedCheckpoint, opener: CheckpointOpener, make_components: ComponentMaker | None = None
+    ) -> None:
+        """Record the checkpoint this pipeline runs, how to open another and how to make the
+        components it may add (``set_checkpoint``: an optional component the first file lacked)."""
         self.checkpoint = mapped
         self._open_checkpoint = opener
+        self._make_components = make_components
 
     def set_config(self, config: PipelineConfig) -> None:
         """Replace the model configuration (a subclass refreshes what it derives from it)."""
@@ -118,6 +125,7 @@ class Pipeline(AdapterMethods):
                 f"{Path(path).name} is a {mapped.family.label} checkpoint, this pipeline runs {current.label}: "
                 "load it with sdkit.load_pipeline"
             )
+        self._sync_optional_components(mapped, opened.sources)
         swaps = {
             name: self.components[name].set_source(source)
             for name, source in opened.sources.items()
@@ -129,6 +137,16 @@ class Pipeline(AdapterMethods):
             self.adapters.refresh(mapped)
             swaps.update(self.apply_adapters())
         return swaps
+
+    def _sync_optional_components(self, mapped: MappedCheckpoint, sources: dict[str, ModelSource]) -> None:
+        """The optional components (the VAE encoder) the new checkpoint lacks are released and
+        dropped; those it has and the old one lacked are made as at load."""
+        for name in mapped.absent:
+            if name in self.components:
+                self.components.pop(name).release()
+        added = {n: s for n, s in sources.items() if n not in self.components}
+        if added and self._make_components is not None:
+            self.components.update(self._make_components(added))
 
     @property
     def name(self) -> str:
@@ -188,6 +206,23 @@ class Pipeline(AdapterMethods):
             return request
         return self.request_class.create(**{n: getattr(request, n) for n in request.field_names() if n in known})
 
+    def _no_image_encoder(self) -> ModelFormatError:
+        """img2img without ``image_encoder``: a folder lacks its model.onnx, a single file's VAE
+        its encoder weights (an optional component left out: ``MappedCheckpoint.absent``), or the
+        family reads none."""
+        need = f"{self.name}: img2img needs a VAE encoder ({self.image_encoder})"
+        if self.checkpoint is None:
+            return ModelFormatError(f"{need}: {self.image_encoder}/model.onnx, which this pipeline lacks")
+        label = self.checkpoint.family.label
+        key = self.checkpoint.absent.get(self.image_encoder)
+        if key is None:
+            return ModelFormatError(f"{need}, which {label} single files do not load")
+        flag = " (--vae)" if "vae" in self.checkpoint.family.files else ""
+        return ModelFormatError(
+            f"{need}, and the {label} VAE it was loaded with is decoder-only (no {key}): "
+            f"give a VAE file with its encoder{flag} for img2img; txt2img runs without it"
+        )
+
     def plan(self, request: GenerationRequest) -> GenerationPlan:
         """The checks that need the model, made once: size, img2img support, latents shape, and
         the scheduler (whose ``set_timesteps`` refuses a strength that leaves no step)."""
@@ -196,14 +231,7 @@ class Pipeline(AdapterMethods):
         width, height = request.width, request.height
         if request.init_image is not None:
             if self.image_encoder not in self.components:
-                if self.checkpoint is not None:  # a single file: its family reads no encoder
-                    raise ModelFormatError(
-                        f"{self.name}: img2img needs a VAE encoder ({self.image_encoder}), which "
-                        f"{self.checkpoint.family.label} single files do not load yet"
-                    )
-                raise ModelFormatError(
-                    f"{self.name}: img2img needs {self.image_encoder}/model.onnx, which this pipeline lacks"
-                )
+                raise self._no_image_encoder()
             width, height = init_image_size(request.init_image, width, height)
         width = self._checked_size(width, "width")
         height = self._checked_size(height, "height")

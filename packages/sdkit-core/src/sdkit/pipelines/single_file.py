@@ -59,11 +59,11 @@ class CheckpointLoader(PipelineLoader):
         opener = partial(open_for_pipeline, files=settings.files) if settings.files else open_for_pipeline
         opened = opener(checkpoint, settings.prediction, detected=found)
         config = opened.config
-        components = settings.components(
-            cls.component_names, opened.sources, config.text_outputs, config.fp32_components
+        make = partial(
+            settings.components, cls.component_names, outputs=config.text_outputs, fp32=config.fp32_components
         )
-        pipeline = cls(config, components)
-        pipeline.bind_checkpoint(opened.mapped, opener)  # set_checkpoint keeps the component files
+        pipeline = cls(config, make(opened.sources))
+        pipeline.bind_checkpoint(opened.mapped, opener, make)  # set_checkpoint keeps the component files
         return pipeline
 
 
