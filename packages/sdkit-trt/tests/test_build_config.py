@@ -97,7 +97,7 @@ def test_compile_checks_device_precision_and_profiles_first(monkeypatch: pytest.
         backend.compile(model.graph, model.weights, Device("cpu"), Options())
     with pytest.raises(DeviceError, match="no device cuda:3; its devices: cuda:0"):
         backend.compile(model.graph, model.weights, Device("cuda", 3), Options())
-    with pytest.raises(OptionError, match="fp32 or fp16, not bf16"):
+    with pytest.raises(OptionError, match="fp32, fp16 or fp8, not bf16"):
         backend.compile(model.graph, model.weights, Device("cuda", 0), Options(precision="bf16"))
     bad = Options(extra={"profiles": {"y": ((1,), (1,), (1,))}})
     with pytest.raises(OptionError, match="'y' is not an input"):
