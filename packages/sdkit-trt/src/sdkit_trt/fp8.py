@@ -195,16 +195,11 @@ def convert_graph_fp8(graph: Graph) -> Fp8Plan:
         scale.data_type = FP16
         scale.dims.extend(how.scale_shape(tuple(int(d) for d in tensor.dims)))
         scales.append(scale)
-        attrs = {} if how.axis is None else {"axis": how.axis}
-        dq_nodes.append(
-            helper.make_node(
-                "DequantizeLinear",
-                [tensor.name, scale.name],
-                [f"{tensor.name}{DQ_SUFFIX}"],
-                name=f"{tensor.name}{DQ_SUFFIX}",
-                **attrs,
-            )
-        )
+        name = f"{tensor.name}{DQ_SUFFIX}"
+        node = helper.make_node("DequantizeLinear", [tensor.name, scale.name], [name], name=name)
+        if how.axis is not None:
+            node.attribute.append(helper.make_attribute("axis", how.axis))
+        dq_nodes.append(node)
     proto.graph.initializer.extend(scales)
     for vi in proto.graph.input:  # old exports list initializers as inputs too
         if vi.name in quantized:
