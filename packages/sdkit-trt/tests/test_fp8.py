@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trt_helpers import REPO, run_ort
 
 from sdkit.errors import InputError
+from sdkit.families.shipped import load_graph
 from sdkit.model import Model, load_onnx
 from sdkit_trt.fp8 import DQ_SUFFIX, FP8, FP8_MAX, SCALE_SUFFIX, Fp8Weight, convert_graph_fp8, quantize_e4m3
 from sdkit_trt.fp16 import FP16, convert_graph
@@ -50,16 +51,19 @@ def test_numpy_oracle_knows_e4m3() -> None:
 
 
 def linear_model() -> Model:
-    """MatMul [32, 48] and Gemm(transB) [32, 48]: quantized; [32, 8] (8 is no multiple of 16):
-    fp16; a weight also read by ReduceMean (float32): fp16; one read by two MatMuls: quantized."""
+    """MatMul [32, 48] and Gemm(transB) [32, 48]: quantized; [16, 8] (8 is no multiple of 16):
+    fp16; a weight also read by ReduceMean (float32): fp16; one read by two MatMuls: quantized;
+    a torch-layout [out, in] weight read as ``x @ W.T`` (Transpose, how the shipped family
+    graphs read Linear weights): quantized along its axis 0."""
     rng = np.random.default_rng(0)
     inits = {
         "w1": rng.standard_normal((32, 48)).astype(np.float32),
         "w2": (rng.standard_normal((32, 48)) * np.linspace(0.01, 3, 32)[:, None]).astype(np.float32),
         "b2": rng.standard_normal(32).astype(np.float32),
-        "w3": rng.standard_normal((32, 8)).astype(np.float32),
+        "w3": rng.standard_normal((16, 8)).astype(np.float32),
         "w4": rng.standard_normal((32, 32)).astype(np.float32),
         "w5": rng.standard_normal((32, 32)).astype(np.float32) * 0.05,
+        "w6": rng.standard_normal((16, 32)).astype(np.float32),
     }
     inits["w5"][:, 3] = 0.0  # an all-zero output channel
     nodes = [
@@ -68,7 +72,9 @@ def linear_model() -> Model:
         helper.make_node("MatMul", ["g", "w5"], ["u"]),
         helper.make_node("MatMul", ["u", "w5"], ["v"]),
         helper.make_node("MatMul", ["v", "w4"], ["k"]),
-        helper.make_node("MatMul", ["k", "w3"], ["y"]),
+        helper.make_node("Transpose", ["w6"], ["w6t"], perm=[1, 0]),
+        helper.make_node("MatMul", ["k", "w6t"], ["k2"]),
+        helper.make_node("MatMul", ["k2", "w3"], ["y"]),
         helper.make_node("ReduceMean", ["w4"], ["m"], axes=[1], keepdims=0),
     ]
     graph = helper.make_graph(
@@ -92,26 +98,30 @@ def numpy_dequantized(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.nda
 def test_rewrite_quantizes_the_linear_weights_per_output_channel() -> None:
     model = linear_model()
     plan = convert_graph_fp8(model.graph)
-    assert plan.quantized == {"w1": Fp8Weight(1), "w2": Fp8Weight(0), "w5": Fp8Weight(1)}
+    assert plan.quantized == {"w1": Fp8Weight(1), "w2": Fp8Weight(0), "w5": Fp8Weight(1), "w6": Fp8Weight(0)}
     proto = plan.graph.proto
     types = {t.name: t.data_type for t in proto.graph.initializer}
-    assert {n for n, t in types.items() if t == FP8} == {"w1", "w2", "w5"}
+    assert {n for n, t in types.items() if t == FP8} == {"w1", "w2", "w5", "w6"}
     assert types["w3"] == FP16  # 8 columns: too small / ragged for FP8 tiles
     assert types["w4"] == TensorProto.FLOAT and types["w4__fp16"] == FP16  # also read at float32
     assert {n: list(t.dims) for n, t in ((t.name, t) for t in proto.graph.initializer) if n.endswith(SCALE_SUFFIX)} == {
         f"w1{SCALE_SUFFIX}": [48],
         f"w2{SCALE_SUFFIX}": [32],
         f"w5{SCALE_SUFFIX}": [32],
+        f"w6{SCALE_SUFFIX}": [16],
     }
     assert all(t.data_type == FP16 for t in proto.graph.initializer if t.name.endswith(SCALE_SUFFIX))
-    dq = {n.input[0]: n for n in proto.graph.node if n.op_type == "DequantizeLinear"}
-    assert {k: [a.i for a in n.attribute if a.name == "axis"] for k, n in dq.items()} == {
+    dqs = {n.input[0]: n for n in proto.graph.node if n.op_type == "DequantizeLinear"}
+    assert {k: [a.i for a in n.attribute if a.name == "axis"] for k, n in dqs.items()} == {
         "w1": [1],
         "w2": [0],
         "w5": [1],
+        "w6": [0],
     }
     readers = [n.input[1] for n in proto.graph.node if n.op_type in ("MatMul", "Gemm")]
-    assert readers == [f"w1{DQ_SUFFIX}", f"w2{DQ_SUFFIX}", f"w5{DQ_SUFFIX}", f"w5{DQ_SUFFIX}", "w4__fp16", "w3"]
+    dq = [f"w1{DQ_SUFFIX}", f"w2{DQ_SUFFIX}", f"w5{DQ_SUFFIX}", f"w5{DQ_SUFFIX}"]
+    assert readers == [*dq, "w4__fp16", "w6t__to_fp16", "w3"]
+    assert next(n for n in proto.graph.node if n.op_type == "Transpose").input[0] == f"w6{DQ_SUFFIX}"
     assert plan.graph.opset() == 19  # float8 DequantizeLinear; ReduceMean's axes became an input
     assert len(next(n for n in proto.graph.node if n.op_type == "ReduceMean").input) == 2
     assert {plan.source_of(n) for n in plan.graph.initializer_names} == set(model.graph.initializer_names)
@@ -137,6 +147,7 @@ def test_fp8_weights_and_scales_match_numpy_e4m3_rounding() -> None:
         assert np.all(np.abs(got - w) <= BOUND * np.abs(w) + step)
     assert np.all(converted["w5"].astype(np.float32)[:, 3] == 0) and converted[f"w5{SCALE_SUFFIX}"][3] == 1
     assert converted["w3"].dtype == np.float16 and converted["w4"].dtype == np.float32
+    assert converted["w6"].shape == (16, 32)  # the module's layout: refit by the same name and shape
 
 
 def test_fp8_graph_runs_the_fp16_graph_with_e4m3_weights_in_onnxruntime() -> None:
@@ -200,3 +211,14 @@ def test_graph_inputs_listing_initializers_are_retyped() -> None:
     types = {vi.name: vi.type.tensor_type.elem_type for vi in plan.graph.proto.graph.input}
     assert types["w1"] == FP8 and types["w3"] == FP16
     onnx.checker.check_model(plan.graph.to_onnx(plan.convert_weights(old.weights)))
+
+
+@pytest.mark.parametrize(("name", "share"), [("flux_dev_transformer", 0.999), ("chroma_transformer", 0.999)])
+def test_shipped_family_transformers_get_their_linears_quantized(name: str, share: float) -> None:
+    """The full-size weightless graphs users' checkpoints run on read torch-layout Linear weights
+    through Transpose: those become fp8 too (the rest: attention MatMuls of two activations)."""
+    graph = load_graph(name)
+    plan = convert_graph_fp8(graph)  # type-checks, or it raises
+    sizes = {t.name: int(np.prod(t.dims)) for t in graph.proto.graph.initializer}
+    assert sum(sizes[n] for n in plan.quantized) / sum(sizes.values()) > share
+    assert all(plan.quantized[n].axis == 0 for n in plan.quantized if n.startswith("transformer_blocks.0."))

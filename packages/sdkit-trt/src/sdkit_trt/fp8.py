@@ -12,10 +12,14 @@ FLOAT8E4M3FN initializers of the same name, read through ``DequantizeLinear(w, s
   so that DequantizeLinear's output, whose type is the scale's, is the fp16 the GEMM reads; an
   all-zero channel gets scale 1, and values are clipped to +-448 before rounding (E4M3FN has
   no infinity: a value past it would become NaN). Rounding is to nearest, ties to even;
-* only weights whose every reader is MatMul/Gemm input B, 2-D, with both dimensions multiples
-  of 16 (FP8 tensor-core GEMMs work on 16-element tiles; smaller or ragged matrices, such as
-  tiny embedders, stay fp16). A weight also read elsewhere, or at float32 (an fp16 twin), stays
-  as fp16 builds it. Conv kernels, norms, biases and embedding tables stay fp16 or float32;
+* only weights whose every reader is MatMul/Gemm input B, directly or through a 2-D Transpose
+  (the shipped family graphs read torch's ``[out, in]`` Linear weights as ``x @ W.T``; the fp16
+  plan leaves those float32 behind a Cast, and here the Transpose reads the fp16 DequantizeLinear
+  output instead), 2-D, with both dimensions multiples of 16 (FP8 tensor-core GEMMs work on
+  16-element tiles; smaller or ragged matrices stay fp16). A weight also read elsewhere, or at
+  float32 (an fp16 twin), stays as fp16 builds it. Conv kernels, norms, biases and embedding
+  tables stay fp16 or float32. The FP8 initializer keeps the weight's name and shape (refit maps
+  ONNX initializer names);
 * activations are not quantized (weight-only: no QuantizeLinear, no calibration);
 * the graph's default opset is raised to 19 with onnx's version converter where it is lower
   (DequantizeLinear takes float8 inputs from opset 19; the converter moves Reduce* ``axes``
@@ -57,6 +61,7 @@ FP8_MAX = 448.0  # the largest finite E4M3FN value
 FP8_OPSET = 19  # DequantizeLinear reads float8 from opset 19
 TILE = 16  # both dims of a quantized weight are multiples of this
 SCALE_SUFFIX = "__fp8_scale"
+Readers = dict[str, list[tuple[onnx.NodeProto, int]]]
 DQ_SUFFIX = "__fp8_dq"
 
 
@@ -141,23 +146,55 @@ def _output_axis(node: onnx.NodeProto) -> int:
     return 1
 
 
+def _is_flip(node: onnx.NodeProto) -> bool:
+    """A 2-D Transpose (perm [1, 0], or no perm: reversed axes)."""
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [1, 0])
+    return node.op_type == "Transpose" and perm == [1, 0]
+
+
+def _is_cast_to_fp16(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Cast" and any(a.name == "to" and a.i == FP16 for a in node.attribute)
+
+
+def _linear_axes(name: str, readers: Readers, outputs: frozenset[str], depth: int = 0) -> set[int] | None:
+    """The output-channel axes (in ``name``'s own layout) of the MatMul/Gemm B inputs that read
+    ``name``, directly or through a 2-D Transpose (torch's ``x @ W.T``, how the shipped family
+    graphs read ``[out, in]`` Linear weights) and the fp16 plan's Cast to fp16; None when
+    anything else reads it."""
+    uses = readers.get(name, [])
+    if not uses or name in outputs or depth > 2:
+        return None
+    axes: set[int] = set()
+    for node, i in uses:
+        if node.op_type in ("MatMul", "Gemm") and i == 1:
+            axes.add(_output_axis(node))
+            continue
+        if i != 0 or not (_is_flip(node) or _is_cast_to_fp16(node)):
+            return None
+        below = _linear_axes(node.output[0], readers, outputs, depth + 1)
+        if below is None:
+            return None
+        axes |= {1 - a for a in below} if _is_flip(node) else below
+    return axes
+
+
 def _candidates(proto: onnx.ModelProto, fp16: Fp16Plan) -> dict[str, Fp8Weight]:
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    readers: Readers = {}
     for node in proto.graph.node:
         for i, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, i))
+    outputs = frozenset(o.name for o in proto.graph.output)
     found: dict[str, Fp8Weight] = {}
     for tensor in proto.graph.initializer:
-        if fp16.fp16_weights.get(tensor.name) != tensor.name or tensor.data_type != FP16:
-            continue  # not a weight the fp16 plan converted in place
+        in_place = fp16.fp16_weights.get(tensor.name) == tensor.name and tensor.data_type == FP16
+        untouched = tensor.name not in fp16.fp16_weights and tensor.data_type == TensorProto.FLOAT
+        if not (in_place or untouched):
+            continue  # an fp16 twin, or not a float weight
         dims = [int(d) for d in tensor.dims]
         if len(dims) != 2 or any(d < TILE or d % TILE for d in dims):
             continue
-        uses = readers.get(tensor.name, [])
-        if not uses or any(node.op_type not in ("MatMul", "Gemm") or i != 1 for node, i in uses):
-            continue
-        axes = {_output_axis(node) for node, _ in uses}
-        if len(axes) == 1:
+        axes = _linear_axes(tensor.name, readers, outputs)
+        if axes is not None and len(axes) == 1:
             found[tensor.name] = Fp8Weight(axes.pop())
     return found
 
@@ -182,6 +219,7 @@ def convert_graph_fp8(graph: Graph) -> Fp8Plan:
     """Plan the fp8 version of a weight-stripped graph (see the module docstring)."""
     fp16 = convert_graph(graph)
     proto = _upgraded(fp16.graph.proto)
+    del proto.graph.value_info[:]  # the converter infers types; the parser infers its own
     quantized = _candidates(proto, fp16)
     dq_nodes: list[onnx.NodeProto] = []
     scales: list[TensorProto] = []
@@ -204,9 +242,10 @@ def convert_graph_fp8(graph: Graph) -> Fp8Plan:
     for vi in proto.graph.input:  # old exports list initializers as inputs too
         if vi.name in quantized:
             vi.type.tensor_type.elem_type = FP8
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in quantized:
-            node.input[1] = f"{node.input[1]}{DQ_SUFFIX}"
+    for node in proto.graph.node:  # every reader (MatMul/Gemm B, or the Transpose before one)
+        for i, name in enumerate(node.input):
+            if name in quantized:
+                node.input[i] = f"{name}{DQ_SUFFIX}"
     nodes = [*dq_nodes, *proto.graph.node]
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
