@@ -168,6 +168,10 @@ def test_per_tensor_quantization_clipping_and_non_finite_weights() -> None:
     assert scale.shape == () and scale == np.float16(3.0 / 448)
     np.testing.assert_array_equal(q.astype(np.float32), e4m3_round(w / np.float32(scale)))
     assert np.isfinite(q.astype(np.float32)).all() and np.abs(q.astype(np.float32)).max() <= FP8_MAX
+    ties = np.array([448.0, 1.0625, 17.0, -1.1875, 3 * 2.0**-10, 2.0**-10, 300.0], np.float32)
+    q, scale = quantize_e4m3(ties, None)  # amax 448: scale exactly 1, so q is E4M3 of the values
+    assert scale == 1
+    np.testing.assert_array_equal(q.astype(np.float32), e4m3_round(ties))  # ties to even, subnormals
     q, scale = quantize_e4m3(np.zeros((16, 16), np.float32), 1)
     assert (scale == 1).all() and not q.astype(np.float32).any()
     model = linear_model()

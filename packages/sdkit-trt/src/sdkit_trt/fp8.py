@@ -61,8 +61,8 @@ FP8_MAX = 448.0  # the largest finite E4M3FN value
 FP8_OPSET = 19  # DequantizeLinear reads float8 from opset 19
 TILE = 16  # both dims of a quantized weight are multiples of this
 SCALE_SUFFIX = "__fp8_scale"
-Readers = dict[str, list[tuple[onnx.NodeProto, int]]]
 DQ_SUFFIX = "__fp8_dq"
+Readers = dict[str, list[tuple[onnx.NodeProto, int]]]
 
 
 @dataclass(frozen=True)
@@ -129,14 +129,6 @@ def quantize_e4m3(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.
         shape[axis % w.ndim] = -1
     q = np.clip(w / scale.astype(np.float32).reshape(shape), -FP8_MAX, FP8_MAX).astype(ml_dtypes.float8_e4m3fn)
     return q, scale
-
-
-def dequantize(q: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
-    """float32 ``q * scale`` (what DequantizeLinear computes, before its fp16 output rounding)."""
-    shape = [1] * q.ndim
-    if axis is not None:
-        shape[axis % q.ndim] = -1
-    return q.astype(np.float32) * np.asarray(scale, np.float32).reshape(shape)
 
 
 def _output_axis(node: onnx.NodeProto) -> int:
