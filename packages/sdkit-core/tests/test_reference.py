@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sdkit
+from sdkit.errors import OptionError
 from sdkit.testing import run_conformance
 
 EXCLUSIONS = Path(__file__).parent / "data" / "reference_exclusions.txt"
@@ -41,3 +42,9 @@ def test_refit_swaps_weights(taef2: Path) -> None:
     fresh = sdkit.compile(model.with_weights(scaled), backend="reference").run({"latent": latent})["image"]
     assert np.max(np.abs(before - after)) > 1e-3
     np.testing.assert_array_equal(after, fresh)
+
+
+@pytest.mark.parametrize(("precision", "owner"), [("q8_0", "ggml's"), ("fp8", "tensorrt's")])
+def test_quantized_precisions_are_refused(taef2: Path, precision: str, owner: str) -> None:
+    with pytest.raises(OptionError, match=f"no quantized weights \\(precision '{precision}' is {owner}\\)"):
+        sdkit.compile(taef2 / "taef2_decoder.onnx", backend="reference", precision=precision)

@@ -240,4 +240,4 @@ def test_auto_with_a_precision_no_backend_offers_names_what_each_does(monkeypatc
         )
         # an unknown precision keeps the options' own error, naming the valid ones
         with pytest.raises(OptionError, match="precision must be one of"):
-            sdkit.compile(_neg(), precision="fp8")
+            sdkit.compile(_neg(), precision="int4")

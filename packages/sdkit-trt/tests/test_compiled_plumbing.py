@@ -42,7 +42,10 @@ def _model_bytes(source: OnnxSource) -> bytes:
 
 class OrtEngine:
     """Stands in for TensorRT's engine: float initializers are "refittable" (as TensorRT
-    exposes Conv/MatMul weights), integer ones are folded in (as shape constants are)."""
+    exposes Conv/MatMul weights), integer ones are folded in (as shape constants are).
+    ``refittable_types`` is patched to model an engine that does or does not expose fp8 weights."""
+
+    refittable_types: tuple[int, ...] = (TensorProto.FLOAT, TensorProto.FLOAT16)
 
     def __init__(self, trt: Any, plan: bytes, is_rtx: bool, runtime_cache: Path | None) -> None:
         self.plan = onnx.load_from_string(plan)
@@ -50,7 +53,7 @@ class OrtEngine:
         self.refits = 0
 
     def refittable_names(self) -> list[str]:
-        return [t.name for t in self.plan.graph.initializer if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)]
+        return [t.name for t in self.plan.graph.initializer if t.data_type in self.refittable_types]
 
     def refit(self, source: OnnxSource, stream: Any) -> list[str]:
         self.model = onnx.load_from_string(_model_bytes(source))
@@ -198,3 +201,64 @@ def test_profiles_build_one_engine_and_refuse_shapes_outside(ort_engine: list[by
     with pytest.raises(InputError, match="outside the compiled profile"):
         compiled.run({"x": np.ones((8, 3, 4, 4), np.float32)})
     assert len(ort_engine) == 1
+
+
+def linear_model(scale: float = 1.0) -> Model:
+    """Two transformer-style linears (MatMul [32, 64], Gemm [32, 64] transB) with a GELU-ish
+    Tanh between them: the weights fp8 quantizes."""
+    rng = np.random.default_rng(3)
+    inits = {
+        "w1": (rng.standard_normal((32, 64)) * scale).astype(np.float32),
+        "w2": rng.standard_normal((32, 64)).astype(np.float32) / 8,
+        "b2": rng.standard_normal(32).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Tanh", ["h"], ["t"]),
+        helper.make_node("Gemm", ["t", "w2", "b2"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()],
+    )
+    return Model.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def test_fp8_engines_get_fp8_weights_and_refit_requantizes(
+    ort_engine: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(OrtEngine, "refittable_types", (*OrtEngine.refittable_types, TensorProto.FLOAT8E4M3FN))
+    model = linear_model()
+    x = {"x": np.random.default_rng(4).standard_normal((4, 32)).astype(np.float32)}
+    compiled = compile_with(model, precision="fp8")
+    handed = onnx.load_from_string(ort_engine[-1])
+    types = {t.name: t.data_type for t in handed.graph.initializer}
+    assert types["w1"] == types["w2"] == TensorProto.FLOAT8E4M3FN
+    assert compiled.engines[None][1] == {}  # every source weight refittable: nothing baked
+    first = compiled.run(x)["y"]
+    assert first.dtype == np.float32 and rel_l2(first, reference(model, x)) < 2.0**-4
+    lora = linear_model(scale=-2.0)  # another checkpoint: new fp8 values and new scales
+    compiled.refit(lora.weights)
+    assert len(ort_engine) == 1  # refit, not rebuilt
+    refit = compiled.run(x)["y"]
+    assert rel_l2(refit, reference(lora, x)) < 2.0**-4
+    fresh = compile_with(lora, precision="fp8", cache=False).run(x)["y"]
+    np.testing.assert_array_equal(refit, fresh)  # the same quantization as a fresh compile
+
+
+def test_fp8_refit_is_refused_where_the_engine_folds_the_fp8_weights(ort_engine: list[bytes]) -> None:
+    model = linear_model()
+    compiled = compile_with(model, precision="fp8")  # OrtEngine exposes no FLOAT8E4M3FN weight
+    assert set(compiled.engines[None][1]) == {"w1", "w2"}  # recorded as baked into the plan
+    compiled.refit(model.weights.updated({"b2": np.zeros(32, np.float32)}))  # fp16 bias: fine
+    with pytest.raises(InputError, match=r"refit cannot change 'w1'.*fp8 weight scales"):
+        compiled.refit(linear_model(scale=0.5).weights)
+    second = compile_with(linear_model(scale=0.5), precision="fp8")
+    assert second.cache_hits == [False]  # a cached plan with other fp8 weights is rebuilt

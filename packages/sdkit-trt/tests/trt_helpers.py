@@ -51,6 +51,7 @@ def small_model() -> Model:
 
 RTX_3060 = Gpu(0, "NVIDIA GeForce RTX 3060", (8, 6), 12 * 2**30)
 H100 = Gpu(1, "NVIDIA H100 80GB HBM3", (9, 0), 80 * 2**30)
+RTX_4090 = Gpu(0, "NVIDIA GeForce RTX 4090", (8, 9), 24 * 2**30)
 GTX_1080 = Gpu(0, "NVIDIA GeForce GTX 1080", (6, 1), 8 * 2**30)
 
 

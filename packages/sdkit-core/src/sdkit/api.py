@@ -166,7 +166,7 @@ def compile(  # noqa: A001 - the public name the contract gives
 
     ``input_shapes`` fixes symbolic input dims before compiling; without it, backends
     that need static shapes compile per call signature. Options: ``precision``
-    (fp32|fp16|bf16|q8_0, q8_0 on ggml only), ``threads``, ``cache``, ``isolate`` (compile and
+    (fp32|fp16|bf16|q8_0|fp8, q8_0 on ggml only, fp8 on tensorrt only), ``threads``, ``cache``, ``isolate`` (compile and
     first runs tried in a child process first, see ``sdkit.isolation``; default
     ``SDKIT_ISOLATE``), plus the backend's own keys.
 

@@ -9,15 +9,16 @@ from typing import Any
 
 from sdkit.errors import OptionError, did_you_mean
 
-PRECISIONS = ("fp32", "fp16", "bf16", "q8_0")
+PRECISIONS = ("fp32", "fp16", "bf16", "q8_0", "fp8")
 
 
 @dataclass(frozen=True)
 class Options:
     """Options common to every backend, plus backend-specific ``extra`` keys.
 
-    ``precision``: ``fp32`` (default, exact), ``fp16``, ``bf16`` or ``q8_0`` (ggml: 8-bit
-    quantized matrix weights, activations in fp32). A backend refuses those it cannot run.
+    ``precision``: ``fp32`` (default, exact), ``fp16``, ``bf16``, ``q8_0`` (ggml: 8-bit
+    quantized matrix weights, activations in fp32) or ``fp8`` (TensorRT on compute capability
+    8.9+: FP8 E4M3 matrix weights, activations in fp16). A backend refuses those it cannot run.
     ``threads``: CPU threads (None: the backend's default, normally the physical cores).
     ``cache``: use the on-disk compiled-artifact cache.
     ``extra``: keys a backend declares in ``Backend.extra_options``.

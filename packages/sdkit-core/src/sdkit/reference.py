@@ -58,7 +58,7 @@ class ReferenceBackend(Backend):
     name: ClassVar[str] = "reference"
     priority: ClassVar[int] = 0
     description: ClassVar[str] = "onnx.reference (numpy): exact, slow; the test oracle"
-    # fp16/bf16 are accepted and run in fp32 (exact); q8_0, a ggml weight format, is refused
+    # fp16/bf16 are accepted and run in fp32 (exact); q8_0 and fp8 (quantized weights) are refused
     precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "fp16", "bf16")
 
     def probe(self) -> Availability:
@@ -89,6 +89,8 @@ class ReferenceBackend(Backend):
     def compile(self, graph: Graph, weights: WeightSet, device: Device, options: Options) -> CompiledModel:
         if device.kind != "cpu":
             raise DeviceError(f"the reference backend runs on cpu only, not {device}")
-        if options.precision == "q8_0":  # a ggml weight format; fp16/bf16 requests run in fp32
-            raise OptionError("the reference backend has no quantized weights (precision 'q8_0' is ggml's)")
+        if options.precision in ("q8_0", "fp8"):  # quantized weight formats; fp16/bf16 requests run in fp32
+            owner = "ggml's" if options.precision == "q8_0" else "tensorrt's"
+            precision = options.precision
+            raise OptionError(f"the reference backend has no quantized weights (precision {precision!r} is {owner})")
         return ReferenceCompiled(graph, weights)

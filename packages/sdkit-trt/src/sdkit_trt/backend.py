@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError, OptionError, UnsupportedNode
+from sdkit_trt.build import fp8_problem
 from sdkit_trt.driver import Gpu, probe_driver
 from sdkit_trt.runtime import (
     BACKEND_NAME,
@@ -38,6 +39,7 @@ UNSUPPORTED_OPS = frozenset(
         "SoftmaxCrossEntropyLoss", "SplitToSequence", "StringNormalizer", "TfIdfVectorizer", "Unique",
     }
 )  # fmt: skip
+FP8_MIN_CC = (8, 9)  # FP8 tensor cores: Ada, Hopper and newer
 UNSUPPORTED_TYPES = {"float64": "TensorRT has no float64", "object": "TensorRT has no strings or sequences"}
 
 
@@ -47,6 +49,10 @@ class TensorRTBackend(Backend):
     refittable: ClassVar[bool] = True
     extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {"profiles": dict}
     description: ClassVar[str] = "NVIDIA TensorRT-RTX / TensorRT (CUDA GPUs)"
+    # What backend="auto" may pick TensorRT for. fp8 is compiled when asked for by name
+    # (backend="tensorrt", precision="fp8") but not declared: it depends on the GPU (compute
+    # capability 8.9+) and TensorRT build, which this class-level list cannot say, and a declared
+    # fp8 would make auto pick TensorRT on an Ampere GPU only for its compile to refuse.
     precisions: ClassVar[tuple[str, ...] | None] = ("fp32", "fp16")
 
     def __init__(self) -> None:
@@ -148,10 +154,17 @@ class TensorRTBackend(Backend):
             listed = ", ".join(f"cuda:{o}" for o in sorted(assigned)) or "none"
             raise DeviceError(f"the tensorrt backend has no device cuda:{ordinal}; its devices: {listed}")
         gpu, runtime = assigned[ordinal]
-        if options.precision not in (self.precisions or ()):
-            raise OptionError(f"the tensorrt backend compiles fp32 or fp16, not {options.precision}")
+        if options.precision not in (*(self.precisions or ()), "fp8"):
+            raise OptionError(f"the tensorrt backend compiles fp32, fp16 or fp8, not {options.precision}")
+        if options.precision == "fp8" and gpu.compute_capability < FP8_MIN_CC:
+            raise DeviceError(
+                f"precision 'fp8' needs compute capability 8.9 (Ada) or newer; cuda:{ordinal} is {gpu.describe()}"
+            )
         profiles = parse_profiles(options.extra.get("profiles", {}), graph.inputs)
         trt = import_runtime(runtime)
+        problem = fp8_problem(trt, runtime.label) if options.precision == "fp8" else ""
+        if problem:
+            raise OptionError(f"precision 'fp8': {problem}; use precision='fp16'")
         if runtime.is_rtx:
             sms = sms_from_module(trt)
             if sms and gpu.sm not in sms:

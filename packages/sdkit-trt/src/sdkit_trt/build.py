@@ -6,6 +6,11 @@ a strongly typed network (the graph's fp16/fp32 types are the precision; TensorR
 TensorRT 11 have no fp16 flag), TF32 off for fp32 (it is on by default), TensorRT-RTX
 targets the current GPU (ComputeCapability CURRENT) instead of its default list, and the
 TensorRT timing cache is read and written when the flavour has one.
+
+fp8 adds no builder flag: its graph carries FLOAT8E4M3FN weights behind DequantizeLinear
+(``sdkit_trt.fp8``), and TensorRT's explicit-quantization guide says Q/DQ networks are built
+strongly typed with no precision-control flags (no ``BuilderFlag.FP8``). What fp8 needs of the
+module is ``DataType.FP8`` and ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from sdkit.errors import SdkitError, UnsupportedModelError, UnsupportedNode
+from sdkit.errors import OptionError, SdkitError, UnsupportedModelError, UnsupportedNode
 from sdkit_trt.onnx_source import OnnxSource
 from sdkit_trt.shapes import Profiles
 from sdkit_trt.store import read_bytes, write_atomic
@@ -60,6 +65,15 @@ def parse_into(trt: ModuleType, network: Any, logger: Any, source: OnnxSource) -
     return parser
 
 
+def fp8_problem(trt: ModuleType, label: str) -> str:
+    """Why this TensorRT(-RTX) module cannot build the fp8 graph, or "" when it can."""
+    if getattr(getattr(trt, "DataType", None), "FP8", None) is None:
+        return f"{label} has no FP8 data type (tensorrt.DataType.FP8)"
+    if getattr(getattr(trt, "NetworkDefinitionCreationFlag", None), "STRONGLY_TYPED", None) is None:
+        return f"{label} cannot build strongly typed networks, which FP8 Q/DQ graphs need"
+    return ""
+
+
 def network_flags(trt: ModuleType) -> int:
     flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
     return 1 << int(flag) if flag is not None else 0
@@ -90,6 +104,8 @@ def build_plan(
     trt: ModuleType, source: OnnxSource, *, is_rtx: bool, profiles: Profiles, timing_cache: Path | None, precision: str
 ) -> bytes:
     """Parse ``source`` and build a serialized plan (bytes) for the current CUDA device."""
+    if precision == "fp8" and not network_flags(trt):
+        raise OptionError("precision 'fp8' needs a strongly typed network, which this TensorRT cannot build")
     logger = make_logger(trt)
     builder = trt.Builder(logger)
     network = builder.create_network(network_flags(trt))

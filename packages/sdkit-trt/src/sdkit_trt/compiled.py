@@ -27,6 +27,7 @@ from sdkit_trt.build import build_plan
 from sdkit_trt.cuda_mem import Stream, set_device
 from sdkit_trt.driver import Gpu
 from sdkit_trt.engine import TrtEngine
+from sdkit_trt.fp8 import Fp8Plan, convert_graph_fp8
 from sdkit_trt.fp16 import Fp16Plan, convert_graph
 from sdkit_trt.onnx_source import onnx_source
 from sdkit_trt.runtime import RuntimeInfo
@@ -63,7 +64,12 @@ class TrtCompiledModel(CompiledModel):
         self.options = options
         self.profiles = profiles
         self.weights = validate_weights(graph, weights)
-        self.fp16: Fp16Plan | None = convert_graph(graph) if options.precision == "fp16" else None
+        # fp16 and fp8 rewrite the graph and convert every weight set the same way (refit too).
+        self.plan: Fp16Plan | Fp8Plan | None = None
+        if options.precision == "fp16":
+            self.plan = convert_graph(graph)
+        elif options.precision == "fp8":
+            self.plan = convert_graph_fp8(graph)
         self.cache = ArtifactCache() if options.cache else None
         self.engines: dict[Signature | None, tuple[TrtEngine, dict[str, str]]] = {}
         self.cache_hits: list[bool] = []
@@ -79,14 +85,14 @@ class TrtCompiledModel(CompiledModel):
 
     # -- graph and weights as the engine sees them -------------------------------------
     def _engine_graph(self, sig: Signature | None) -> Graph:
-        base = self.fp16.graph if self.fp16 is not None else self.graph
+        base = self.plan.graph if self.plan is not None else self.graph
         return base.with_input_shapes(dict(sig)) if sig else base
 
     def _engine_weights(self, weights: WeightSet) -> WeightSet:
-        return self.fp16.convert_weights(weights) if self.fp16 is not None else weights
+        return self.plan.convert_weights(weights) if self.plan is not None else weights
 
     def _source_of(self, engine_name: str) -> str:
-        return self.fp16.fp16_weights.get(engine_name, engine_name) if self.fp16 is not None else engine_name
+        return self.plan.source_of(engine_name) if self.plan is not None else engine_name
 
     # -- build, cache, load ------------------------------------------------------------
     def _key(self, sig: Signature | None) -> dict[str, Any]:

@@ -64,6 +64,10 @@ class Fp16Plan:
     fp16_weights: dict[str, str] = field(default_factory=dict)
     kept_fp32_nodes: list[str] = field(default_factory=list)
 
+    def source_of(self, name: str) -> str:
+        """The source weight an initializer of the converted graph is computed from."""
+        return self.fp16_weights.get(name, name)
+
     def convert_weights(self, weights: Mapping[str, np.ndarray]) -> WeightSet:
         out: dict[str, np.ndarray] = {}
         for name in self.graph.initializer_names:
@@ -278,7 +282,7 @@ def _retyped(tensor: TensorProto, name: str) -> TensorProto:
     return out
 
 
-def _type_error(proto: onnx.ModelProto) -> str:
+def type_error(proto: onnx.ModelProto) -> str:
     """ONNX's strict type and shape inference error for ``proto``, or "" when it passes."""
     try:
         onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
@@ -296,8 +300,8 @@ def convert_graph(graph: Graph) -> Fp16Plan:
     for node in graph.proto.graph.node:
         converter.convert_node(node)
     plan = converter.finish()
-    if not _type_error(graph.proto):
-        error = _type_error(plan.graph.proto)
+    if not type_error(graph.proto):
+        error = type_error(plan.graph.proto)
         if error:
             raise UnsupportedModelError(
                 "tensorrt",

@@ -85,5 +85,5 @@ def refuse_baked_change(names: list[str]) -> None:
     if names:
         raise InputError(
             f"refit cannot change {_listed(names)}: TensorRT folded them into the engine at build time "
-            "(shape constants, Resize scales); compile the model again with these weights"
+            "(shape constants, Resize scales, fp8 weight scales); compile the model again with these weights"
         )

@@ -24,9 +24,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser, default: str = "auto"
 def add_option_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
-        choices=("fp32", "fp16", "bf16", "q8_0"),
+        choices=("fp32", "fp16", "bf16", "q8_0", "fp8"),
         default=None,
-        help="compute precision (q8_0: 8-bit weights, ggml)",
+        help="compute precision (q8_0: 8-bit weights, ggml; fp8: FP8 weights, tensorrt)",
     )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     parser.add_argument("--no-cache", action="store_true", help="do not use the compiled-artifact cache")
