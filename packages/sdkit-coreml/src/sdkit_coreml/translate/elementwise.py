@@ -1,8 +1,10 @@
-"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons, Where, Cast.
+"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons, Mod, Where, Cast.
 
 MIL's binary ops broadcast like numpy (as ONNX does). Integer Div becomes ``floor_div``:
 ONNX truncates toward zero, which equals flooring for the non-negative sizes that shape
-arithmetic divides (the only place integer Div appears in SD graphs).
+arithmetic divides (the only place integer Div appears in SD graphs). Mod is written out with
+``floor_div`` (as coremltools' own torch ``remainder`` is) rather than MIL's ``mod``, whose
+sign convention for negative operands the Core ML spec does not state.
 """
 
 from __future__ import annotations
@@ -84,6 +86,23 @@ def div(ctx: Context, node: onnx.NodeProto) -> None:
     x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
     op = mil().floor_div if _is_int(x) else mil().real_div
     ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]))
+
+
+@converter("Mod", since=10)
+def mod(ctx: Context, node: onnx.NodeProto) -> None:
+    """fmod=0: the sign of the divisor (Python's %, ``x - floor(x / y) * y``); fmod=1: the sign
+    of the dividend (C's fmod): a nonzero floored remainder of operands of opposite signs
+    moves by one divisor. Both for integers and floats (ONNX allows floats with fmod=1 only;
+    fmod=0 on floats follows numpy's ``mod``)."""
+    x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
+    floored = mil().sub(x=x, y=mil().mul(x=mil().floor_div(x=x, y=y), y=y))
+    if not int(attrs(node).get("fmod", 0)):
+        ctx.set(node.output[0], mil().identity(x=floored, name=node.output[0]))
+        return
+    zero = ctx.const(np.array(0, np.int32 if _is_int(x) else np.float32))
+    opposite = mil().logical_xor(x=mil().less(x=x, y=zero), y=mil().less(x=y, y=zero))
+    moves = mil().logical_and(x=opposite, y=mil().not_equal(x=floored, y=zero))
+    ctx.set(node.output[0], mil().select(cond=moves, a=mil().sub(x=floored, y=y), b=floored, name=node.output[0]))
 
 
 @converter(*VARIADIC)

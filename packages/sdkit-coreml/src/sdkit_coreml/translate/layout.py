@@ -1,5 +1,5 @@
 """Shape and layout ops: Constant, Shape, Reshape, Transpose, Concat, (Un)Squeeze, Flatten,
-Gather, Slice, Expand, ConstantOfShape, Range, Split, ArgMax.
+Gather, Slice, Expand, Tile, ConstantOfShape, Range, Split, ArgMax.
 
 With static input shapes MIL folds the Shape -> Gather -> Concat -> Reshape chains that
 exporters emit into constants; with flexible shapes they stay as int32 ops on symbolic dims.
@@ -136,6 +136,12 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
         if not isinstance(size, (int, np.integer)):
             raise fail(node, ctx.opset, "negative Gather indices on a dimension of unknown size")
         indices = ctx.const(np.where(known < 0, known + int(size), known))
+    from coremltools.converters.mil.mil import types
+
+    if x.dtype == types.bool:  # MIL gathers numbers only (T5's attention mask is a bool gather)
+        picked = mil().gather(x=mil().cast(x=x, dtype="int32"), indices=indices, axis=axis)
+        ctx.set(node.output[0], mil().cast(x=picked, dtype="bool", name=node.output[0]))
+        return
     ctx.set(node.output[0], mil().gather(x=x, indices=indices, axis=axis, name=node.output[0]))
 
 
@@ -211,6 +217,12 @@ def expand(ctx: Context, node: onnx.NodeProto) -> None:
     result = mil().add(x=base, y=_fill(ctx, target, zero))
     result = mil().cast(x=result, dtype="bool", name=node.output[0]) if is_bool else result
     ctx.set(node.output[0], mil().identity(x=result, name=node.output[0]) if not is_bool else result)
+
+
+@converter("Tile", since=6)
+def tile(ctx: Context, node: onnx.NodeProto) -> None:
+    x, repeats = ctx.get(node.input[0]), ctx.get(node.input[1])
+    ctx.set(node.output[0], mil().tile(x=x, reps=repeats, name=node.output[0]))
 
 
 @converter("Range", since=11)
