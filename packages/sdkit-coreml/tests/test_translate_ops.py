@@ -209,6 +209,27 @@ CASES["gather_bool"] = (  # T5's mask: a bool gather (MIL gathers numbers only)
     {"m": RNG.random((2, 5, 3)) > 0.5, "i": i64(4, 0, -1)},
     F,
 )
+ZERO_BIAS = [  # the exported SDPA's attention bias: zeros of [heads, L, S] times a scale, added to the scores
+    helper.make_node("ConstantOfShape", ["bias_shape"], ["zeros"], value=helper.make_tensor("v", F, [1], [0.0])),
+    helper.make_node("Cast", ["one"], ["scale"], to=F),
+    helper.make_node("Mul", ["zeros", "scale"], ["bias"]),
+    helper.make_node("Add", ["scores", "bias"], ["y"]),
+]
+CASES["zero_bias_add"] = (
+    ZERO_BIAS,
+    {"bias_shape": i64(2, 3, 4), "one": np.array(1, np.int64), "scores": f32(2, 3, 4)},
+    F,
+)
+CASES["fill_arithmetic"] = (  # fills combined stay fills: (5 * 2 - 3) everywhere, then a real add
+    [
+        helper.make_node("ConstantOfShape", ["n"], ["five"], value=helper.make_tensor("v", F, [1], [5.0])),
+        helper.make_node("Mul", ["five", "two"], ["ten"]),
+        helper.make_node("Sub", ["ten", "three"], ["seven"]),
+        helper.make_node("Add", ["x", "seven"], ["y"]),
+    ],
+    {"n": i64(3, 4), "two": np.float32(2), "three": np.full((1, 4), 3, np.float32), "x": f32(3, 4)},
+    F,
+)
 CASES["tile"] = ([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": f32(2, 1, 3), "r": i64(2, 4, 1)}, F)
 CASES["tile_int_after_unsqueeze"] = (  # Flux's RoPE: cos/sin repeated along a new last axis
     [helper.make_node("Unsqueeze", ["v", "axes"], ["u"]), helper.make_node("Tile", ["u", "r"], ["y"])],
@@ -265,6 +286,23 @@ def test_einsum_and_tile_translate_with_symbolic_dims() -> None:
     assert t.shape == (4, n)
     assert y.shape == (tokens, 16)
     assert "matmul" in {op.op_type for op in function.operations}
+
+
+def test_a_zero_attention_bias_is_no_constant_at_all() -> None:
+    """Static shapes fold the bias's shape; the zeros must not become a [heads, L, S] constant
+    (1 GB per attention at 1024 px) nor an add: the scores pass through."""
+    needs_coremltools()
+    from sdkit_coreml.program import build_program
+    from sdkit_coreml.runtime import target_named
+
+    model = graph_model(
+        ZERO_BIAS, [("scores", F, [8, 4096, 4096])], [("y", F, None)], {"bias_shape": i64(8, 4096, 4096),
+        "one": np.array(1, np.int64)},
+    )  # fmt: skip
+    program, _ = build_program(model.graph, dict(model.weights), target_named("macOS13"))
+    function = program.functions["main"]
+    assert [op.op_type for op in function.operations] == ["identity"]
+    assert function.outputs[0].shape == (8, 4096, 4096)
 
 
 def _attention(mask: bool, second_use: bool = False) -> tuple[list[Any], dict[str, np.ndarray]]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of
+from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of, to_mil_array
 from sdkit_coreml.translate.registry import converter
 
 
@@ -193,8 +193,9 @@ def split(ctx: Context, node: onnx.NodeProto) -> None:
 
 def _fill(ctx: Context, shape_var: Any, value: np.ndarray) -> Any:
     known = ctx.value(shape_var)
-    if known is not None:
-        return ctx.const(np.full(tuple(int(d) for d in known), value.reshape(-1)[0], dtype=value.dtype))
+    if known is not None:  # one element broadcast (stride 0): a fill of any size costs no memory
+        scalar = to_mil_array(value.reshape(-1)[:1])[0]
+        return ctx.const(np.broadcast_to(scalar, tuple(int(d) for d in known)))
     scalar = value.reshape(-1)[0]
     return mil().fill(shape=shape_var, value=scalar.item() if value.dtype.kind != "f" else float(scalar))
 
