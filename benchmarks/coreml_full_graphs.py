@@ -2,14 +2,14 @@
 (``build_program``: every node translated, coremltools' type inference over every op, then
 constant folding and dead-code elimination) with placeholder weights, no Core ML runtime.
 
-    nice python benchmarks/coreml_full_graphs.py [NAME ...] [--static] [--target macOS13]
+    nice python benchmarks/coreml_full_graphs.py [NAME ... | all] [--static] [--target macOS13]
 
 Placeholder weights are zero-stride views of one zero per initializer (``np.broadcast_to``), so
 a 12B-parameter transformer costs no weight memory; MIL keeps a const's array as given. The
 program is not handed to ``ct.convert`` (its passes would materialize the weights: 48 GB of fp32
-for Flux). ``--static`` fixes the symbolic dims first (1024 px, 512 T5 tokens) as sdkit does
-for a static-shape package; without it the dims stay MIL symbols. Prints per graph: seconds,
-peak RSS, op count and histogram, output shapes.
+for Flux). ``--static`` fixes the symbolic dims first, as sdkit does for a static-shape package
+(1024 px, see STATIC); without it they stay MIL symbols. Prints per graph: seconds, peak RSS,
+op count and histogram, output shapes. Default graphs: Flux.1-dev and SD3 Medium.
 """
 
 from __future__ import annotations
@@ -30,15 +30,17 @@ from sdkit_coreml.program import build_program
 from sdkit_coreml.runtime import quiet_conversion, target_named
 
 DEFAULT = ("flux_dev_transformer", "sd3_medium_transformer")
-# 1024 px: 128x128 latents; Flux packs 2x2 patches (4096 image tokens); T5 512 tokens (Flux) / 333 (SD3: 77 + 256)
-STATIC = {
-    "batch": 1,
-    "image_tokens": 4096,
-    "text_tokens": 512,
-    "tokens": 4608,
-    "height": 128,
-    "width": 128,
-    "sequence": 512,
+# --static: 1024 px images (128x128 latents; Flux packs 2x2 patches: 4,096 image tokens), batch 1,
+# 512 T5 tokens for Flux / Chroma (their masks cover text + image tokens), 333 for SD3 (77 CLIP + 256
+# T5), 77 CLIP tokens
+STATIC = {"batch": 1, "image_tokens": 4096, "text_tokens": 512, "tokens": 4608, "height": 128, "width": 128,
+          "sequence": 77}  # fmt: skip
+STATIC_BY_GRAPH = {
+    "t5xxl_encoder": {"sequence": 512},
+    "sd3_medium_transformer": {"text_tokens": 333},
+    "sd35_medium_transformer": {"text_tokens": 333},
+    "vae_encoder": {"height": 1024, "width": 1024},
+    "flux_vae_encoder": {"height": 1024, "width": 1024},
 }
 
 
@@ -50,8 +52,9 @@ def placeholders(graph: Graph) -> dict[str, np.ndarray]:
     }
 
 
-def static(graph: Graph) -> Graph:
-    shapes = {i.name: tuple(STATIC.get(d, d) if isinstance(d, str) else d for d in i.shape) for i in graph.inputs}
+def static(name: str, graph: Graph) -> Graph:
+    dims = {**STATIC, **STATIC_BY_GRAPH.get(name, {})}
+    shapes = {i.name: tuple(dims.get(d, d) if isinstance(d, str) else d for d in i.shape) for i in graph.inputs}
     return graph.with_input_shapes(shapes)  # type: ignore[arg-type]
 
 
@@ -66,7 +69,7 @@ def operations(block: Any) -> list[Any]:
 
 def translate(name: str, fixed: bool, target: str) -> None:
     graph = shipped.load_graph(name)
-    graph = static(graph) if fixed else graph
+    graph = static(name, graph) if fixed else graph
     weights = placeholders(graph)
     start = time.perf_counter()
     with quiet_conversion():
@@ -83,11 +86,11 @@ def translate(name: str, fixed: bool, target: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", default=list(DEFAULT))
+    parser.add_argument("names", nargs="*", default=list(DEFAULT), help="shipped graphs, or 'all'")
     parser.add_argument("--static", action="store_true", help="fix the symbolic dims (1024 px) first")
     parser.add_argument("--target", default="macOS13", choices=["macOS13", "macOS14", "macOS15"])
     args = parser.parse_args()
-    for name in args.names:
+    for name in shipped.names() if args.names == ["all"] else args.names:
         translate(name, args.static, args.target)
     return 0
 
