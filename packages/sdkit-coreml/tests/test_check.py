@@ -11,6 +11,7 @@ from coreml_helpers import FIXTURES, fixture_model, graph_model, needs_coremltoo
 from onnx import TensorProto, helper
 
 from sdkit.errors import UnsupportedOperatorError
+from sdkit.families import shipped
 from sdkit_coreml.backend import CoremlBackend
 
 
@@ -100,3 +101,43 @@ def test_fractional_nearest_resize_is_refused_at_conversion(tmp_path: Path) -> N
     )
     with pytest.raises(UnsupportedOperatorError, match=r"up15 \(Resize, opset 17\): nearest Resize by 1.5x1.5"):
         export_mlpackage(model, tmp_path / "r.mlpackage")
+
+
+@pytest.mark.parametrize("name", shipped.names())
+def test_shipped_full_size_graphs_are_supported(name: str) -> None:
+    """sdkit's weightless full-size graphs (Flux / Chroma / SD3 transformers, T5-XXL, the VAEs,
+    CLIP, the UNets): every node has a Core ML translation (Einsum, Mod and Tile included)."""
+    report = CoremlBackend().check(shipped.load_graph(name))
+    assert report.ok, report.summary()
+
+
+def test_the_transformer_ops_are_in_the_shipped_graphs() -> None:
+    """The test above covers Einsum (patchify / RoPE), Mod and Tile: the graphs have them."""
+    ops = {name: {n.op_type for n in shipped.load_graph(name).nodes} for name in shipped.names()}
+    for name in ("flux_dev_transformer", "flux_schnell_transformer", "chroma_transformer"):
+        assert {"Einsum", "Mod", "Tile"} <= ops[name]
+    for name in ("sd3_medium_transformer", "sd35_medium_transformer"):
+        assert "Einsum" in ops[name]
+
+
+@pytest.mark.parametrize(
+    ("equation", "inputs", "why"),
+    [
+        ("ii->i", 1, "repeated within 'ii'"),
+        ("...ij->...ji", 1, "ellipsis"),
+        ("ij,jk,kl->il", 3, "3 operands"),
+        ("ij->ik", 1, "uses one no operand has"),
+        ("ij,jk->ik", 1, "2 operand(s) for 1 input(s)"),
+    ],
+)
+def test_untranslated_einsums_are_named_with_their_equation(equation: str, inputs: int, why: str) -> None:
+    names = [f"x{i}" for i in range(inputs)]
+    model = graph_model(
+        [helper.make_node("Einsum", names, ["y"], name="e", equation=equation)],
+        [(n, TensorProto.FLOAT, [2, 2]) for n in names],
+        [("y", TensorProto.FLOAT, None)],
+    )
+    (problem,) = CoremlBackend().check(model.graph).unsupported
+    assert (problem.node, problem.op_type) == ("e", "Einsum")
+    assert f"Einsum {equation!r}" in problem.reason
+    assert why in problem.reason

@@ -2,8 +2,10 @@
 and coremltools' own value inference (its numpy implementation of each MIL op) computes the
 result, so no Core ML runtime is needed. Covers the shape arithmetic the SD exports lean on
 (Slice with INT64 sentinels, Reshape 0, negative Gather, broadcasting Where/Expand), the
-normalizations (GroupNorm as exported and as the ONNX op, LayerNorm) and attention. Conv and
-Resize have no value inference in coremltools: only the macOS tests check their numbers."""
+normalizations (GroupNorm as exported and as the ONNX op, LayerNorm), attention, and the ops
+of the SD3 / Flux / Chroma transformers (Einsum in every form the translator takes, Mod with
+both sign conventions, Tile). Conv and Resize have no value inference in coremltools: only
+the macOS tests check their numbers."""
 
 from __future__ import annotations
 
@@ -156,6 +158,86 @@ CASES: dict[str, tuple[list[Any], dict[str, np.ndarray], int]] = {
 }
 
 
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# Einsum: the exports' forms (SD3's unpatchify permutation, Flux's RoPE outer product) and the
+# matmul-like ones: batch / left / inner / right index groups of 0, 1 and several indices.
+EINSUMS: dict[str, list[np.ndarray]] = {
+    "nhwpqc->nchpwq": [f32(1, 2, 3, 2, 2, 4)],
+    "i,j->ij": [f32(5), f32(3)],
+    "ij->ji": [f32(3, 4)],
+    "ijk->ki": [f32(2, 3, 4)],
+    "ij,ij->ij": [f32(3, 4), f32(3, 4)],
+    "bij,bjk->bik": [f32(2, 3, 4), f32(2, 4, 5)],
+    "bhqd,bhkd->bhqk": [f32(2, 3, 4, 8), f32(2, 3, 5, 8)],
+    "abcd,cde->abe": [f32(2, 3, 4, 5), f32(4, 5, 6)],
+    "ij,j->i": [f32(3, 4), f32(4)],
+    "j,jk->k": [f32(4), f32(4, 5)],
+    "ab,bc->a": [f32(3, 4), f32(4, 5)],
+    "bi,bj->bij": [f32(2, 3), f32(2, 4)],
+    "ij,jk": [f32(3, 4), f32(4, 5)],
+}
+for equation, operands in EINSUMS.items():
+    names = [f"e{i}" for i in range(len(operands))]
+    CASES[f"einsum_{equation}"] = (
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        dict(zip(names, operands, strict=True)),
+        F,
+    )
+# Mod: every sign combination, both conventions; integer and float (floats take fmod=1 only)
+DIVIDENDS, DIVISORS = i64(7, -7, 7, -7, 0, 6, -6, 5), i64(3, 3, -3, -3, 3, -3, 3, 7)
+for fmod in (0, 1):
+    CASES[f"mod_int_fmod{fmod}"] = (
+        [helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
+        {"a": DIVIDENDS, "b": DIVISORS},
+        I64,
+    )
+CASES["mod_float_fmod1"] = (
+    [helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
+    {"a": np.array([7.5, -7.5, 7.5, -7.5, 0.0, 6.0], np.float32), "b": np.array([2, 2, -2, -2, 3, -1.5], np.float32)},
+    F,
+)
+CASES["mod_broadcast_after_add"] = (  # Flux's attention: (-1 + 3) % 3 on shapes
+    [helper.make_node("Add", ["n", "minus1"], ["s"]), helper.make_node("Mod", ["s", "n"], ["y"])],
+    {"n": i64(3), "minus1": np.array(-1, np.int64)},
+    I64,
+)
+CASES["gather_bool"] = (  # T5's mask: a bool gather (MIL gathers numbers only)
+    [helper.make_node("Gather", ["m", "i"], ["g"], axis=1), helper.make_node("Cast", ["g"], ["y"], to=F)],
+    {"m": RNG.random((2, 5, 3)) > 0.5, "i": i64(4, 0, -1)},
+    F,
+)
+ZERO_BIAS = [  # the exported SDPA's attention bias: zeros of [heads, L, S] times a scale, added to the scores
+    helper.make_node("ConstantOfShape", ["bias_shape"], ["zeros"], value=helper.make_tensor("v", F, [1], [0.0])),
+    helper.make_node("Cast", ["one"], ["scale"], to=F),
+    helper.make_node("Mul", ["zeros", "scale"], ["bias"]),
+    helper.make_node("Add", ["scores", "bias"], ["y"]),
+]
+CASES["zero_bias_add"] = (
+    ZERO_BIAS,
+    {"bias_shape": i64(2, 3, 4), "one": np.array(1, np.int64), "scores": f32(2, 3, 4)},
+    F,
+)
+CASES["fill_arithmetic"] = (  # fills combined stay fills: (5 * 2 - 3) everywhere, then a real add
+    [
+        helper.make_node("ConstantOfShape", ["n"], ["five"], value=helper.make_tensor("v", F, [1], [5.0])),
+        helper.make_node("Mul", ["five", "two"], ["ten"]),
+        helper.make_node("Sub", ["ten", "three"], ["seven"]),
+        helper.make_node("Add", ["x", "seven"], ["y"]),
+    ],
+    {"n": i64(3, 4), "two": np.float32(2), "three": np.full((1, 4), 3, np.float32), "x": f32(3, 4)},
+    F,
+)
+CASES["tile"] = ([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": f32(2, 1, 3), "r": i64(2, 4, 1)}, F)
+CASES["tile_int_after_unsqueeze"] = (  # Flux's RoPE: cos/sin repeated along a new last axis
+    [helper.make_node("Unsqueeze", ["v", "axes"], ["u"]), helper.make_node("Tile", ["u", "r"], ["y"])],
+    {"v": i64(1, 2, 3), "axes": i64(-1), "r": i64(1, 2)},
+    I64,
+)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_translation_matches_onnxruntime(case: str) -> None:
     needs_coremltools()
@@ -167,6 +249,60 @@ def test_translation_matches_onnxruntime(case: str) -> None:
     assert got is not None, "MIL could not compute the result"
     assert got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_float_mod_with_fmod0_follows_numpy() -> None:
+    """onnxruntime refuses floats with fmod=0; onnx's reference implementation (numpy's mod:
+    the sign of the divisor) is the oracle."""
+    needs_coremltools()
+    from onnx.reference import ReferenceEvaluator
+
+    values = {"a": np.array([7.5, -7.5, 7.5, -7.5, 0.0], np.float32), "b": np.array([2, 2, -2, -2, 3], np.float32)}
+    model = graph_model([helper.make_node("Mod", ["a", "b"], ["y"])], [], [("y", F, None)], values)
+    (want,) = ReferenceEvaluator(model.graph.to_onnx(model.weights)).run(None, {})
+    np.testing.assert_array_equal(want, [1.5, 0.5, -0.5, -1.5, 0.0])  # the oracle is the convention asked for
+    np.testing.assert_allclose(fold_with_mil(model)["y"], want, atol=1e-6)
+
+
+def test_einsum_and_tile_translate_with_symbolic_dims() -> None:
+    """Dynamic dims keep the shape arithmetic in the program: it type-checks, and the dims
+    that pass through keep their symbols."""
+    needs_coremltools()
+    from sdkit_coreml.program import build_program
+    from sdkit_coreml.runtime import target_named
+
+    nodes = [
+        helper.make_node("Einsum", ["a", "b"], ["c"], equation="nkl,klm->nm"),
+        helper.make_node("Einsum", ["c"], ["t"], equation="nm->mn"),
+        helper.make_node("Einsum", ["i", "j"], ["o"], equation="i,j->ij"),
+        helper.make_node("Tile", ["o", "r"], ["y"]),
+    ]
+    inputs = [("a", F, ["n", 2, 3]), ("b", F, [2, 3, 4]), ("i", F, ["tokens"]), ("j", F, [8])]
+    model = graph_model(nodes, inputs, [("t", F, None), ("y", F, None)], {"r": i64(1, 2)})
+    program, names = build_program(model.graph, dict(model.weights), target_named("macOS13"))
+    function = program.functions["main"]
+    t, y = (function.outputs[i] for i in range(2))
+    n, tokens = function.inputs[names.inputs["a"]].shape[0], function.inputs[names.inputs["i"]].shape[0]
+    assert t.shape == (4, n)
+    assert y.shape == (tokens, 16)
+    assert "matmul" in {op.op_type for op in function.operations}
+
+
+def test_a_zero_attention_bias_is_no_constant_at_all() -> None:
+    """Static shapes fold the bias's shape; the zeros must not become a [heads, L, S] constant
+    (1 GB per attention at 1024 px) nor an add: the scores pass through."""
+    needs_coremltools()
+    from sdkit_coreml.program import build_program
+    from sdkit_coreml.runtime import target_named
+
+    model = graph_model(
+        ZERO_BIAS, [("scores", F, [8, 4096, 4096])], [("y", F, None)], {"bias_shape": i64(8, 4096, 4096),
+        "one": np.array(1, np.int64)},
+    )  # fmt: skip
+    program, _ = build_program(model.graph, dict(model.weights), target_named("macOS13"))
+    function = program.functions["main"]
+    assert [op.op_type for op in function.operations] == ["identity"]
+    assert function.outputs[0].shape == (8, 4096, 4096)
 
 
 def _attention(mask: bool, second_use: bool = False) -> tuple[list[Any], dict[str, np.ndarray]]:

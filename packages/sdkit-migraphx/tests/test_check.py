@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from sdkit.families import shipped
 from sdkit.model import Graph, Model, load_onnx
 from sdkit_migraphx.backend import MigraphxBackend
 
@@ -56,3 +57,11 @@ def test_every_unsupported_node_is_named() -> None:
     assert "cubic" in found["cubic"].reason and "edge" in found["edge_pad"].reason
     assert "allowzero" in found["zero_shape"].reason
     assert found["custom"].domain == "my.domain" and found["custom"].opset == 1
+
+
+@pytest.mark.parametrize("name", shipped.names())
+def test_shipped_full_size_graphs_are_supported(name: str) -> None:
+    """sdkit's weightless full-size graphs (Flux / Chroma / SD3 transformers, T5-XXL, the VAEs,
+    CLIP, the UNets): every node has a MIGraphX parser rule and is within its documented limits."""
+    report = MigraphxBackend().check(shipped.load_graph(name))
+    assert report.ok, report.summary()

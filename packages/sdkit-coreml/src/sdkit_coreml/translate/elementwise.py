@@ -1,16 +1,20 @@
-"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons, Where, Cast.
+"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons, Mod, Where, Cast.
 
 MIL's binary ops broadcast like numpy (as ONNX does). Integer Div becomes ``floor_div``:
 ONNX truncates toward zero, which equals flooring for the non-negative sizes that shape
-arithmetic divides (the only place integer Div appears in SD graphs).
+arithmetic divides (the only place integer Div appears in SD graphs). Mod is written out with
+``floor_div`` (as coremltools' own torch ``remainder`` is) rather than MIL's ``mod``, whose
+sign convention for negative operands the Core ML spec does not state.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 
-from sdkit_coreml.translate.context import CAST_TARGETS, Context, attrs, fail, mil
+from sdkit_coreml.translate.context import CAST_TARGETS, Context, attrs, fail, mil, static_shape
 from sdkit_coreml.translate.registry import converter
 
 UNARY = {
@@ -72,11 +76,41 @@ def identity(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.set(node.output[0], ctx.get(node.input[0]))
 
 
+FILL_ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
+
+
+def _uniform(value: np.ndarray | None) -> bool:
+    """A known value with one element, or one element broadcast (every stride 0, as a fill)."""
+    return value is not None and (value.size == 1 or all(s == 0 for s in value.strides))
+
+
+def _on_fills(ctx: Context, node: onnx.NodeProto, x: Any, y: Any) -> Any:
+    """Arithmetic on fills stays a fill, and adding a zero fill is no op: the exported SDPA
+    adds a zero bias ``ConstantOfShape([H, L, S]) * scale`` to its scores, which MIL would
+    otherwise fold into a real constant (with static shapes, 2.9 GB of zeros in a 512 px SD 1.5
+    UNet). None where neither applies."""
+    if node.op_type not in FILL_ARITHMETIC:
+        return None
+    xv, yv = ctx.value(x), ctx.value(y)
+    if xv is not None and yv is not None and _uniform(xv) and _uniform(yv) and max(xv.size, yv.size) > 1:
+        scalar = np.asarray(FILL_ARITHMETIC[node.op_type](xv.reshape(-1)[0], yv.reshape(-1)[0]))
+        return ctx.const(np.broadcast_to(scalar, np.broadcast_shapes(xv.shape, yv.shape)), name=node.output[0])
+    pairs = [(x, yv)] + ([(y, xv)] if node.op_type == "Add" else [])
+    for kept, fill in pairs:
+        shape = static_shape(kept)
+        if fill is None or shape is None or not _uniform(fill) or fill.reshape(-1)[0]:
+            continue
+        if np.broadcast_shapes(shape, fill.shape) == shape:  # the zeros change no value and no shape
+            return kept
+    return None
+
+
 @converter(*BINARY)
 def binary(ctx: Context, node: onnx.NodeProto) -> None:
     op = getattr(mil(), BINARY[node.op_type])
     x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
-    ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]))
+    result = _on_fills(ctx, node, x, y)
+    ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]) if result is None else result)
 
 
 @converter("Div")
@@ -84,6 +118,23 @@ def div(ctx: Context, node: onnx.NodeProto) -> None:
     x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
     op = mil().floor_div if _is_int(x) else mil().real_div
     ctx.set(node.output[0], op(x=x, y=y, name=node.output[0]))
+
+
+@converter("Mod", since=10)
+def mod(ctx: Context, node: onnx.NodeProto) -> None:
+    """fmod=0: the sign of the divisor (Python's %, ``x - floor(x / y) * y``); fmod=1: the sign
+    of the dividend (C's fmod): a nonzero floored remainder of operands of opposite signs
+    moves by one divisor. Both for integers and floats (ONNX allows floats with fmod=1 only;
+    fmod=0 on floats follows numpy's ``mod``)."""
+    x, y = ctx.get(node.input[0]), ctx.get(node.input[1])
+    floored = mil().sub(x=x, y=mil().mul(x=mil().floor_div(x=x, y=y), y=y))
+    if not int(attrs(node).get("fmod", 0)):
+        ctx.set(node.output[0], mil().identity(x=floored, name=node.output[0]))
+        return
+    zero = ctx.const(np.array(0, np.int32 if _is_int(x) else np.float32))
+    opposite = mil().logical_xor(x=mil().less(x=x, y=zero), y=mil().less(x=y, y=zero))
+    moves = mil().logical_and(x=opposite, y=mil().not_equal(x=floored, y=zero))
+    ctx.set(node.output[0], mil().select(cond=moves, a=mil().sub(x=floored, y=y), b=floored, name=node.output[0]))
 
 
 @converter(*VARIADIC)

@@ -1,5 +1,5 @@
 """Shape and layout ops: Constant, Shape, Reshape, Transpose, Concat, (Un)Squeeze, Flatten,
-Gather, Slice, Expand, ConstantOfShape, Range, Split, ArgMax.
+Gather, Slice, Expand, Tile, ConstantOfShape, Range, Split, ArgMax.
 
 With static input shapes MIL folds the Shape -> Gather -> Concat -> Reshape chains that
 exporters emit into constants; with flexible shapes they stay as int32 ops on symbolic dims.
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of
+from sdkit_coreml.translate.context import INT32, Context, attrs, fail, mil, rank_of, to_mil_array
 from sdkit_coreml.translate.registry import converter
 
 
@@ -136,6 +136,12 @@ def gather(ctx: Context, node: onnx.NodeProto) -> None:
         if not isinstance(size, (int, np.integer)):
             raise fail(node, ctx.opset, "negative Gather indices on a dimension of unknown size")
         indices = ctx.const(np.where(known < 0, known + int(size), known))
+    from coremltools.converters.mil.mil import types
+
+    if x.dtype == types.bool:  # MIL gathers numbers only (T5's attention mask is a bool gather)
+        picked = mil().gather(x=mil().cast(x=x, dtype="int32"), indices=indices, axis=axis)
+        ctx.set(node.output[0], mil().cast(x=picked, dtype="bool", name=node.output[0]))
+        return
     ctx.set(node.output[0], mil().gather(x=x, indices=indices, axis=axis, name=node.output[0]))
 
 
@@ -187,8 +193,9 @@ def split(ctx: Context, node: onnx.NodeProto) -> None:
 
 def _fill(ctx: Context, shape_var: Any, value: np.ndarray) -> Any:
     known = ctx.value(shape_var)
-    if known is not None:
-        return ctx.const(np.full(tuple(int(d) for d in known), value.reshape(-1)[0], dtype=value.dtype))
+    if known is not None:  # one element broadcast (stride 0): a fill of any size costs no memory
+        scalar = to_mil_array(value.reshape(-1)[:1])[0]
+        return ctx.const(np.broadcast_to(scalar, tuple(int(d) for d in known)))
     scalar = value.reshape(-1)[0]
     return mil().fill(shape=shape_var, value=scalar.item() if value.dtype.kind != "f" else float(scalar))
 
@@ -211,6 +218,12 @@ def expand(ctx: Context, node: onnx.NodeProto) -> None:
     result = mil().add(x=base, y=_fill(ctx, target, zero))
     result = mil().cast(x=result, dtype="bool", name=node.output[0]) if is_bool else result
     ctx.set(node.output[0], mil().identity(x=result, name=node.output[0]) if not is_bool else result)
+
+
+@converter("Tile", since=6)
+def tile(ctx: Context, node: onnx.NodeProto) -> None:
+    x, repeats = ctx.get(node.input[0]), ctx.get(node.input[1])
+    ctx.set(node.output[0], mil().tile(x=x, reps=repeats, name=node.output[0]))
 
 
 @converter("Range", since=11)

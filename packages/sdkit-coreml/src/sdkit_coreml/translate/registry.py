@@ -46,7 +46,7 @@ def converter(*op_types: str, since: int = 1, check: CheckFn | None = None) -> C
 
 def load_converters() -> dict[str, Converter]:
     """Import every converter module once (they register on import)."""
-    from sdkit_coreml.translate import elementwise, layout, nn, norm  # noqa: F401
+    from sdkit_coreml.translate import einsum, elementwise, layout, nn, norm  # noqa: F401
 
     return CONVERTERS
 
