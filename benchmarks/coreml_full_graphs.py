@@ -19,13 +19,13 @@ import resource
 import sys
 import time
 from collections import Counter
-from typing import Any
 
 import numpy as np
 from onnx import helper
 
 from sdkit.families import shipped
 from sdkit.model import Graph
+from sdkit_coreml.package import operations
 from sdkit_coreml.program import build_program
 from sdkit_coreml.runtime import quiet_conversion, target_named
 
@@ -56,15 +56,6 @@ def static(name: str, graph: Graph) -> Graph:
     dims = {**STATIC, **STATIC_BY_GRAPH.get(name, {})}
     shapes = {i.name: tuple(dims.get(d, d) if isinstance(d, str) else d for d in i.shape) for i in graph.inputs}
     return graph.with_input_shapes(shapes)  # type: ignore[arg-type]
-
-
-def operations(block: Any) -> list[Any]:
-    found = []
-    for op in block.operations:
-        found.append(op)
-        for nested in op.blocks:
-            found.extend(operations(nested))
-    return found
 
 
 def translate(name: str, fixed: bool, target: str) -> None:

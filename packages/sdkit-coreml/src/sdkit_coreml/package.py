@@ -137,12 +137,14 @@ def cached_package(
     return package
 
 
-def _operations(block: Any) -> list[Any]:
+def operations(block: Any) -> list[Any]:
+    """Every operation of ``block`` and of the blocks nested in its operations (a spec's or a MIL
+    program's: both have ``operations`` whose items have ``blocks``)."""
     ops = []
     for op in block.operations:
         ops.append(op)
         for nested in op.blocks:
-            ops.extend(_operations(nested))
+            ops.extend(operations(nested))
     return ops
 
 
@@ -155,7 +157,7 @@ def describe(path: Path) -> dict[str, Any]:
     histogram: Counter[str] = Counter()
     for function in spec.mlProgram.functions.values():
         for block in function.block_specializations.values():
-            histogram.update(op.type for op in _operations(block))
+            histogram.update(op.type for op in operations(block))
 
     def feature(f: Any) -> dict[str, Any]:
         array = f.type.multiArrayType
