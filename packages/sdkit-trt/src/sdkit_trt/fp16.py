@@ -20,14 +20,20 @@ Rules, decided per node in topological order; every float32 tensor gets a precis
 * every other op follows its inputs: fp16 when any float activation input is fp16, else
   float32. So float32 spreads forward from the graph inputs, from Cast(int -> float) (shape
   arithmetic stays exact) and from KEEP_FP32 ops, up to the next heavy op;
+* a weight-layout op (``WEIGHT_LAYOUT_OPS``: Transpose, Reshape, ...) whose data input is an
+  initializer or Constant, directly or through other such ops, is part of that weight: it
+  computes at the precision its readers need. The shipped family graphs read torch's
+  ``[out, in]`` Linear weights as ``MatMul(x, Transpose(W))``: W becomes an fp16 initializer of
+  the same name and the Transpose computes in fp16, no Cast on the way;
 * an initializer (or Constant) read at both precisions is kept float32 and gets an fp16 twin
-  ``<name>__fp16``; fp16 weights are clipped to +-65504 (no inf from out-of-range values);
+  ``<name>__fp16`` (a weight-layout op on it too: ``<output>__fp16`` reads the twin); fp16
+  weights are clipped to +-65504 (no inf from out-of-range values);
 * control flow (If/Loop/Scan) is refused with a clear error: compile those with fp32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +56,10 @@ KEEP_FP32 = frozenset(
 FIXED_FP32_INPUTS: dict[str, frozenset[int]] = {"Resize": frozenset({1, 2}), "Upsample": frozenset({1})}
 DTYPE_ATTRS = {"RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "EyeLike": "dtype"}
 TWIN_SUFFIX = "__fp16"
+# Ops that only move a tensor's values (their other inputs are int64 shapes/axes): applied to a
+# weight, they are part of the weight's layout, not computation on an activation.
+WEIGHT_LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Slice"})
+SHAPE_OPS = frozenset({"Shape", "Size"})  # read a tensor's shape only: no precision needed
 
 
 @dataclass
@@ -85,6 +95,18 @@ def to_fp16(array: np.ndarray) -> np.ndarray:
     return clipped.astype(np.float16)
 
 
+def is_weight_layout(node: onnx.NodeProto, is_weight: Callable[[str], bool]) -> bool:
+    """Whether ``node`` only lays out a weight: a ``WEIGHT_LAYOUT_OPS`` node whose data input
+    (input 0) ``is_weight`` (an initializer or Constant, or the output of such a node)."""
+    return node.op_type in WEIGHT_LAYOUT_OPS and bool(node.input) and is_weight(node.input[0])
+
+
+def is_flip(node: onnx.NodeProto) -> bool:
+    """A 2-D Transpose (perm [1, 0], or no perm: reversed axes): torch's ``W.T``."""
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [1, 0])
+    return node.op_type == "Transpose" and perm == [1, 0]
+
+
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
     """Element type of every tensor that shape inference can type."""
     try:
@@ -109,7 +131,8 @@ class _Converter:
         self.initializers = {t.name: t for t in self.src.graph.initializer}
         self.constants = {n.output[0]: n for n in self.src.graph.node if _is_tensor_constant(n)}
         self.zone: dict[str, int] = {}  # float activation -> FP32 or FP16
-        self.needs: dict[str, set[int]] = {}  # initializer/constant -> precisions read at
+        self.needs: dict[str, set[int]] = {}  # initializer/constant/layout -> precisions read at
+        self.layouts: dict[str, tuple[int, str]] = {}  # weight-layout output -> (node index, source)
         self.casts: dict[tuple[str, int], str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.kept: list[str] = []
@@ -118,7 +141,11 @@ class _Converter:
         return self.types.get(name) == FP32
 
     def is_constant(self, name: str) -> bool:
-        return name in self.initializers or name in self.constants
+        """An initializer, a Constant, or a weight-layout op's output: precision set by readers."""
+        return name in self.initializers or name in self.constants or name in self.layouts
+
+    def is_weight(self, name: str) -> bool:
+        return self.is_float(name) and self.is_constant(name)
 
     def cast(self, name: str, to: int) -> str:
         """A Cast of activation ``name`` to ``to`` (one per tensor and precision)."""
@@ -156,6 +183,12 @@ class _Converter:
             )
         if node.op_type == "Constant" and node.output[0] in self.constants:
             return  # emitted at the end, at the precision(s) its readers need
+        if is_weight_layout(node, self.is_weight) and len(node.output) == 1 and self.is_float(node.output[0]):
+            self.layouts[node.output[0]] = (len(self.nodes), node.input[0])
+            new = onnx.NodeProto()
+            new.CopyFrom(node)
+            self.nodes.append(new)  # its precision is resolved in ``finish``
+            return
         precision = self.precision_of(node)
         if node.op_type in KEEP_FP32:
             self.kept.append(node.name or node.op_type)
@@ -167,6 +200,8 @@ class _Converter:
                 continue
             want = FP32 if i in fixed else precision
             if self.is_constant(name):
+                if node.op_type in SHAPE_OPS:
+                    continue  # the original name always exists (an fp16-only weight keeps it)
                 self.needs.setdefault(name, set()).add(want)
                 if want == FP16:
                     new.input[i] = self.fp16_name(name)
@@ -207,6 +242,7 @@ class _Converter:
         graph = proto.graph
         fp16_weights: dict[str, str] = {}
         renames: dict[str, str] = {}
+        self.resolve_layouts(renames)
         del graph.initializer[:]
         for tensor in self.src.graph.initializer:
             needs = self.needs.get(tensor.name, set())
@@ -244,6 +280,32 @@ class _Converter:
         graph.node.extend([*constants, *self.nodes, *outputs])
         del graph.value_info[:]  # intermediate types changed; the parser infers its own
         return Fp16Plan(Graph(proto), fp16_weights, self.kept)
+
+    def resolve_layouts(self, renames: dict[str, str]) -> None:
+        """Give each weight-layout node the precision(s) its readers need and pass them on to
+        its source, last node first (a chain resolves from its end). Read only in fp16: the node
+        reads its source in fp16 and keeps its output name; at both precisions: an fp16 twin
+        node ``<output>__fp16`` reads the source's fp16 version."""
+        outputs = {o.name for o in self.src.graph.output}
+        twins: dict[int, onnx.NodeProto] = {}
+        for out, (index, source) in reversed(self.layouts.items()):
+            needs = self.needs.get(out, set())
+            if out in outputs or not needs:
+                needs = needs | {FP32}  # graph outputs stay float32
+            self.needs.setdefault(source, set()).update(needs)
+            node = self.nodes[index]
+            if needs == {FP16}:
+                node.input[0] = self.fp16_name(source)
+                renames[self.fp16_name(out)] = out
+            elif FP16 in needs:
+                twin = onnx.NodeProto()
+                twin.CopyFrom(node)
+                twin.input[0] = self.fp16_name(source)
+                twin.output[0] = self.fp16_name(out)
+                twin.name = f"{node.name}{TWIN_SUFFIX}" if node.name else ""
+                twins[index] = twin
+        if twins:
+            self.nodes = [m for i, n in enumerate(self.nodes) for m in (n, twins.get(i)) if m is not None]
 
     def cast_outputs(self) -> list[onnx.NodeProto]:
         """Rename fp16 producers of graph outputs and Cast them back to float32."""

@@ -14,8 +14,8 @@ FLOAT8E4M3FN initializers of the same name, read through ``DequantizeLinear(w, s
   no infinity: a value past it would become NaN). Rounding is to nearest, ties to even;
 * only weights whose every reader is MatMul/Gemm input B, directly or through a 2-D Transpose
   (the shipped family graphs read torch's ``[out, in]`` Linear weights as ``x @ W.T``; the fp16
-  plan leaves those float32 behind a Cast, and here the Transpose reads the fp16 DequantizeLinear
-  output instead), 2-D, with both dimensions multiples of 16 (FP8 tensor-core GEMMs work on
+  plan makes W fp16 and the Transpose compute in fp16, and here the Transpose reads the fp16
+  DequantizeLinear output instead), 2-D, with both dimensions multiples of 16 (FP8 tensor-core GEMMs work on
   16-element tiles; smaller or ragged matrices stay fp16). A weight also read elsewhere, or at
   float32 (an fp16 twin), stays as fp16 builds it. Conv kernels, norms, biases and embedding
   tables stay fp16 or float32. The FP8 initializer keeps the weight's name and shape (refit maps
@@ -54,7 +54,7 @@ from onnx import TensorProto, helper, version_converter
 
 from sdkit.errors import InputError, UnsupportedModelError
 from sdkit.model import Graph, WeightSet
-from sdkit_trt.fp16 import FP16, Fp16Plan, convert_graph, to_fp16, type_error
+from sdkit_trt.fp16 import FP16, Fp16Plan, convert_graph, is_flip, to_fp16, type_error
 
 FP8 = TensorProto.FLOAT8E4M3FN
 FP8_MAX = 448.0  # the largest finite E4M3FN value
@@ -138,21 +138,11 @@ def _output_axis(node: onnx.NodeProto) -> int:
     return 1
 
 
-def _is_flip(node: onnx.NodeProto) -> bool:
-    """A 2-D Transpose (perm [1, 0], or no perm: reversed axes)."""
-    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [1, 0])
-    return node.op_type == "Transpose" and perm == [1, 0]
-
-
-def _is_cast_to_fp16(node: onnx.NodeProto) -> bool:
-    return node.op_type == "Cast" and any(a.name == "to" and a.i == FP16 for a in node.attribute)
-
-
 def _linear_axes(name: str, readers: Readers, outputs: frozenset[str], depth: int = 0) -> set[int] | None:
     """The output-channel axes (in ``name``'s own layout) of the MatMul/Gemm B inputs that read
     ``name``, directly or through a 2-D Transpose (torch's ``x @ W.T``, how the shipped family
-    graphs read ``[out, in]`` Linear weights) and the fp16 plan's Cast to fp16; None when
-    anything else reads it."""
+    graphs read ``[out, in]`` Linear weights: a weight-layout op, which the fp16 plan computes in
+    fp16 with the weight); None when anything else reads it."""
     uses = readers.get(name, [])
     if not uses or name in outputs or depth > 2:
         return None
@@ -161,12 +151,12 @@ def _linear_axes(name: str, readers: Readers, outputs: frozenset[str], depth: in
         if node.op_type in ("MatMul", "Gemm") and i == 1:
             axes.add(_output_axis(node))
             continue
-        if i != 0 or not (_is_flip(node) or _is_cast_to_fp16(node)):
+        if i != 0 or not is_flip(node):
             return None
         below = _linear_axes(node.output[0], readers, outputs, depth + 1)
         if below is None:
             return None
-        axes |= {1 - a for a in below} if _is_flip(node) else below
+        axes |= {1 - a for a in below}
     return axes
 
 
