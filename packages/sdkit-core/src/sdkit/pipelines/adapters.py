@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +31,7 @@ from sdkit.families.clip_tokenizer import ClipTokenizerBase
 from sdkit.families.embeddings import TOKEN_TABLE, Embedding, embedding_rows, open_embedding
 from sdkit.families.lora import merge_loras
 from sdkit.families.lora_file import LoraFile, open_lora
-from sdkit.families.vae_file import vae_weights
+from sdkit.families.vae_file import VAE_COMPONENTS, VaeFile, open_vae
 from sdkit.model import Graph, Model, WeightSet
 from sdkit.pipelines.sources import GraphWithWeights, ModelSource
 
@@ -104,7 +104,7 @@ class Adapters:
 
     loras: list[tuple[LoraFile, float]] = field(default_factory=list)
     embeddings: list[Embedding] = field(default_factory=list)
-    vae: dict[str, WeightSet] = field(default_factory=dict)  # component -> the VAE file's weights
+    vae_file: VaeFile | None = None  # set_vae's file: its weights per component, the encoder it lacks
     _merged: dict[str, dict[str, np.ndarray]] | None = None
     _grown: dict[str, int] = field(default_factory=dict)  # component -> rows of its grown table
     _changed: set[str] = field(default_factory=set)  # components whose weights differ from the base
@@ -124,8 +124,19 @@ class Adapters:
         self.loras, self._merged = opened, merged
 
     @property
+    def vae(self) -> dict[str, WeightSet]:
+        """Component -> the VAE file's weights (none without a VAE file)."""
+        return self.vae_file.weights if self.vae_file is not None else {}
+
+    @property
     def active(self) -> bool:
         return bool(self.loras or self.embeddings or self.vae)
+
+    def forget(self, component: str) -> None:
+        """A component left the pipeline (``set_vae``'s decoder-only file dropped the encoder):
+        nothing is recorded as set on it."""
+        self._grown.pop(component, None)
+        self._changed.discard(component)
 
     def refresh(self, mapped: MappedCheckpoint) -> None:
         """Merge the LoRAs again on another base (after ``set_checkpoint``, which gave every
@@ -165,7 +176,8 @@ class Adapters:
         for name, component in components.items():
             changed = weights.get(name)
             table = changed.get(TOKEN_TABLE) if changed else None
-            base_rows = mapped.weights[name].spec(TOKEN_TABLE)[0][0] if TOKEN_TABLE in mapped.weights[name] else 0
+            base = mapped.weights.get(name)  # None: a VAE encoder the VAE file alone gives
+            base_rows = base.spec(TOKEN_TABLE)[0][0] if base is not None and TOKEN_TABLE in base else 0
             rows = int(table.shape[0]) if table is not None and table.shape[0] > base_rows else 0
             if rows != self._grown.get(name, 0) and name in sources:
                 source = sources[name] if not rows else GrownTableSource(sources[name], rows)
@@ -208,6 +220,8 @@ class AdapterMethods:
     checkpoint: MappedCheckpoint | None
     components: dict[str, Component]
     adapters: Adapters
+    # sources -> their components, made as at load (None: this pipeline cannot add one)
+    _make_components: Callable[[dict[str, ModelSource]], dict[str, Component]] | None
 
     def text_tokenizers(self) -> dict[str, ClipTokenizerBase]:
         """Text-encoder component -> its tokenizer: a ``tokenizers`` mapping where the pipeline
@@ -273,7 +287,45 @@ class AdapterMethods:
 
     def set_vae(self, path: str | os.PathLike[str] | None) -> dict[str, WeightSwap]:
         """Use a standalone VAE file (LDM or diffusers keys) instead of the checkpoint's VAE;
-        ``None``: the checkpoint's again."""
+        ``None``: the checkpoint's again. Both halves come from the one file, as in A1111 and
+        ComfyUI: a file with the encoder gives img2img its encoder (made as at load where the
+        checkpoint had none); a decoder-only file drops the checkpoint's encoder (released), and
+        img2img is then refused naming the key the file lacks, until a VAE file with its encoder
+        (or ``None``: the checkpoint's VAE) is set."""
         mapped = self._mapped("VAE files")
-        self.adapters.vae = vae_weights(path, mapped.family) if path is not None else {}
+        self.adapters.vae_file = open_vae(path, mapped.family) if path is not None else None
+        self.sync_optional_components(mapped, base_sources(mapped))
         return self.apply_adapters()
+
+    def absent_components(self, mapped: MappedCheckpoint) -> dict[str, str]:
+        """The optional components this pipeline runs without -> the first key missing: the
+        checkpoint's (``MappedCheckpoint.absent``); with a VAE file (``set_vae``) the VAE's are
+        the file's alone (its encoder, if it lacks it, under the file's own key)."""
+        absent = dict(mapped.absent)
+        vae = self.adapters.vae_file
+        if vae is not None:
+            for name in VAE_COMPONENTS:
+                absent.pop(name, None)
+            absent.update(vae.absent)
+        return absent
+
+    def sync_optional_components(self, mapped: MappedCheckpoint, sources: Mapping[str, ModelSource]) -> None:
+        """Release and drop the optional components the checkpoint and VAE file now lack
+        (``absent_components``); make, as at load, those they fill and the pipeline lacks (the
+        VAE file's encoder where the checkpoint has none: its weights are the source)."""
+        absent = self.absent_components(mapped)
+        wanted = dict(sources)
+        vae = self.adapters.vae_file
+        if vae is not None:
+            for name, weights in vae.weights.items():
+                if name not in wanted:
+                    graph = mapped.family.components[name].load_graph
+                    wanted[name] = GraphWithWeights(graph, weights, f"{vae.path.name} ({name})")
+        for name in absent:
+            wanted.pop(name, None)
+            if name in self.components:
+                self.components.pop(name).release()
+                self.adapters.forget(name)
+        added = {n: s for n, s in wanted.items() if n not in self.components}
+        if added and self._make_components is not None:
+            self.components.update(self._make_components(added))

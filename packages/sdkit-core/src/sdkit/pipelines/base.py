@@ -125,7 +125,7 @@ class Pipeline(AdapterMethods):
                 f"{Path(path).name} is a {mapped.family.label} checkpoint, this pipeline runs {current.label}: "
                 "load it with sdkit.load_pipeline"
             )
-        self._sync_optional_components(mapped, opened.sources)
+        self.sync_optional_components(mapped, opened.sources)
         swaps = {
             name: self.components[name].set_source(source)
             for name, source in opened.sources.items()
@@ -137,16 +137,6 @@ class Pipeline(AdapterMethods):
             self.adapters.refresh(mapped)
             swaps.update(self.apply_adapters())
         return swaps
-
-    def _sync_optional_components(self, mapped: MappedCheckpoint, sources: dict[str, ModelSource]) -> None:
-        """The optional components (the VAE encoder) the new checkpoint lacks are released and
-        dropped; those it has and the old one lacked are made as at load."""
-        for name in mapped.absent:
-            if name in self.components:
-                self.components.pop(name).release()
-        added = {n: s for n, s in sources.items() if n not in self.components}
-        if added and self._make_components is not None:
-            self.components.update(self._make_components(added))
 
     @property
     def name(self) -> str:
@@ -214,9 +204,16 @@ class Pipeline(AdapterMethods):
         if self.checkpoint is None:
             return ModelFormatError(f"{need}: {self.image_encoder}/model.onnx, which this pipeline lacks")
         label = self.checkpoint.family.label
-        key = self.checkpoint.absent.get(self.image_encoder)
+        key = self.absent_components(self.checkpoint).get(self.image_encoder)
         if key is None:
             return ModelFormatError(f"{need}, which {label} single files do not load")
+        vae = self.adapters.vae_file
+        if vae is not None:
+            return ModelFormatError(
+                f"{need}, and the VAE file set with set_vae, {vae.path.name}, is decoder-only (no {key}): "
+                "set a VAE file with its encoder (or set_vae(None): the checkpoint's VAE) for img2img; "
+                "txt2img runs without it"
+            )
         flag = " (--vae)" if "vae" in self.checkpoint.family.files else ""
         return ModelFormatError(
             f"{need}, and the {label} VAE it was loaded with is decoder-only (no {key}): "
