@@ -202,6 +202,55 @@ def test_img2img_equals_diffusers_from_the_single_files(tiny_flux: None, backend
     assert diff <= IMAGE_TOLERANCE < txt2img
 
 
+def test_set_vae_takes_both_halves_from_the_vae_file(tiny_flux: None, tmp_path: Path) -> None:
+    """``set_vae`` gives the encoder and the decoder from the one file (A1111, ComfyUI): loaded
+    with a decoder-only ``--vae``, ``set_vae(ae.safetensors)`` adds the encoder and img2img makes
+    diffusers' img2img image; ``set_vae(decoder-only file)`` releases the encoder (no compiled
+    encoder left alive), txt2img still makes diffusers' image and img2img names the key it lacks."""
+    import gc
+    import weakref
+
+    from PIL import Image
+
+    file = "flux_dev_bf16_comfy"
+    checkpoint = Checkpoint.open(SIDE["vae"])
+    tensors = {k: checkpoint.files[0].read(checkpoint.entry(k)) for k in checkpoint}
+    decoder_only = tmp_path / "decoder_only_ae.safetensors"
+    save_file({k: v for k, v in tensors.items() if not k.startswith("encoder.")}, str(decoder_only))
+
+    def image(img2img: bool) -> np.ndarray:
+        case = info()["files"][file]["img2img_case" if img2img else "case"]
+        keys = ("seed", "steps", "guidance_scale", "width", "height", "max_sequence_length")
+        options: dict[str, Any] = {k: case[k] for k in keys}
+        if img2img:
+            options.update(init_image=Image.fromarray(golden("img2img_init_image")), strength=case["strength"])
+        prompt = "a photo of an astronaut riding a horse on the moon"
+        return np.asarray(pipe.generate(prompt, **options, output_type="np"))
+
+    pipe = sdkit.load_pipeline(
+        TINY / f"{file}.safetensors", backend="reference", threads=1, **{**SIDE, "vae": decoder_only}
+    )
+    try:
+        assert "vae_encoder" not in pipe.components
+        pipe.set_vae(SIDE["vae"])
+        diff = float(np.abs(image(True) - golden(f"{file}/img2img_image")).max())
+        print(f"decoder-only --vae, set_vae(ae.safetensors): img2img max |diff| {diff:.3g}")
+        assert diff <= IMAGE_TOLERANCE and pipe.backends()["vae_encoder"] == "reference"
+        compiled = weakref.ref(pipe.components["vae_encoder"].compiled)
+        pipe.set_vae(decoder_only)
+        gc.collect()
+        assert "vae_encoder" not in pipe.components and compiled() is None
+        diff = float(np.abs(image(False) - golden(f"{file}/image")).max())
+        print(f"set_vae(decoder_only_ae.safetensors): txt2img max |diff| {diff:.3g}")
+        assert diff <= IMAGE_TOLERANCE
+        with pytest.raises(
+            ModelFormatError, match=r"decoder_only_ae.safetensors, is decoder-only \(no encoder.conv_in.weight\)"
+        ):
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
+
+
 def test_missing_component_files_are_named(tiny_flux: None) -> None:
     """A transformer-only file without its CLIP-L / T5-XXL / VAE files: one error naming the flags;
     a component file for a family that takes none: refused."""

@@ -360,6 +360,111 @@ def test_set_checkpoint_adds_and_drops_the_optional_encoder(tiny_families: None,
         pipe.close()
 
 
+PROMPT = "a photo of an astronaut riding a horse on the moon"
+CASE_KEYS = ("negative_prompt", "seed", "steps", "guidance_scale", "width", "height", "max_sequence_length")
+
+
+def _image(pipe: Any, file: str, img2img: bool = False) -> np.ndarray:
+    """``file``'s golden case on a loaded pipeline (``img2img``: its img2img case and init image)."""
+    from PIL import Image
+
+    case = info(folder(file))["files"][file]["img2img_case" if img2img else "case"]
+    extra: dict[str, Any] = {}
+    if img2img:
+        init = Image.fromarray(golden(file, "img2img_init_image", top=True))
+        extra = {"init_image": init, "strength": case["strength"]}
+    return np.asarray(pipe.generate(PROMPT, **{k: case[k] for k in CASE_KEYS}, **extra, output_type="np"))
+
+
+def _vae_files(file: str, tmp_path: Path) -> tuple[Path, dict[str, Path], Path, Path]:
+    """The checkpoint, its component files with a decoder-only VAE, a full VAE file and a
+    decoder-only one. The all-in-one SD3 file: its own VAE cut to the decoder, and its
+    ``first_stage_model.*`` tensors as the VAE files (an extracted ``sd3_vae``); Chroma: ae.safetensors."""
+    path, files = folder(file) / f"{file}.safetensors", dict(SIDE[file])
+    if "vae" in files:
+        full = AE
+        files["vae"] = decoder_only = _decoder_only(AE, "", tmp_path / "decoder_only_ae.safetensors")
+        return path, files, full, decoder_only
+    full = tmp_path / "sd3_vae.safetensors"
+    save_file({k: v for k, v in _raw(path).items() if k.startswith("first_stage_model.")}, str(full))
+    decoder_only = _decoder_only(full, "first_stage_model.", tmp_path / "sd3_vae_decoder_only.safetensors")
+    return _decoder_only(path, "first_stage_model.", tmp_path / f"{file}.safetensors"), files, full, decoder_only
+
+
+@pytest.mark.parametrize("file", ["sd3_incl_clips_fp16", "chroma_bf16"])
+def test_set_vae_takes_both_halves_from_the_vae_file(tiny_families: None, tmp_path: Path, file: str) -> None:
+    """``set_vae`` gives the encoder and the decoder from the one file (A1111, ComfyUI). Loaded
+    with a decoder-only VAE, ``set_vae(full file)`` adds the encoder (the load's backend) and
+    img2img makes diffusers' img2img image; ``set_vae(decoder-only file)`` on a pipeline with
+    its encoder releases it (no compiled encoder or component left alive), txt2img still makes
+    diffusers' image, img2img is one ModelFormatError naming the key the file lacks, and
+    ``set_vae(None)`` brings the checkpoint's own VAE (here decoder-only: no encoder) back."""
+    import gc
+    import weakref
+
+    from PIL import Image
+
+    path, files, full, decoder_only = _vae_files(file, tmp_path)
+    missing = ("first_stage_model." if file.startswith("sd3") else "") + "encoder.conv_in.weight"
+    pipe = sdkit.load_pipeline(path, backend="reference", threads=1, **files)
+    try:
+        assert "vae_encoder" not in pipe.components
+        pipe.set_vae(full)
+        assert "vae_encoder" in pipe.components
+        diff = float(np.abs(_image(pipe, file, img2img=True) - golden(file, "img2img_image")).max())
+        print(f"{file}: decoder-only load, set_vae({full.name}): img2img max |diff| {diff:.3g}")
+        assert diff <= IMAGE_TOLERANCE and pipe.backends()["vae_encoder"] == "reference"
+        encoder = pipe.components["vae_encoder"]
+        assert encoder.compiled is not None  # memory="keep": resident after the img2img
+        compiled, component = weakref.ref(encoder.compiled), weakref.ref(encoder)
+        del encoder
+        pipe.set_vae(decoder_only)
+        gc.collect()
+        assert "vae_encoder" not in pipe.components and compiled() is None and component() is None
+        diff = float(np.abs(_image(pipe, file) - golden(file, "image")).max())
+        print(f"{file}: set_vae({decoder_only.name}): txt2img max |diff| {diff:.3g}")
+        assert diff <= IMAGE_TOLERANCE
+        with pytest.raises(ModelFormatError) as err:
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+        message = str(err.value)
+        print(message)
+        assert f"{decoder_only.name}, is decoder-only (no {missing})" in message
+        assert "img2img needs a VAE encoder (vae_encoder)" in message and "txt2img runs without it" in message
+        pipe.set_vae(full)
+        assert "vae_encoder" in pipe.components
+        pipe.set_vae(None)  # the checkpoint's VAE: decoder-only
+        assert "vae_encoder" not in pipe.components
+        with pytest.raises(ModelFormatError, match=r"the tiny \w+ VAE it was loaded with is decoder-only"):
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+    finally:
+        pipe.close()
+
+
+def test_set_vae_decoder_only_drops_the_checkpoints_encoder(tiny_families: None, tmp_path: Path) -> None:
+    """Loaded with its encoder (Chroma with ae.safetensors), ``set_vae(decoder-only file)``
+    drops the checkpoint's encoder rather than pair it with the new decoder, and ``set_checkpoint``
+    keeps that (the VAE file decides); ``set_vae(None)`` makes the checkpoint's encoder again."""
+    from PIL import Image
+
+    decoder_only = _decoder_only(AE, "", tmp_path / "decoder_only_ae.safetensors")
+    pipe = sdkit.load_pipeline(
+        TINY_CHROMA / "chroma_bf16.safetensors", backend="reference", prepare=False, **SIDE["chroma_bf16"]
+    )
+    try:
+        assert "vae_encoder" in pipe.components
+        assert set(pipe.set_vae(decoder_only)) == {"vae_decoder"}
+        assert "vae_encoder" not in pipe.components
+        pipe.set_checkpoint(TINY_CHROMA / "chroma_fp16_comfy.safetensors")  # its VAE (ae) has the encoder
+        assert "vae_encoder" not in pipe.components
+        with pytest.raises(ModelFormatError, match=r"decoder_only_ae.safetensors, is decoder-only \(no encoder"):
+            pipe.generate("a photo", init_image=Image.new("RGB", (48, 32)), strength=0.5, steps=1)
+        pipe.set_vae(None)
+        assert "vae_encoder" in pipe.components
+        assert pipe.components["vae_encoder"].source.describe().startswith("chroma_fp16_comfy")
+    finally:
+        pipe.close()
+
+
 def test_missing_component_files_are_named(tiny_families: None) -> None:
     """What the file lacks, by flag; what it holds is not asked for."""
     with pytest.raises(ModelFormatError) as err:

@@ -81,6 +81,56 @@ def test_embedding_lora_tags_and_vae_in_a_generation(tiny_families: dict[str, Fa
     assert pipe.components["vae_decoder"]._weights is None
 
 
+def test_a_decoder_only_vae_file_drops_the_checkpoints_encoder(
+    tiny_families: dict[str, Family], tmp_path: Path
+) -> None:
+    """Both VAE halves come from the ``set_vae`` file (A1111, ComfyUI): a decoder-only file
+    releases the checkpoint's encoder rather than pair it with the new decoder (img2img is then
+    refused naming the key the file lacks; the decoder is the file's); a full file or ``None``
+    makes the encoder again, with the file's or the checkpoint's weights."""
+    import gc
+    import weakref
+
+    from PIL import Image
+    from safetensors.numpy import load_file, save_file
+
+    goldens = _goldens()
+    with np.load(SD1 / "goldens.npz", allow_pickle=False) as data:
+        base = data["sd1_fp16/vae_encoder/latent_parameters"]
+    full = SD1 / "vae" / "vae_ldm_fp16.safetensors"
+    decoder_only = tmp_path / "vae_decoder_only.safetensors"
+    save_file({k: v for k, v in load_file(str(full)).items() if not k.startswith("encoder.")}, str(decoder_only))
+    sample = {"sample": goldens["sd1/inputs/vae_encoder/sample"]}
+    latent = {"latent_sample": goldens["sd1/inputs/vae_decoder/latent_sample"]}
+    pipe = sdkit.load_pipeline(SD1 / "sd1_fp16.safetensors", backend="reference")
+    try:
+        pipe.components["vae_encoder"].prepare()
+        compiled = weakref.ref(pipe.components["vae_encoder"].compiled)
+        assert set(pipe.set_vae(decoder_only)) == {"vae_decoder"}
+        gc.collect()
+        assert "vae_encoder" not in pipe.components and compiled() is None
+        decoded = pipe.components["vae_decoder"].run(latent)["sample"]
+        assert np.abs(decoded - goldens["vae/vae_ldm_fp16/vae_decoder/sample"]).max() <= TOLERANCE
+        assert pipe("a cat", steps=1, width=32, height=32)[0].size == (32, 32)  # txt2img runs
+        with pytest.raises(ModelFormatError) as err:
+            pipe("a cat", init_image=Image.new("RGB", (32, 32)), strength=0.5, steps=1)
+        message = str(err.value)
+        assert "vae_decoder_only.safetensors, is decoder-only (no encoder.conv_in.weight)" in message
+        assert "txt2img runs without it" in message
+        with pytest.raises(ModelFormatError, match=r"Lanczos upscaler .*vae_decoder_only.safetensors, is decoder-only"):
+            pipe("a cat", steps=1, width=32, height=32, enable_hr=True, hr_scale=1.5, hr_upscaler="Lanczos")
+        pipe.set_vae(full)
+        encoded = pipe.components["vae_encoder"].run(sample)["latent_parameters"]
+        assert np.abs(encoded - goldens["vae/vae_ldm_fp16/vae_encoder/latent_parameters"]).max() <= TOLERANCE
+        pipe.set_vae(decoder_only)
+        assert "vae_encoder" not in pipe.components
+        pipe.set_vae(None)
+        encoded = pipe.components["vae_encoder"].run(sample)["latent_parameters"]
+        assert np.abs(encoded - base).max() <= TOLERANCE
+    finally:
+        pipe.close()
+
+
 def test_set_checkpoint_keeps_the_adapters(tiny_families: dict[str, Family]) -> None:
     goldens = _goldens()
     pipe = sdkit.load_pipeline(SD1 / "sd1_bf16.safetensors", backend="reference")

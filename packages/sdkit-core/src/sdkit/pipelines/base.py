@@ -196,11 +196,12 @@ class Pipeline(AdapterMethods):
             return request
         return self.request_class.create(**{n: getattr(request, n) for n in request.field_names() if n in known})
 
-    def _no_image_encoder(self) -> ModelFormatError:
-        """img2img without ``image_encoder``: a folder lacks its model.onnx, a single file's VAE
-        its encoder weights (an optional component left out: ``MappedCheckpoint.absent``), or the
-        family reads none."""
-        need = f"{self.name}: img2img needs a VAE encoder ({self.image_encoder})"
+    def _no_image_encoder(self, use: str = "img2img") -> ModelFormatError:
+        """``use`` (img2img, an image hires upscaler) without ``image_encoder``: a folder lacks its
+        model.onnx, a single file's VAE its encoder weights (an optional component left out:
+        ``MappedCheckpoint.absent``), the VAE file ``set_vae`` set is decoder-only, or the family
+        reads none."""
+        need = f"{self.name}: {use} needs a VAE encoder ({self.image_encoder})"
         if self.checkpoint is None:
             return ModelFormatError(f"{need}: {self.image_encoder}/model.onnx, which this pipeline lacks")
         label = self.checkpoint.family.label
@@ -211,13 +212,12 @@ class Pipeline(AdapterMethods):
         if vae is not None:
             return ModelFormatError(
                 f"{need}, and the VAE file set with set_vae, {vae.path.name}, is decoder-only (no {key}): "
-                "set a VAE file with its encoder (or set_vae(None): the checkpoint's VAE) for img2img; "
-                "txt2img runs without it"
+                "set a VAE file with its encoder (or set_vae(None): the checkpoint's VAE); txt2img runs without it"
             )
         flag = " (--vae)" if "vae" in self.checkpoint.family.files else ""
         return ModelFormatError(
             f"{need}, and the {label} VAE it was loaded with is decoder-only (no {key}): "
-            f"give a VAE file with its encoder{flag} for img2img; txt2img runs without it"
+            f"give a VAE file with its encoder{flag}; txt2img runs without it"
         )
 
     def plan(self, request: GenerationRequest) -> GenerationPlan:

@@ -200,10 +200,8 @@ class StableDiffusionPipeline(Pipeline):
         second_request, numbers = second_pass_request(sized, factor)
         stage = hires_stage(self.plan(second_request), numbers, request.hr_upscaler, factor)
         if stage.kind == "image" and self.image_encoder not in self.components:
-            raise ModelFormatError(
-                f"{self.name}: the {request.hr_upscaler} upscaler encodes the upscaled image again and needs "
-                f"{self.image_encoder}/model.onnx; use a Latent upscaler"
-            )
+            # it encodes the upscaled image again: the folder's model.onnx or the VAE file's encoder
+            raise self._no_image_encoder(f"the hires fix's {request.hr_upscaler} upscaler (a Latent one does not)")
         plan.parameters.update(hires_parameters(request))
         return stage
 
