@@ -8,11 +8,16 @@ image ``FluxPipeline`` makes with that transformer and tiny_flow's other compone
 init image (its ``flux_dev_img2img`` / ``flux_schnell_img2img`` case, the same noise stream).
 Required: the images within 1e-3 on [0, 1] pixels on the reference, ggml (threads=1) and openvino
 backends; the transformer output within 1e-4.
+
+ComfyUI's scaled-fp8 files (``make_flux_scaled_fp8.py``, ``scaled_fp8_golden.npz``): oracle torch's
+dequantized weights (``w8.to(float32) * scale``, required equal bit for bit to the mapped ones)
+and diffusers run on them (output 1e-4, image 1e-3 with a scaled-fp8 ``--clip_l`` too).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ import sdkit.pipelines.single_file
 from sdkit.errors import ModelFormatError, OptionError
 from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
+from sdkit.families.keymaps import TensorSource
 from sdkit.model import Model
 from sdkit.testing.goldens import require_backend
 from sdkit.testing.safetensors_files import write_header_only_safetensors
@@ -289,23 +295,22 @@ def test_a_renamed_or_missing_key_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "metadata", "named"),
     [
-        ({"scaled_fp8": np.zeros(0, np.float32)}, None, "tensor 'scaled_fp8'"),  # ComfyUI's marker
-        ({"double_blocks.0.img_mlp.0.scale_weight": np.ones((), np.float32)}, None, "scale_weight"),
+        ({"double_blocks.0.img_mlp.0.comfy_quant": np.zeros(8, np.uint8)}, None, "tensor '.*comfy_quant'"),
         ({}, {"_quantization_metadata": "{}"}, "_quantization_metadata"),
     ],
 )
-def test_comfyui_scaled_fp8_files_are_refused_by_name(
+def test_comfyui_quantized_files_are_refused_by_name(
     tmp_path: Path, extra: dict[str, np.ndarray], metadata: dict[str, str] | None, named: str
 ) -> None:
-    """A scaled-fp8 file (weights that need their per-layer scale) is one error naming the
-    format, as the file itself or as a component file, never weights loaded unscaled."""
-    path = tmp_path / "flux1-dev-fp8-scaled.safetensors"
+    """ComfyUI's newer quantized files (per-layer int8/fp8/nvfp4 formats) are one error naming
+    the format, as the file itself or as a component file, never weights loaded unscaled."""
+    path = tmp_path / "flux1-dev-fp8mixed.safetensors"
     save_file({**_raw(TINY / "flux_dev_fp8_comfy.safetensors"), **extra}, str(path), metadata=metadata)
-    with pytest.raises(ModelFormatError, match=rf"flux1-dev-fp8-scaled.safetensors is a ComfyUI scaled fp8 .*{named}"):
+    with pytest.raises(ModelFormatError, match=rf"flux1-dev-fp8mixed.safetensors is a ComfyUI quantized .*{named}"):
         load_checkpoint(path, FAMILIES, files=SIDE)
-    t5 = tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors"
+    t5 = tmp_path / "t5xxl_fp8mixed.safetensors"
     save_file({**_raw(SIDE["t5xxl"]), **extra}, str(t5), metadata=metadata)
-    with pytest.raises(ModelFormatError, match=r"t5xxl_fp8_e4m3fn_scaled.safetensors is a ComfyUI scaled fp8"):
+    with pytest.raises(ModelFormatError, match=r"t5xxl_fp8mixed.safetensors is a ComfyUI quantized checkpoint"):
         load_checkpoint(TINY / "flux_dev_fp16.safetensors", FAMILIES, files={**SIDE, "t5xxl": t5})
 
 
@@ -454,3 +459,129 @@ def test_command_line_img2img_from_the_single_files(tiny_flux: None, tmp_path: P
         pixels = np.asarray(image, np.float32) / 255.0
         assert "Denoising strength: 0.6" in image.info["parameters"]
     assert np.abs(pixels - golden("flux_dev_bf16_comfy/img2img_image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
+
+
+# ComfyUI's scaled fp8 files (``make_flux_scaled_fp8.py``): each fp8 weight read as
+# ``weight * scale_weight``; oracle: torch's dequantized weights and diffusers run on them
+# (``scaled_fp8_golden.npz``). Mapped weights exact, output 1e-4, image 1e-3.
+SCALED_FILES = ("flux_dev_fp8_scaled", "flux_dev_fp8_scaled_rows")
+COMFY = "model.diffusion_model."
+SCALED_SIDE = {**SIDE, "clip_l": TINY / "clip_l_fp8_scaled.safetensors"}
+HIDDEN = 32
+
+
+@lru_cache(maxsize=1)
+def scaled_info() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((TINY / "scaled_fp8_golden.json").read_text(encoding="utf-8"))
+    return data
+
+
+def scaled_golden(key: str) -> np.ndarray:
+    with np.load(TINY / "scaled_fp8_golden.npz") as data:
+        value: np.ndarray = data[key]
+    return value
+
+
+@pytest.mark.parametrize("file", SCALED_FILES)
+def test_stored_weights_read_as_torch_dequantizes_them(file: str) -> None:
+    """Each fp8 matrix read through its ``scale_weight`` (per tensor, or per output channel) is
+    torch's ``w8.to(float32) * scale``, bit for bit; the scales and the marker are consumed."""
+    checkpoint = Checkpoint.open(TINY / f"{file}.safetensors")
+    assert not [k for k in checkpoint if k.endswith((".scale_weight", ".scale_input", "scaled_fp8"))]
+    assert len(checkpoint) == 52  # the tensors of the plain fp8 file
+    for key in ("double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight", "img_in.weight"):
+        expected = scaled_golden(f"{file}/dequantized/{key}")
+        assert checkpoint.entry(COMFY + key).dtype == "F8_E4M3" and checkpoint.scale(COMFY + key) is not None
+        read = checkpoint.tensor(COMFY + key, TensorSource((COMFY + key,)), expected.shape).load()
+        np.testing.assert_array_equal(read, expected)
+
+
+@pytest.mark.parametrize("file", SCALED_FILES)
+def test_mapped_rows_take_their_own_scale(file: str) -> None:
+    """The fused q/k/v and linear1 rows, the transposed-halves final modulation: each mapped
+    diffusers weight is its rows of torch's dequantized tensor (per-channel scales: the same rows)."""
+    weights = load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE).weights["transformer"]
+    qkv = scaled_golden(f"{file}/dequantized/double_blocks.0.img_attn.qkv.weight")
+    linear1 = scaled_golden(f"{file}/dequantized/single_blocks.0.linear1.weight")
+    modulation = scaled_golden(f"{file}/dequantized/final_layer.adaLN_modulation.1.weight")
+    expected = {
+        "transformer_blocks.0.attn.to_q.weight": qkv[:HIDDEN],
+        "transformer_blocks.0.attn.to_k.weight": qkv[HIDDEN : 2 * HIDDEN],
+        "transformer_blocks.0.attn.to_v.weight": qkv[2 * HIDDEN :],
+        "single_transformer_blocks.0.attn.to_v.weight": linear1[2 * HIDDEN : 3 * HIDDEN],
+        "single_transformer_blocks.0.proj_mlp.weight": linear1[3 * HIDDEN :],
+        "norm_out.linear.weight": np.concatenate([modulation[HIDDEN:], modulation[:HIDDEN]]),
+    }
+    for name, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(weights[name]), value, err_msg=name)
+
+
+@pytest.mark.parametrize("file", SCALED_FILES)
+def test_transformer_output_is_diffusers_on_the_dequantized_weights(file: str) -> None:
+    """No unused-key warning for the scales; the graph's output equals diffusers' (reference)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE)
+    assert result.unknown == ()
+    model = Model(DEV.components["transformer"].load_graph(), result.weights["transformer"])
+    with np.load(TINY / "scaled_fp8_golden.npz") as data:
+        feeds = {k.rpartition("/")[2]: data[k] for k in data.files if k.startswith(f"{file}/inputs/")}
+    out = sdkit.compile(model, backend="reference").run(feeds)["out_hidden_states"]
+    diff = float(np.abs(out - scaled_golden(f"{file}/output")).max())
+    print(f"{file}: transformer max |diff| {diff:.3g}")
+    assert diff <= OUTPUT_TOLERANCE
+
+
+def test_component_file_reads_as_torch_dequantizes_it() -> None:
+    """A scaled-fp8 text-encoder file (``--clip_l``) under its ``clip_l.`` prefix."""
+    checkpoint = Checkpoint.open(TINY / "flux_dev_fp16.safetensors").with_files(SCALED_SIDE)
+    assert not [k for k in checkpoint if k.endswith((".scale_weight", ".scale_input", "scaled_fp8"))]
+    for key in ("text_model.encoder.layers.0.self_attn.q_proj.weight", "text_model.encoder.layers.0.mlp.fc1.weight"):
+        expected = scaled_golden(f"clip_l_fp8_scaled/dequantized/{key}")
+        read = checkpoint.tensor(f"clip_l.{key}", TensorSource((f"clip_l.{key}",)), expected.shape).load()
+        np.testing.assert_array_equal(read, expected)
+
+
+@pytest.mark.parametrize("backend", ["reference", "ggml", "openvino"])
+def test_image_equals_diffusers_from_the_dequantized_files(tiny_flux: None, backend: str) -> None:
+    """``load_pipeline(scaled transformer file, clip_l=scaled CLIP-L file, t5xxl=, vae=)`` makes the
+    image diffusers' ``FluxPipeline`` makes with torch's dequantized transformer and CLIP-L."""
+    require_backend(backend)
+    file = "flux_dev_fp8_scaled"
+    case = scaled_info()["files"][file]["case"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SCALED_SIDE)
+    try:
+        image = pipe.generate(
+            "a photo of an astronaut riding a horse on the moon",
+            seed=case["seed"],
+            steps=case["steps"],
+            guidance_scale=case["guidance_scale"],
+            width=case["width"],
+            height=case["height"],
+            max_sequence_length=case["max_sequence_length"],
+            output_type="np",
+        )
+    finally:
+        pipe.close()
+    diff = float(np.abs(image - scaled_golden(f"{file}/image")).max())
+    print(f"{file} + clip_l_fp8_scaled on {backend}: image max |diff| {diff:.3g}")
+    assert diff <= IMAGE_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"double_blocks.0.img_attn.qkv.scale_weight": np.ones(5, np.float32)}, r"has shape \[5\]: a scale is one"),
+        ({"double_blocks.0.img_attn.qkv.scale_weight": np.ones((96, 2), np.float32)}, r"has shape \[96, 2\]"),
+        ({"double_blocks.0.nothing.scale_weight": np.ones((), np.float32)}, "has no weight beside it"),
+        ({"img_in.scale_weight": np.ones((), np.int32)}, "is I32, not a float"),
+    ],
+)
+def test_a_malformed_scale_is_one_error(tmp_path: Path, change: dict[str, np.ndarray], named: str) -> None:
+    path = tmp_path / "bad_scaled.safetensors"
+    tensors = {**_raw(TINY / "flux_dev_fp8_scaled.safetensors"), **{COMFY + k: v for k, v in change.items()}}
+    save_file(tensors, str(path))
+    with pytest.raises(ModelFormatError, match=rf"bad_scaled.safetensors: the scaled fp8 tensor '{COMFY}.*' {named}"):
+        load_checkpoint(path, FAMILIES, files=SIDE)

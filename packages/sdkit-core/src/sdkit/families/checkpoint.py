@@ -21,7 +21,7 @@ import numpy as np
 
 from sdkit.errors import ModelFormatError, OptionError
 from sdkit.families.keymaps import TensorSource
-from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
+from sdkit.families.safetensors_reader import FLOATS, SafetensorsFile, TensorEntry
 from sdkit.model import PICKLED_SUFFIXES, pickle_refusal
 
 # The component folders of a diffusers pipeline whose weights a family reads.
@@ -65,20 +65,29 @@ def _folder_files(folder: Path) -> list[Path]:
 
 @dataclass(frozen=True, eq=False)
 class CheckpointTensor:
-    """One graph initializer read from a checkpoint on demand (a ``LazyArray``)."""
+    """One graph initializer read from a checkpoint on demand (a ``LazyArray``).
+
+    ``scale``: the ``<layer>.scale_weight`` of a ComfyUI scaled-fp8 weight (same file): the
+    weight read is ``stored.astype(float32) * scale``, before the source's rows, transpose and
+    swap are taken (a per-output-channel scale: the same rows of it)."""
 
     file: SafetensorsFile
     entry: TensorEntry
     source: TensorSource
     shape: tuple[int, ...]
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.float32))
+    scale: TensorEntry | None = None
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def load(self) -> np.ndarray:
-        array = self.file.read(self.entry, self.dtype, self.source.rows)
+        if self.scale is None:
+            array = self.file.read(self.entry, self.dtype, self.source.rows)
+        else:
+            array = self.file.read(self.entry, np.float32, self.source.rows)
+            array = (array * self._scale(array.ndim)).astype(self.dtype, copy=False)
         if self.source.transpose:
             array = array.T
         if self.source.swap_halves:
@@ -86,26 +95,71 @@ class CheckpointTensor:
             array = np.concatenate([array[half:], array[:half]])
         return np.ascontiguousarray(array).reshape(self.shape)
 
+    def _scale(self, ndim: int) -> np.ndarray:
+        """The scale as float32, one number or one per row read (broadcast over the other axes)."""
+        assert self.scale is not None
+        scale = self.file.read(self.scale, np.float32).reshape(-1)
+        if scale.size == 1:
+            return scale.reshape(())
+        if self.source.rows is not None:
+            scale = scale[self.source.rows[0] : self.source.rows[1]]
+        return scale.reshape((-1,) + (1,) * (ndim - 1))
 
-# ComfyUI's "scaled fp8" files (flux1-dev-fp8-scaled, t5xxl_fp8_e4m3fn_scaled...) store each
-# weight as fp8 to be multiplied by its own ``<layer>.scale_weight`` (a ``scaled_fp8`` marker
-# tensor beside them; ``.scale_input`` for fp8 matmuls), and its newer quantized files declare
-# ``_quantization_metadata`` and ``<layer>.comfy_quant``. Read as plain weights they would run
-# unscaled (wrong images, the scales left over as unused keys): refused by name instead.
-COMFY_SCALE_SUFFIXES = (".scale_weight", ".scale_input", ".comfy_quant")
+
+# ComfyUI's "scaled fp8" files (flux1-dev-fp8-scaled, t5xxl_fp8_e4m3fn_scaled,
+# sd3.5_large_fp8_scaled...) store a layer's weight as float8_e4m3fn beside ``<layer>.scale_weight``:
+# the weight is ``stored * scale_weight`` (ComfyUI's ``scaled_fp8_ops``: a float32 scalar; one per
+# output channel, ``[out]`` or ``[out, 1]``, is read too). ``<layer>.scale_input`` scales the
+# activations of an fp8 matmul and is not needed when computing in fp32; the ``scaled_fp8`` marker
+# tensor (empty or 2 elements, its dtype the weights') only flags the format. All three are
+# consumed here: the mapping never sees them. ComfyUI's newer quantized files
+# (``_quantization_metadata``, ``<layer>.comfy_quant``: int8/fp8/nvfp4 per layer) are refused.
+SCALE_WEIGHT, SCALE_INPUT = ".scale_weight", ".scale_input"
 
 
-def refuse_scaled_fp8(file: SafetensorsFile) -> None:
-    """``ModelFormatError`` naming the format when ``file`` is a ComfyUI scaled-fp8/quantized file."""
-    marker = next((k for k in file.entries if k == "scaled_fp8" or k.endswith(".scaled_fp8")), None)
-    scaled = marker or next((k for k in file.entries if k.endswith(COMFY_SCALE_SUFFIXES)), None)
-    if scaled is None and "_quantization_metadata" not in file.metadata:
+def _is_marker(key: str) -> bool:
+    return key == "scaled_fp8" or key.endswith(".scaled_fp8")
+
+
+def refuse_quantized(file: SafetensorsFile) -> None:
+    """``ModelFormatError`` naming the format when ``file`` is one of ComfyUI's newer quantized files."""
+    found = next((k for k in file.entries if k.endswith(".comfy_quant")), None)
+    if found is None and "_quantization_metadata" not in file.metadata:
         return
-    found = f"tensor {scaled!r}" if scaled else "_quantization_metadata"
+    named = f"tensor {found!r}" if found else "_quantization_metadata"
     raise ModelFormatError(
-        f"{file.path.name} is a ComfyUI scaled fp8 checkpoint ({found}): each weight needs its own scale, "
-        "which sdkit does not apply; use the file's fp16/bf16 (or plain fp8_e4m3fn) release"
+        f"{file.path.name} is a ComfyUI quantized checkpoint ({named}): its per-layer int8/fp8/nvfp4 formats "
+        "are not read by sdkit; use the file's fp16/bf16, fp8_e4m3fn or scaled fp8 release"
     )
+
+
+def weight_scales(file: SafetensorsFile) -> tuple[dict[str, TensorEntry], set[str]]:
+    """A scaled-fp8 file's ``{weight key: its scale_weight entry}`` and the keys it consumes (the
+    scales, the input scales, the marker); checked against the weights' shapes (header only)."""
+    scales: dict[str, TensorEntry] = {}
+    consumed = {k for k in file.entries if _is_marker(k) or k.endswith(SCALE_INPUT)}
+    for key, entry in file.entries.items():
+        if not key.endswith(SCALE_WEIGHT):
+            continue
+        consumed.add(key)
+        weight = file.entries.get(key[: -len(SCALE_WEIGHT)] + ".weight")
+        problem = None
+        if weight is None:
+            problem = "has no weight beside it"
+        elif entry.dtype not in FLOATS:
+            problem = f"is {entry.dtype}, not a float"
+        elif entry.size != 1 and not (
+            weight.shape and entry.shape and entry.shape[0] == weight.shape[0] and entry.size == weight.shape[0]
+        ):
+            problem = (
+                f"has shape {list(entry.shape)}: a scale is one number or one per output channel "
+                f"of the weight {list(weight.shape)}"
+            )
+        if problem:
+            raise ModelFormatError(f"{file.path.name}: the scaled fp8 tensor {key!r} {problem}")
+        assert weight is not None
+        scales[weight.key] = entry
+    return scales, consumed
 
 
 class Checkpoint:
@@ -120,13 +174,19 @@ class Checkpoint:
         self._prefixed_files = list(files)
         self._replacing = tuple(replacing)
         self._tensors: dict[str, tuple[SafetensorsFile, TensorEntry]] = {}
+        self._scales: dict[str, TensorEntry] = {}  # a scaled-fp8 weight's key -> its scale_weight
         for prefix, file in files:
-            refuse_scaled_fp8(file)
+            refuse_quantized(file)
+            scales, consumed = weight_scales(file)
             if prefix and prefix in self._replacing:
                 for key in [k for k in self._tensors if k.startswith(prefix)]:
                     del self._tensors[key]
+                    self._scales.pop(key, None)
             for key, entry in file.entries.items():
-                self._tensors[prefix + key] = (file, entry)
+                if key not in consumed:
+                    self._tensors[prefix + key] = (file, entry)
+                    self._scales.pop(prefix + key, None)
+            self._scales.update({prefix + key: scale for key, scale in scales.items()})
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Checkpoint:
@@ -227,7 +287,12 @@ class Checkpoint:
     ) -> CheckpointTensor:
         """A lazy tensor: ``key`` read through ``source``'s transform as ``shape`` in ``dtype``."""
         file, entry = self._tensors[key]
-        return CheckpointTensor(file, entry, source, tuple(int(d) for d in shape), np.dtype(dtype))
+        shape = tuple(int(d) for d in shape)
+        return CheckpointTensor(file, entry, source, shape, np.dtype(dtype), self._scales.get(key))
+
+    def scale(self, key: str) -> TensorEntry | None:
+        """The ``scale_weight`` entry of a ComfyUI scaled-fp8 weight, ``None`` for a plain one."""
+        return self._scales.get(key)
 
     def close(self) -> None:
         for file in self.files:
