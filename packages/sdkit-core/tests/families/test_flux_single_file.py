@@ -74,14 +74,15 @@ IMAGE_TOLERANCE = 1e-3
 OUTPUT_TOLERANCE = 1e-4
 
 
-@lru_cache(maxsize=1)
-def info() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((TINY / "golden.json").read_text(encoding="utf-8"))
+@lru_cache(maxsize=2)
+def info(name: str = "golden") -> dict[str, Any]:
+    """``<name>.json`` of the tiny Flux fixtures (``scaled_fp8_golden``: the scaled-fp8 files')."""
+    data: dict[str, Any] = json.loads((TINY / f"{name}.json").read_text(encoding="utf-8"))
     return data
 
 
-def golden(key: str) -> np.ndarray:
-    with np.load(TINY / "golden.npz") as data:
+def golden(key: str, name: str = "golden") -> np.ndarray:
+    with np.load(TINY / f"{name}.npz") as data:
         value: np.ndarray = data[key]
     return value
 
@@ -470,16 +471,7 @@ SCALED_SIDE = {**SIDE, "clip_l": TINY / "clip_l_fp8_scaled.safetensors"}
 HIDDEN = 32
 
 
-@lru_cache(maxsize=1)
-def scaled_info() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((TINY / "scaled_fp8_golden.json").read_text(encoding="utf-8"))
-    return data
-
-
-def scaled_golden(key: str) -> np.ndarray:
-    with np.load(TINY / "scaled_fp8_golden.npz") as data:
-        value: np.ndarray = data[key]
-    return value
+SCALED = "scaled_fp8_golden"
 
 
 @pytest.mark.parametrize("file", SCALED_FILES)
@@ -490,7 +482,7 @@ def test_stored_weights_read_as_torch_dequantizes_them(file: str) -> None:
     assert not [k for k in checkpoint if k.endswith((".scale_weight", ".scale_input", "scaled_fp8"))]
     assert len(checkpoint) == 52  # the tensors of the plain fp8 file
     for key in ("double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight", "img_in.weight"):
-        expected = scaled_golden(f"{file}/dequantized/{key}")
+        expected = golden(f"{file}/dequantized/{key}", SCALED)
         assert checkpoint.entry(COMFY + key).dtype == "F8_E4M3" and checkpoint.scale(COMFY + key) is not None
         read = checkpoint.tensor(COMFY + key, TensorSource((COMFY + key,)), expected.shape).load()
         np.testing.assert_array_equal(read, expected)
@@ -501,9 +493,9 @@ def test_mapped_rows_take_their_own_scale(file: str) -> None:
     """The fused q/k/v and linear1 rows, the transposed-halves final modulation: each mapped
     diffusers weight is its rows of torch's dequantized tensor (per-channel scales: the same rows)."""
     weights = load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE).weights["transformer"]
-    qkv = scaled_golden(f"{file}/dequantized/double_blocks.0.img_attn.qkv.weight")
-    linear1 = scaled_golden(f"{file}/dequantized/single_blocks.0.linear1.weight")
-    modulation = scaled_golden(f"{file}/dequantized/final_layer.adaLN_modulation.1.weight")
+    qkv = golden(f"{file}/dequantized/double_blocks.0.img_attn.qkv.weight", SCALED)
+    linear1 = golden(f"{file}/dequantized/single_blocks.0.linear1.weight", SCALED)
+    modulation = golden(f"{file}/dequantized/final_layer.adaLN_modulation.1.weight", SCALED)
     expected = {
         "transformer_blocks.0.attn.to_q.weight": qkv[:HIDDEN],
         "transformer_blocks.0.attn.to_k.weight": qkv[HIDDEN : 2 * HIDDEN],
@@ -527,7 +519,7 @@ def test_transformer_output_is_diffusers_on_the_dequantized_weights(file: str) -
     with np.load(TINY / "scaled_fp8_golden.npz") as data:
         feeds = {k.rpartition("/")[2]: data[k] for k in data.files if k.startswith(f"{file}/inputs/")}
     out = sdkit.compile(model, backend="reference").run(feeds)["out_hidden_states"]
-    diff = float(np.abs(out - scaled_golden(f"{file}/output")).max())
+    diff = float(np.abs(out - golden(f"{file}/output", SCALED)).max())
     print(f"{file}: transformer max |diff| {diff:.3g}")
     assert diff <= OUTPUT_TOLERANCE
 
@@ -537,7 +529,7 @@ def test_component_file_reads_as_torch_dequantizes_it() -> None:
     checkpoint = Checkpoint.open(TINY / "flux_dev_fp16.safetensors").with_files(SCALED_SIDE)
     assert not [k for k in checkpoint if k.endswith((".scale_weight", ".scale_input", "scaled_fp8"))]
     for key in ("text_model.encoder.layers.0.self_attn.q_proj.weight", "text_model.encoder.layers.0.mlp.fc1.weight"):
-        expected = scaled_golden(f"clip_l_fp8_scaled/dequantized/{key}")
+        expected = golden(f"clip_l_fp8_scaled/dequantized/{key}", SCALED)
         read = checkpoint.tensor(f"clip_l.{key}", TensorSource((f"clip_l.{key}",)), expected.shape).load()
         np.testing.assert_array_equal(read, expected)
 
@@ -548,7 +540,7 @@ def test_image_equals_diffusers_from_the_dequantized_files(tiny_flux: None, back
     image diffusers' ``FluxPipeline`` makes with torch's dequantized transformer and CLIP-L."""
     require_backend(backend)
     file = "flux_dev_fp8_scaled"
-    case = scaled_info()["files"][file]["case"]
+    case = info(SCALED)["files"][file]["case"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SCALED_SIDE)
@@ -565,7 +557,7 @@ def test_image_equals_diffusers_from_the_dequantized_files(tiny_flux: None, back
         )
     finally:
         pipe.close()
-    diff = float(np.abs(image - scaled_golden(f"{file}/image")).max())
+    diff = float(np.abs(image - golden(f"{file}/image", SCALED)).max())
     print(f"{file} + clip_l_fp8_scaled on {backend}: image max |diff| {diff:.3g}")
     assert diff <= IMAGE_TOLERANCE
 
