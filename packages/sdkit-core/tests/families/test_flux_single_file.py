@@ -486,6 +486,12 @@ def test_stored_weights_read_as_torch_dequantizes_them(file: str) -> None:
         assert checkpoint.entry(COMFY + key).dtype == "F8_E4M3" and checkpoint.scale(COMFY + key) is not None
         read = checkpoint.tensor(COMFY + key, TensorSource((COMFY + key,)), expected.shape).load()
         np.testing.assert_array_equal(read, expected)
+    # ``sdkit inspect`` counts the scaled weights apart: as many as the file's scale_weight tensors
+    header = (TINY / f"{file}.safetensors").read_bytes()
+    keys = json.loads(header[8 : 8 + int.from_bytes(header[:8], "little")])
+    scaled = sum(1 for k in keys if k.endswith(".scale_weight"))
+    dtypes = dict(describe(checkpoint, FAMILIES).details)["dtype"]
+    assert f"fp8_e4m3 scaled x{scaled}" in dtypes and scaled > 0, dtypes
 
 
 @pytest.mark.parametrize("file", SCALED_FILES)

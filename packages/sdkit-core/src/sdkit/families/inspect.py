@@ -50,7 +50,13 @@ def _count(checkpoint: Checkpoint, keys: Sequence[str]) -> int:
 
 
 def _dtypes(checkpoint: Checkpoint, keys: Sequence[str]) -> str:
-    counts = Counter(DTYPE_NAMES.get(checkpoint.entry(k).dtype, checkpoint.entry(k).dtype) for k in keys)
+    """``fp16 x196, fp8_e4m3 scaled x40``: a ComfyUI scaled-fp8 weight (its ``scale_weight``
+    applied on read) counted apart from plain ones."""
+    counts = Counter(
+        f"{DTYPE_NAMES.get(checkpoint.entry(k).dtype, checkpoint.entry(k).dtype)}"
+        f"{' scaled' if checkpoint.scale(k) is not None else ''}"
+        for k in keys
+    )
     return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
 
 
