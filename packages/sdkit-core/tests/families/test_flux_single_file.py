@@ -87,6 +87,22 @@ def golden(key: str, name: str = "golden") -> np.ndarray:
     return value
 
 
+def case_image(pipe: Any, case: dict[str, Any], **img2img: Any) -> np.ndarray:
+    """The golden case's image from ``pipe`` (``img2img``: ``init_image=``, ``strength=``)."""
+    image: np.ndarray = pipe.generate(
+        "a photo of an astronaut riding a horse on the moon",
+        seed=case["seed"],
+        steps=case["steps"],
+        guidance_scale=case["guidance_scale"],
+        width=case["width"],
+        height=case["height"],
+        max_sequence_length=case["max_sequence_length"],
+        output_type="np",
+        **img2img,
+    )
+    return image
+
+
 def mapped(file: str) -> MappedCheckpoint:
     return load_checkpoint(TINY / f"{file}.safetensors", FAMILIES, files=SIDE)
 
@@ -159,16 +175,7 @@ def test_image_equals_diffusers_from_the_single_files(tiny_flux: None, backend: 
     pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
     try:
         assert pipe.checkpoint is not None and pipe.checkpoint.family.name == f"tiny_{info()['files'][file]['model']}"
-        image = pipe.generate(
-            "a photo of an astronaut riding a horse on the moon",
-            seed=case["seed"],
-            steps=case["steps"],
-            guidance_scale=case["guidance_scale"],
-            width=case["width"],
-            height=case["height"],
-            max_sequence_length=case["max_sequence_length"],
-            output_type="np",
-        )
+        image = case_image(pipe, case)
         assert set(pipe.backends().values()) - {None} == {backend}  # the encoder: img2img only
     finally:
         pipe.close()
@@ -188,17 +195,8 @@ def test_img2img_equals_diffusers_from_the_single_files(tiny_flux: None, backend
     case = info()["files"][file]["img2img_case"]
     pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SIDE)
     try:
-        image = pipe.generate(
-            "a photo of an astronaut riding a horse on the moon",
-            init_image=Image.fromarray(golden("img2img_init_image")),
-            strength=case["strength"],
-            seed=case["seed"],
-            steps=case["steps"],
-            guidance_scale=case["guidance_scale"],
-            width=case["width"],
-            height=case["height"],
-            max_sequence_length=case["max_sequence_length"],
-            output_type="np",
+        image = case_image(
+            pipe, case, init_image=Image.fromarray(golden("img2img_init_image")), strength=case["strength"]
         )
         assert set(pipe.backends().values()) == {backend}
     finally:
@@ -551,16 +549,7 @@ def test_image_equals_diffusers_from_the_dequantized_files(tiny_flux: None, back
         warnings.simplefilter("error")
         pipe = sdkit.load_pipeline(TINY / f"{file}.safetensors", backend=backend, threads=1, **SCALED_SIDE)
     try:
-        image = pipe.generate(
-            "a photo of an astronaut riding a horse on the moon",
-            seed=case["seed"],
-            steps=case["steps"],
-            guidance_scale=case["guidance_scale"],
-            width=case["width"],
-            height=case["height"],
-            max_sequence_length=case["max_sequence_length"],
-            output_type="np",
-        )
+        image = case_image(pipe, case)
     finally:
         pipe.close()
     diff = float(np.abs(image - golden(f"{file}/image", SCALED)).max())
