@@ -81,7 +81,7 @@ def fold_with_mil(model: Model, target: str = "macOS13", ops: list[str] | None =
 
     from sdkit_coreml.program import context_for, translate_nodes
     from sdkit_coreml.runtime import target_named
-    from sdkit_coreml.translate.registry import load_converters
+    from sdkit_coreml.translate.builtin import load_converters
 
     chosen = target_named(target)
     ctx = context_for(model.graph, dict(model.weights), chosen)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdkit.families.clip_tokenizer import EOS, ShippedVocab
+from sdkit.families.clip_tokenizer import CLIP_VOCAB, OPENCLIP_VOCAB
 from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
 
 # Pipeline classes for the families beyond SD 1.x/2.x. One class per architecture: the config
@@ -100,8 +100,6 @@ REFINER_BIGG = TextEncoderArch(
     "text_encoder_2", "openclip_bigg", "openclip", "conditioner.embedders.0.model.", 1280, 32, projection_dim=1280
 )
 
-CLIP_VOCAB = ShippedVocab(EOS)  # CLIP-L pads with its end token
-OPENCLIP_VOCAB = ShippedVocab("!")  # OpenCLIP pads with "!" (id 0)
 SD_OUTPUTS = {"text_encoder": ("last_hidden_state",)}
 # SDXL reads each encoder's penultimate layer, and bigG's pooled projection.
 SDXL_OUTPUTS = {"text_encoder": ("hidden_states.11",), "text_encoder_2": ("hidden_states.31", "text_embeds")}

@@ -235,5 +235,9 @@ class ShippedVocab:
         return ShippedClipTokenizer(self.pad_token, self.model_max_length)
 
 
+# The two shipped vocabularies every family names (SD 1.x/2.x, SDXL, SD3, Flux, Chroma).
+CLIP_VOCAB = ShippedVocab(EOS)  # CLIP-L pads with its end token
+OPENCLIP_VOCAB = ShippedVocab("!")  # OpenCLIP pads with "!" (id 0)
+
 TokenizerSource = Path | ShippedVocab
 """Where a text encoder's tokenizer comes from: a tokenizer folder, or the shipped vocabulary."""

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdkit.families.builtin import CLIP_VOCAB
-from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.families.clip_tokenizer import CLIP_VOCAB, TokenizerSource
 from sdkit.families.family import Family, FamilyComponent
 from sdkit.families.flux_keys import BflFlux
 from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdkit.families.builtin import CLIP_VOCAB, OPENCLIP_VOCAB
-from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.families.clip_tokenizer import CLIP_VOCAB, OPENCLIP_VOCAB, TokenizerSource
 from sdkit.families.family import Family, FamilyComponent
 from sdkit.families.flux import T5File, flow_vae_components
 from sdkit.families.keymaps import LdmClip

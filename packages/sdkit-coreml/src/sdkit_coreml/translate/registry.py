@@ -3,6 +3,9 @@
 A converter turns one ONNX node into MIL ops inside the program being built. An optional
 ``check`` looks at the node alone (attributes, opset; no weights, no shapes) and returns why
 it cannot be translated, so ``Backend.check`` can name every such node before any work.
+
+This module imports no converter: each converter module imports it and registers itself, and
+``builtin`` imports the converter modules (as sdkit-ggml's ``converters`` package does).
 """
 
 from __future__ import annotations
@@ -42,22 +45,3 @@ def converter(*op_types: str, since: int = 1, check: CheckFn | None = None) -> C
         return fn
 
     return register
-
-
-def load_converters() -> dict[str, Converter]:
-    """Import every converter module once (they register on import)."""
-    from sdkit_coreml.translate import einsum, elementwise, layout, nn, norm  # noqa: F401
-
-    return CONVERTERS
-
-
-def why_unsupported(node: onnx.NodeProto, opset: int) -> str | None:
-    """None when ``node`` can be translated at ``opset``, else the reason."""
-    if node.domain not in ("", "ai.onnx"):
-        return f"custom domain {node.domain!r}: sdkit-coreml translates standard ONNX operators only"
-    found = load_converters().get(node.op_type)
-    if found is None:
-        return "sdkit-coreml has no Core ML translation for this operator"
-    if opset < found.since:
-        return f"translated from opset {found.since} on; this model uses opset {opset}"
-    return found.check(node, opset) if found.check is not None else None
