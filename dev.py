@@ -50,7 +50,9 @@ SERVER_PACKAGES = ["sdkit-serve"]
 SERVER_EXTRAS = "test,fuzz"
 # Ray Serve (~360 MB) for the tests marked `ray`; where it cannot be installed they skip.
 RAY_REQUIREMENT = "ray[serve]>=2.40"
-TYPED = ["packages/sdkit-core/src", "packages/sdkit-ggml/src", "packages/sdkit-serve/src"]
+# mypy --strict ([tool.mypy] in pyproject.toml) on every package; vendor SDKs without type
+# information (tensorrt, migraphx, coremltools...) are untyped imports (ignore_missing_imports).
+TYPED = [f"packages/{n}/src" for n in RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES]
 
 
 def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:

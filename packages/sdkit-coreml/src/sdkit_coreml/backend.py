@@ -20,6 +20,7 @@ from sdkit_coreml.runtime import (
     MIN_VERSION,
     apple_devices,
     coremltools_version,
+    on_macos,
     runtime_available,
     version_tuple,
 )
@@ -46,7 +47,7 @@ class CoremlBackend(Backend):
     def probe(self) -> Availability:
         version = coremltools_version()
         converts = f"; coremltools {version} is installed and converts to .mlpackage here" if version else ""
-        if sys.platform != "darwin":
+        if not on_macos():
             return Availability(False, f"Core ML runs on macOS only (this is {sys.platform}){converts}", INSTALL_HINT)
         if version is None:
             return Availability(False, "coremltools is not installed", INSTALL_HINT)
@@ -60,7 +61,7 @@ class CoremlBackend(Backend):
         return Availability(True, f"coremltools {version}, Core ML ({units})", version=version)
 
     def devices(self) -> list[Device]:
-        return apple_devices() if sys.platform == "darwin" and self.probe().ok else []
+        return apple_devices() if on_macos() and self.probe().ok else []
 
     def check(self, graph: Graph) -> SupportReport:
         """Every node the translator cannot take (op, opset, attributes), without coremltools."""

@@ -18,8 +18,8 @@ from sdkit.backend import TensorInfo
 from sdkit.errors import InputError, SdkitError, UnsupportedNode, UnsupportedOperatorError
 from sdkit.model import Graph
 from sdkit_coreml.runtime import BACKEND_NAME, Target, first_line
-from sdkit_coreml.translate.context import Context, fail, weights_by_name
 from sdkit_coreml.translate.builtin import load_converters, why_unsupported
+from sdkit_coreml.translate.context import Context, fail, weights_by_name
 
 # numpy dtype of a graph input -> Core ML input dtype name (Core ML has no int64 inputs)
 INPUT_DTYPES = {"float32": "fp32", "float16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool"}

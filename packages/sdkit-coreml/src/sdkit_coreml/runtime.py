@@ -85,9 +85,16 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def on_macos() -> bool:
+    """Whether this is macOS, the one platform Core ML runs on. A call rather than an inline
+    ``sys.platform`` test, which mypy evaluates for the platform it checks on and then calls the
+    other branch unreachable (the package is type-checked on Linux and on macOS alike)."""
+    return sys.platform == "darwin"
+
+
 def runtime_available() -> tuple[bool, str]:
     """Whether coremltools' Core ML runtime binding (prediction) loads here, and why not."""
-    if sys.platform != "darwin":
+    if not on_macos():
         return False, f"Core ML runs on macOS only (this is {sys.platform})"
     try:
         import_coremltools()
