@@ -22,6 +22,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.cache import ArtifactCache
+from sdkit.engine_cache import EngineCache
 from sdkit.errors import InputError, SdkitError
 from sdkit_coreml.package import Package, cached_package
 from sdkit_coreml.runtime import first_line, import_coremltools
@@ -64,8 +65,7 @@ class CoremlCompiled(CompiledModel):
         self._settings = settings
         self._cache = ArtifactCache() if cache else None
         self._scratch = tempfile.TemporaryDirectory(prefix="sdkit-coreml-")
-        self._lock = threading.Lock()
-        self._engines: dict[Signature | None, Engine] = {}
+        self._engines: EngineCache[Signature | None, Engine] = EngineCache()
         self.info: dict[str, Any] = {
             "compute_units": settings.compute_units,
             "precision": settings.precision,
@@ -102,11 +102,7 @@ class CoremlCompiled(CompiledModel):
         return Engine(package, model, threading.Lock())
 
     def _engine(self, signature: Signature | None) -> Engine:
-        with self._lock:
-            engine = self._engines.get(signature)
-            if engine is None:
-                engine = self._engines[signature] = self._build(self._weights, signature)
-            return engine
+        return self._engines.get_or_build(signature, lambda sig: self._build(self._weights, sig))
 
     def _signature(self, feeds: dict[str, np.ndarray]) -> Signature | None:
         if not self._settings.flexible:
@@ -134,13 +130,13 @@ class CoremlCompiled(CompiledModel):
         """New weights: re-convert every package built so far (cache hits for weights seen
         before) and reload them."""
         start = time.perf_counter()
-        rebuilt = {signature: self._build(weights, signature) for signature in list(self._engines)}
-        with self._lock:
+
+        def commit() -> None:
             self._weights = weights
-            self._engines = rebuilt
+
+        self._engines.rebuild(lambda sig: self._build(weights, sig), commit)
         self.info["refit_seconds"] = time.perf_counter() - start
 
     def close(self) -> None:
-        with self._lock:
-            self._engines.clear()
+        self._engines.clear()
         self._scratch.cleanup()

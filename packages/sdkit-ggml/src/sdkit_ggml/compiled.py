@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sdkit.backend import CompiledModel, TensorInfo, check_feeds
+from sdkit.engine_cache import EngineCache
 from sdkit.errors import InputError, SdkitError, UnsupportedModelError
 from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
@@ -56,9 +56,10 @@ class GgmlCompiledModel(CompiledModel):
         self._backend = backend
         self._registry = registry
         self._constants = self._initializers(weights)
-        self._programs: dict[Signature, tuple[Plan, Program]] = {}
+        # One program per signature, built once (sdkit.engine_cache); its lock also guards
+        # _shared_weights, which builds update.
+        self._programs: EngineCache[Signature, tuple[Plan, Program]] = EngineCache()
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
-        self._lock = threading.Lock()
         mode = conv_mode(options.extra.get("conv"))
         self.conv = ConvChooser(mode, lib.has("ggml_conv_2d_direct"), conv_timer if mode == "auto" else None)
         self._run_lock = compute_lock(backend)
@@ -111,28 +112,29 @@ class GgmlCompiledModel(CompiledModel):
         signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items()) + tuple(
             (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
         )
-        with self._lock:
-            built = self._programs.get(signature)
-            if built is not None:
-                return built[1]
-            context = GgmlContext(self._lib, capacity_for(self._proto))
-            builder = Builder(context, self.options.precision, self._shared_weights)
-            builder.conv_choice = self.conv
-            builder.device_supports = self._device_supports
-            try:
-                plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
-                wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
-                runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
-                program = Program(self._lib, self._backend, runnable, self.threads)
-            except BaseException:
-                context.free()
-                raise
-            # Programs live as long as this model, so later signatures may use these weights;
-            # only those computed from weights alone (other folded values depend on input shapes).
-            shareable = builder.weight_derived
-            self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
-            self._programs[signature] = (plan, program)
-            return program
+        return self._programs.get_or_build(signature, lambda _: self._new_program(specs, values))[1]
+
+    def _new_program(
+        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], values: dict[str, np.ndarray]
+    ) -> tuple[Plan, Program]:
+        """Lower the graph for one signature (under the program cache's lock)."""
+        context = GgmlContext(self._lib, capacity_for(self._proto))
+        builder = Builder(context, self.options.precision, self._shared_weights)
+        builder.conv_choice = self.conv
+        builder.device_supports = self._device_supports
+        try:
+            plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
+            wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
+            runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
+            program = Program(self._lib, self._backend, runnable, self.threads)
+        except BaseException:
+            context.free()
+            raise
+        # Programs live as long as this model, so later signatures may use these weights;
+        # only those computed from weights alone (other folded values depend on input shapes).
+        shareable = builder.weight_derived
+        self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
+        return plan, program
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         specs = {i.name: (tuple(feeds[i.name].shape), feeds[i.name].dtype) for i in self.inputs}
@@ -216,11 +218,12 @@ class GgmlCompiledModel(CompiledModel):
         }
 
     def close(self) -> None:
-        with self._lock, self._run_lock:  # never free buffers under a running compute
-            for _, program in self._programs.values():
-                program.close()
-            self._programs.clear()
-            self._shared_weights.clear()
+        self._programs.clear(self._free)
+        self._shared_weights.clear()
+
+    def _free(self, built: tuple[Plan, Program]) -> None:
+        with self._run_lock:  # never free buffers under a running compute
+            built[1].close()
 
 
 __all__ = ["GgmlCompiledModel", "SdkitError"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.cache import ArtifactCache
+from sdkit.engine_cache import EngineCache
 from sdkit.errors import InputError, ModelFormatError, SdkitError, UnsupportedOperatorError
 from sdkit_migraphx.runtime import BACKEND_NAME, first_line, migraphx_version
 from sdkit_migraphx.settings import Settings, program_key
@@ -65,8 +66,7 @@ class MigraphxCompiled(CompiledModel):
         self._weights = weights
         self._settings = settings
         self._cache = ArtifactCache() if cache else None
-        self._lock = threading.Lock()
-        self._engines: dict[Signature, Engine] = {}
+        self._engines: EngineCache[Signature, Engine] = EngineCache()
         self.info: dict[str, Any] = {"precision": settings.precision, "fast_math": settings.fast_math, "compiles": []}
         if all(isinstance(d, int) and d >= 0 for i in self.inputs for d in i.shape):
             self._engine(tuple(tuple(int(d) for d in i.shape) for i in self.inputs))  # type: ignore[arg-type]
@@ -133,11 +133,7 @@ class MigraphxCompiled(CompiledModel):
             return None
 
     def _engine(self, signature: Signature) -> Engine:
-        with self._lock:
-            engine = self._engines.get(signature)
-            if engine is None:
-                engine = self._engines[signature] = self._build(self._weights, signature)
-            return engine
+        return self._engines.get_or_build(signature, lambda sig: self._build(self._weights, sig))
 
     # -- running ---------------------------------------------------------------------------
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -160,12 +156,12 @@ class MigraphxCompiled(CompiledModel):
         """New weights: recompile every signature built so far (cache hits for weights seen
         before); MIGraphX bakes weights into the compiled program."""
         start = time.perf_counter()
-        rebuilt = {signature: self._build(weights, signature) for signature in list(self._engines)}
-        with self._lock:
+
+        def commit() -> None:
             self._weights = weights
-            self._engines = rebuilt
+
+        self._engines.rebuild(lambda sig: self._build(weights, sig), commit)
         self.info["refit_seconds"] = time.perf_counter() - start
 
     def close(self) -> None:
-        with self._lock:
-            self._engines.clear()
+        self._engines.clear()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sdkit.backend import CompiledModel
+from sdkit.engine_cache import EngineCache
 from sdkit.errors import InputError, SdkitError, UnsupportedOperatorError
 from sdkit_openvino.blob_cache import verified_cache_dir
 from sdkit_openvino.config import cache_dir, cache_key, compile_properties, effective_precision, warn_precision
@@ -53,8 +54,7 @@ class OpenVinoCompiled(CompiledModel):
         self.device = device.device
         self._ov_device = device
         self._options = options
-        self._lock = threading.Lock()
-        self._engines: dict[Signature, Engine] = {}
+        self._engines: EngineCache[Signature, Engine] = EngineCache()
         self.info: dict[str, Any] = {
             "device": device.vendor_name,
             "precision_requested": options.precision,
@@ -140,11 +140,7 @@ class OpenVinoCompiled(CompiledModel):
         self.info["compiles"].append({"shapes": shapes, "seconds": seconds, "from_cache": from_cache})
 
     def _engine(self, signature: Signature) -> Engine:
-        with self._lock:
-            engine = self._engines.get(signature)
-            if engine is None:
-                engine = self._engines[signature] = self._build(self._converted, signature)
-            return engine
+        return self._engines.get_or_build(signature, lambda sig: self._build(self._converted, sig))
 
     # -- running ---------------------------------------------------------------------------
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -171,15 +167,15 @@ class OpenVinoCompiled(CompiledModel):
         signature built so far (from OpenVINO's cache where the blob for these weights exists)."""
         start = time.perf_counter()
         converted = convert(self.graph, weights)
-        rebuilt = {signature: self._build(converted, signature) for signature in list(self._engines)}
-        with self._lock:
+
+        def commit() -> None:
             self._converted = converted
-            self._engines = rebuilt
+
+        self._engines.rebuild(lambda sig: self._build(converted, sig), commit)
         self.info["refit_seconds"] = time.perf_counter() - start
 
     def close(self) -> None:
-        with self._lock:
-            self._engines.clear()
+        self._engines.clear()
 
     @property
     def signatures(self) -> list[Mapping[str, tuple[int, ...]]]:

@@ -21,6 +21,7 @@ import numpy as np
 from sdkit.backend import CompiledModel, TensorInfo
 from sdkit.cache import ArtifactCache
 from sdkit.device import Device
+from sdkit.engine_cache import EngineCache
 from sdkit.model import Graph, WeightSet
 from sdkit.options import Options
 from sdkit_trt.build import build_plan
@@ -71,14 +72,15 @@ class TrtCompiledModel(CompiledModel):
         elif options.precision == "fp8":
             self.plan = convert_graph_fp8(graph)
         self.cache = ArtifactCache() if options.cache else None
-        self.engines: dict[Signature | None, tuple[TrtEngine, dict[str, str]]] = {}
+        # engine and its baked weights' digests, per call signature (None: static or profiles)
+        self.engines: EngineCache[Signature | None, tuple[TrtEngine, dict[str, str]]] = EngineCache()
         self.cache_hits: list[bool] = []
         self._call_lock = threading.RLock()
         set_device(gpu.ordinal)
         self.stream = Stream()
         if profiles or is_static(self.inputs):
             try:
-                self.engines[None] = self._engine_for(None)
+                self.engines.get_or_build(None, self._engine_for)
             except BaseException:
                 self.stream.close()  # nothing else holds device resources yet
                 raise
@@ -173,10 +175,9 @@ class TrtCompiledModel(CompiledModel):
             check_in_profiles(self.profiles, feeds)
         elif not is_static(self.inputs):
             sig = signature(feeds)
-        if sig not in self.engines:
-            self.engines[sig] = self._engine_for(sig)
+        engine, _ = self.engines.get_or_build(sig, self._engine_for)
         set_device(self.gpu.ordinal)
-        outputs = self.engines[sig][0].execute(feeds, self.stream)
+        outputs = engine.execute(feeds, self.stream)
         return {o.name: outputs[o.name].astype(o.dtype, copy=False) for o in self.outputs}
 
     def refit(self, weights: WeightSet) -> None:
@@ -198,8 +199,6 @@ class TrtCompiledModel(CompiledModel):
             self._close()
 
     def _close(self) -> None:
-        for engine, _ in self.engines.values():
-            engine.close()
-        self.engines.clear()
+        self.engines.clear(lambda built: built[0].close())
         if getattr(self, "stream", None) is not None:
             self.stream.close()
