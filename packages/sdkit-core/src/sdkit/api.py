@@ -7,22 +7,23 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdkit.backend import CompiledModel, SupportReport
+from sdkit.cache import cache_root
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
 from sdkit.isolation import isolated_compile, isolation_wanted, job_for
 from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
 from sdkit.limits import check_graph_memory, shape_like
 from sdkit.loaders import find_loader
-from sdkit.model import Model, refuse_unsafe_or_missing
+from sdkit.model import Model, refuse_unsafe_or_missing, shaped
 from sdkit.plugins import get_plugins
-from sdkit.selection import choose, get_backend, probe, requested_precision
-from sdkit.trials import compile_choice
-from sdkit.tuned import ShapeDeferred
-from sdkit.tuning import TuneSettings, fixed_shapes, shaped, stored_measured, tuned_before
-from sdkit.tuning import tune as tune_model
+from sdkit.selection import Measured, choose, compile_choice, get_backend, probe, requested_precision
+from sdkit.timings import TimingsStore
+
+if TYPE_CHECKING:
+    from sdkit.tuning import TuneSettings
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,15 @@ def choose_backend(
     ``compile`` would: ``NoBackendError`` (listing every candidate and why), ``UnknownBackendError``,
     ``BackendUnavailableError``, ``DeviceError``.
     """
-    measured = None
+    measured: Measured | None = None
     graph = None
     if model is not None:
         loaded = as_model(model)
         graph = shaped(loaded.graph, input_shapes)
-        measured = stored_measured(loaded, graph, device, options) if backend == "auto" else None
+        if backend == "auto" and timings_stored():
+            from sdkit.tuning import stored_measured  # only where a tune stored timings (as in compile)
+
+            measured = stored_measured(loaded, graph, device, options)
     choice = choose(graph, backend, device, measured, requested_precision(options))
     return BackendChoice(choice.backend.name, choice.device, tuple(choice.rejected), choice.reason)
 
@@ -183,23 +187,26 @@ def compile(  # noqa: A001 - the public name the contract gives
     graph = shaped(model.graph, input_shapes)
     check_graph_memory(graph.proto, shape_like(graph.proto, model.weights))  # before any backend allocates
     isolate = isolation_wanted(options.pop("isolate", None))
-    if backend == "auto":
-        settings = tune if isinstance(tune, TuneSettings) else TuneSettings() if tune else None
-        if fixed_shapes(graph) is None and (settings is not None or tuned_before(model)):
-            return ShapeDeferred(model, device, options, settings)
-        if settings is not None:
-            shapes, reuse = input_shapes, not settings.force
-            found = tune_model(
-                model, input_shapes=shapes, device=device, options=options, settings=settings, reuse=reuse, keep=True
-            )
-            assert found.compiled is not None  # keep=True
-            return found.compiled
-    measured = stored_measured(model, graph, device, options) if backend == "auto" else None
+    measured: Measured | None = None
+    if backend == "auto" and (tune or timings_stored()):
+        # Only where tuning applies are sdkit.tuned, .tuning and .trials imported (downwards, at
+        # the first such compile): a plain compile neither loads nor walks through them.
+        from sdkit.tuned import auto_compile
+
+        tuned = auto_compile(model, graph, input_shapes, device, options, tune)
+        if isinstance(tuned, CompiledModel):
+            return tuned
+        measured = tuned
     choice = choose(graph, backend, device, measured, requested_precision(options))
     if not isolate:
         return compile_choice(choice, graph, model.weights, options)
     job = job_for(graph.proto, model.weights, choice.backend.name, choice.device, options)
     return isolated_compile(lambda: compile_choice(choice, graph, model.weights, options), job, choice.backend.name)
+
+
+def timings_stored() -> bool:
+    """Whether any tune stored timings in this cache (then ``auto`` consults them)."""
+    return TimingsStore(cache_root()).folder.is_dir()
 
 
 def check(model: Model | str | os.PathLike[str], backend: str = "auto") -> dict[str, SupportReport]:

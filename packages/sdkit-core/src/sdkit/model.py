@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -375,6 +375,23 @@ def strip_weights(
         entry.key, entry.value = "location", _STRIPPED
         stripped.graph.initializer.append(meta)
     return Graph(stripped), WeightSet(arrays)
+
+
+def fixed_shapes(graph: Graph) -> dict[str, tuple[int, ...]] | None:
+    """Every input's shape when all are fixed, else None."""
+    shapes = {}
+    for info in graph.inputs:
+        if info.kind != "tensor" or not all(isinstance(d, int) and d >= 0 for d in info.shape):
+            return None
+        shapes[info.name] = tuple(int(d) for d in info.shape if isinstance(d, int))
+    return shapes
+
+
+def shaped(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
+    """``graph`` with the given input dims fixed (unchanged without any)."""
+    if not input_shapes:
+        return graph
+    return graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdkit.backend import Availability, Backend, SupportReport
+from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.config import backend_preference
 from sdkit.device import Device
 from sdkit.errors import (
@@ -21,8 +21,8 @@ from sdkit.errors import (
     UnknownBackendError,
 )
 from sdkit.known_backends import known_backend, known_names, plugin_problem, unavailable
-from sdkit.model import Graph
-from sdkit.options import PRECISIONS
+from sdkit.model import Graph, WeightSet
+from sdkit.options import PRECISIONS, make_options
 from sdkit.plugins import get_plugins
 
 
@@ -234,3 +234,11 @@ def _passed_over(name: str, measured: Measured, already: set[str]) -> list[tuple
         else:
             result.append((other, f"measured {median:.4g} s median, but {name} came first"))
     return result
+
+
+def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
+    """``choice.backend.compile`` with validated options; the result knows its backend's name."""
+    opts = make_options(options, choice.backend.extra_options)
+    compiled = choice.backend.compile(graph, weights, choice.device, opts)
+    compiled.backend_name = choice.backend.name
+    return compiled

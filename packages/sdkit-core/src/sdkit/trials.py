@@ -20,17 +20,16 @@ from sdkit.device import Device
 from sdkit.errors import SdkitError
 from sdkit.measure import Clock, max_abs_diff, rel_l2, time_runs
 from sdkit.model import Graph, Model, WeightSet
-from sdkit.options import make_options
-from sdkit.selection import Choice, candidates, fallback, get_backend, probe, qualify, requested_precision
+from sdkit.selection import (
+    candidates,
+    compile_choice,
+    fallback,
+    get_backend,
+    probe,
+    qualify,
+    requested_precision,
+)
 from sdkit.timings import Measurement
-
-
-def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
-    """``choice.backend.compile`` with validated options; the result knows its backend's name."""
-    opts = make_options(options, choice.backend.extra_options)
-    compiled = choice.backend.compile(graph, weights, choice.device, opts)
-    compiled.backend_name = choice.backend.name
-    return compiled
 
 
 def _describe(exc: Exception) -> str:

@@ -1,22 +1,23 @@
-"""The automatic choice for a model whose input shapes are only known when it runs (a pipeline's
-components): ``sdkit.compile`` returns a ``ShapeDeferred`` model when ``tune`` asks for
-measurement, or when a tune stored timings for this graph, and the choice is made per input
-signature at its first run.
+"""Where tuning applies to ``sdkit.compile(backend="auto")``: ``tune`` asks for measurement, or a
+tune stored timings (``auto_compile``). ``sdkit.api`` imports this module, and through it
+``sdkit.tuning`` and ``sdkit.trials``, only then: a plain compile never loads them.
+
+A model whose input shapes are only known when it runs (a pipeline's components) becomes a
+``ShapeDeferred`` model, and the choice is made per input signature at its first run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.device import Device
-from sdkit.model import Model, WeightSet
-from sdkit.selection import choose, requested_precision
-from sdkit.trials import compile_choice
-from sdkit.tuning import TuneResult, TuneSettings, shaped, stored_measured, tune
+from sdkit.model import Graph, Model, WeightSet, fixed_shapes, shaped
+from sdkit.selection import Measured, choose, compile_choice, requested_precision
+from sdkit.tuning import TuneResult, TuneSettings, stored_measured, tune, tuned_before
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -84,3 +85,32 @@ class ShapeDeferred(CompiledModel):
         for compiled in self._compiled.values():
             compiled.close()
         self._compiled.clear()
+
+
+def auto_compile(
+    model: Model,
+    graph: Graph,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    device: str | Device | None,
+    options: Mapping[str, Any],
+    tune_with: bool | TuneSettings,
+) -> CompiledModel | Measured | None:
+    """``compile(backend="auto")``'s tuned part (``sdkit.api.compile`` explains it): a compiled
+    model where a tune decides now or per signature, else the stored timings for the priority
+    choice to use (None without any). ``graph`` is ``model``'s at ``input_shapes``."""
+    settings = tune_with if isinstance(tune_with, TuneSettings) else TuneSettings() if tune_with else None
+    if fixed_shapes(graph) is None and (settings is not None or tuned_before(model)):
+        return ShapeDeferred(model, device, options, settings)
+    if settings is not None:
+        found = tune(
+            model,
+            input_shapes=input_shapes,
+            device=device,
+            options=options,
+            settings=settings,
+            reuse=not settings.force,
+            keep=True,
+        )
+        assert found.compiled is not None  # keep=True
+        return found.compiled
+    return stored_measured(model, graph, device, options)

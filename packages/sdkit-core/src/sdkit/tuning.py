@@ -30,7 +30,7 @@ from sdkit.cpu_features import cpu_info
 from sdkit.device import Device
 from sdkit.errors import CacheError, InputError, NoBackendError
 from sdkit.measure import Clock, random_feeds
-from sdkit.model import Graph, Model
+from sdkit.model import Graph, Model, fixed_shapes, shaped
 from sdkit.options import make_options
 from sdkit.plugins import get_plugins
 from sdkit.selection import (
@@ -38,6 +38,7 @@ from sdkit.selection import (
     Measured,
     candidates,
     choose,
+    compile_choice,
     fallback,
     get_backend,
     probe,
@@ -45,7 +46,7 @@ from sdkit.selection import (
     requested_precision,
 )
 from sdkit.timings import TimingsRecord, TimingsStore, timings_key
-from sdkit.trials import Trial, compile_choice, measure_backends
+from sdkit.trials import Trial, measure_backends
 
 DEFAULT_REPEAT = 3
 DEFAULT_WARMUP = 1
@@ -92,23 +93,6 @@ def accelerators() -> list[str]:
             continue
         found.update(f"{cls.name} {d} {d.description}".rstrip() for d in devices if d.kind != "cpu")
     return sorted(found)
-
-
-def fixed_shapes(graph: Graph) -> dict[str, tuple[int, ...]] | None:
-    """Every input's shape when all are fixed, else None."""
-    shapes = {}
-    for info in graph.inputs:
-        if info.kind != "tensor" or not all(isinstance(d, int) and d >= 0 for d in info.shape):
-            return None
-        shapes[info.name] = tuple(int(d) for d in info.shape if isinstance(d, int))
-    return shapes
-
-
-def shaped(graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
-    """``graph`` with the given input dims fixed (unchanged without any)."""
-    if not input_shapes:
-        return graph
-    return graph.with_input_shapes({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
 
 
 def timings_key_for(
