@@ -73,6 +73,8 @@ CASES = {
     "plugin-to-plugin": ("sdkit_openvino/tensors.py", "import sdkit_ggml.compiled\n", {"plugins-independent"}),
     # a backend plugin on core's upper layers
     "plugin-to-api": ("sdkit_trt/shapes.py", "import sdkit.api\n", {"plugins-use-the-contract"}),
+    # a plugin's low module reaching up inside the plugin (lazily)
+    "plugin-layer-up": ("sdkit_trt/runtime.py", "def _wrong():\n    from sdkit_trt import compiled\n", {"trt-layers"}),
     # core importing a plugin
     "core-to-plugin": ("sdkit/selection.py", "import sdkit_migraphx.backend\n", {"core-knows-no-plugin"}),
     # the coreml registry importing a converter back: a circle, and upward
