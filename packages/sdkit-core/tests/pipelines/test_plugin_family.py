@@ -147,7 +147,7 @@ def test_a_claimed_variant_is_refused_by_name(tiny_dir: Path, tmp_path: Path) ->
     index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
     index["_class_name"] = "FluxFillPipeline"
     (folder / "model_index.json").write_text(json.dumps(index), encoding="utf-8")
-    with pytest.raises(ModelFormatError, match="FluxFillPipeline is not a supported pipeline.*'Fill'"):
+    with pytest.raises(ModelFormatError, match=r"FluxFillPipeline is not a supported pipeline.*'Fill'"):
         read_folder(folder)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sdkit.backend import CompiledModel, TensorInfo, check_feeds
-from sdkit.errors import InputError, SdkitError, UnsupportedModelError
+from sdkit.errors import InputError, UnsupportedModelError
 from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
 from sdkit_ggml.compiler.builder import Builder
@@ -223,4 +223,4 @@ class GgmlCompiledModel(CompiledModel):
             self._shared_weights.clear()
 
 
-__all__ = ["GgmlCompiledModel", "SdkitError"]
+__all__ = ["GgmlCompiledModel"]
