@@ -27,6 +27,8 @@ from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, latent_chann
 from sdkit.pipelines.loading import PipelineLoader
 from sdkit.pipelines.sources import ModelSource, OnnxFileSource
 
+_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PipelineConfig)}
+
 
 def read_folder(path: str | os.PathLike[str]) -> PipelineLayout:
     """``path`` checked as a diffusers ONNX folder of a registered family (``read_layout``)."""
@@ -52,8 +54,8 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
     latents = _int(latent_channels(layout.configs, family.latent_channels), "latent_channels", layout)
     fields: dict[str, Any] = {k: v for k, v in family.config.items() if k != "denoiser_config"}
     fields["sample_size"] = family.sample_size
-    for key in spec.denoiser_keys:
-        value = denoiser.get(key, fields.get(key))
+    for key in spec.denoiser_keys:  # integer fields: sample_size, patch_size
+        value = denoiser.get(key, fields.get(key, _CONFIG_DEFAULTS.get(key)))
         fields[key] = _int(value[0] if isinstance(value, list) and value else value, key, layout)
     if "vae_shift_factor" in fields:  # SD's pipelines read no shift (diffusers' neither)
         fields["vae_shift_factor"] = _number(
@@ -70,6 +72,8 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
         tokenizers=dict(layout.tokenizer_dirs),
         text_outputs=_text_outputs(layout),
         fp32_components=family.fp32_components if vae.get("force_upcast", True) is not False else (),
+        force_zeros_for_empty_prompt=family.force_zeros_for_empty_prompt,
+        requires_aesthetics_score=family.requires_aesthetics_score,
         denoiser_config=denoiser,
         **fields,
     )
