@@ -2,12 +2,15 @@
 from a diffusers ONNX folder through the one family registry: its ``Family`` (graphs, probes,
 defaults, ``FolderSpec``) and its own pipeline class, nothing registered anywhere else.
 
-The test plugin's family is the tiny SD 1.x family under another name, with a folder spec that
+The test plugin registers two: the tiny SD 1.x family under another name, with a folder spec that
 claims folders whose ``model_index.json`` names ``PluginDiffusionPipeline`` and a pipeline class of
-its own (a ``StableDiffusionPipeline`` subclass). Oracles: diffusers' images of the same weights
-(``fixtures/tiny_pipeline/golden.npz`` for the folder, ``StableDiffusionPipeline.from_single_file``
-in ``fixtures/families/tiny/sd1/goldens.npz`` for the file), max |diff| <= 1e-3 on [0, 1] pixels,
-on the reference backend.
+its own (a ``StableDiffusionPipeline`` subclass), and FLUX.1 dev under another name claiming
+``PluginFluxPipeline`` folders (a ``FluxPipeline`` subclass; ranked above the built-in Flux spec,
+which claims the name too). Oracles: diffusers' images of the same weights
+(``fixtures/tiny_pipeline/golden.npz`` for the SD folder, ``StableDiffusionPipeline.from_single_file``
+in ``fixtures/families/tiny/sd1/goldens.npz`` for the file, ``FluxPipeline`` in
+``fixtures/tiny_flow/golden.npz`` for the Flux folder), max |diff| <= 1e-3 on [0, 1] pixels, on the
+reference backend.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ import sdkit
 from sdkit.errors import ModelFormatError
 from sdkit.families import Family
 from sdkit.families.builtin import SD_FOLDER
+from sdkit.families.flux import FLUX_DEV, FLUX_FOLDER
 from sdkit.pipelines.diffusers_folder import folder_config, read_folder
 from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 from sdkit.plugins import Plugins, manager
+from sdkit.testing.goldens import GoldenSet
 
 TINY_SD1 = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1"
 TOLERANCE = 1e-3
@@ -42,18 +47,25 @@ CLASS_NAME = "PluginDiffusionPipeline"
 # The plugin's hook module, as a third party would write it: the family object and its pipeline
 # class, registered through the hook; the family names its class by "module:attr" reference.
 PLUGIN = f"""
+from sdkit.pipelines.flux import FluxPipeline
 from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 from sdkit.plugins import hookimpl
 
 class PluginSdPipeline(StableDiffusionPipeline):
-    '''The plugin family's own pipeline class (SD's stages).'''
+    '''The plugin SD family's own pipeline class (SD's stages).'''
+
+class PluginFluxPipeline(FluxPipeline):
+    '''The plugin flow family's own pipeline class (Flux's stages).'''
 
 FAMILY = None  # set by the test: the tiny SD 1.x family renamed, with its FolderSpec
+FLOW_FAMILY = None  # FLUX.1 dev renamed, claiming PluginFlux folders
 
 @hookimpl
 def sdkit_register_model_families(registry):
     registry.add("{MODULE}:FAMILY")
+    registry.add("{MODULE}:FLOW_FAMILY")
 """
+FLUX_CLASS_NAME = "PluginFluxPipeline"  # "Flux" in it: the built-in Flux spec claims it too, at a lower rank
 
 
 @pytest.fixture
@@ -68,6 +80,10 @@ def plugin_family(tiny_families: dict[str, Family], monkeypatch: pytest.MonkeyPa
         tiny_families["sd1"], name="plugin_sd", label="plugin SD", pipeline=f"{MODULE}:PluginSdPipeline", folder=folder
     )
     module.FAMILY = family  # type: ignore[attr-defined]
+    flow_folder = replace(FLUX_FOLDER, class_names=(FLUX_CLASS_NAME,), rank=60)
+    module.FLOW_FAMILY = replace(  # type: ignore[attr-defined]
+        FLUX_DEV, name="plugin_flux", label="plugin Flux", pipeline=f"{MODULE}:PluginFluxPipeline", folder=flow_folder
+    )
     sys.modules[MODULE] = module
     entry = importlib.metadata.EntryPoint(name="plugin-family", value=MODULE, group="sdkit")
     plugins = Plugins([*importlib.metadata.entry_points(group="sdkit"), entry])
@@ -109,6 +125,30 @@ def test_a_plugin_family_loads_from_a_folder(
     assert np.abs(image - golden[f"{case['key']}_image"]).max() <= TOLERANCE
     # The built-in SD family still reads the folder the plugin does not claim.
     assert pipeline_class_for(tiny_dir) is StableDiffusionPipeline
+
+
+def test_a_plugin_flow_family_loads_from_a_folder(plugin_family: Family, tmp_path: Path) -> None:
+    """A flow family under a new name: the tiny FLUX.1 dev folder whose model_index.json names
+    the plugin's class gives diffusers' FluxPipeline image (``fixtures/tiny_flow``, case
+    ``flux_dev``) through the plugin's pipeline class."""
+    flow = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
+    goldens = GoldenSet(flow)
+    if goldens.missing:
+        pytest.skip("fixtures/tiny_flow missing")
+    folder = tmp_path / "plugin-flux"
+    shutil.copytree(flow / "flux_dev", folder)
+    index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    index["_class_name"] = FLUX_CLASS_NAME
+    (folder / "model_index.json").write_text(json.dumps(index), encoding="utf-8")
+    assert read_folder(folder).family.name == "plugin_flux"
+    pipe = sdkit.load_pipeline(folder, backend="reference")
+    assert type(pipe).__name__ == "PluginFluxPipeline" and type(pipe).__module__ == MODULE
+    c = goldens.case("flux_dev")
+    keys = ("seed", "steps", "guidance_scale", "width", "height", "max_sequence_length")
+    image = pipe.generate(
+        c["prompt"], negative_prompt=c["negative_prompt"] or "", output_type="np", **{k: c[k] for k in keys}
+    )
+    assert np.abs(image - goldens.array("flux_dev/image")).max() <= TOLERANCE
 
 
 def test_a_plugin_family_loads_from_a_single_file(plugin_family: Family) -> None:
