@@ -10,12 +10,11 @@ import pytest
 
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines import PipelineConfig
-from sdkit.pipelines.diffusers_folder import folder_config
-from sdkit.pipelines.layout import read_layout
+from sdkit.pipelines.diffusers_folder import folder_config, read_folder
 
 
 def test_the_tiny_folder(tiny_dir: Path) -> None:
-    config = folder_config(read_layout(tiny_dir))
+    config = folder_config(read_folder(tiny_dir))
     assert config.name == "model"
     assert config.prediction_type == "epsilon"
     assert config.latent_channels == 4
@@ -35,7 +34,7 @@ def test_sd_defaults_where_the_folder_is_silent(tiny_dir: Path, tmp_path: Path) 
     for component in ("unet", "vae_decoder", "vae_encoder"):
         (copy / component / "config.json").unlink()
     (copy / "scheduler" / "scheduler_config.json").write_text(json.dumps({"prediction_type": "v_prediction"}))
-    config = folder_config(read_layout(copy))
+    config = folder_config(read_folder(copy))
     assert (config.vae_scale_factor, config.sample_size, config.default_size) == (8, 64, 512)
     assert config.vae_scaling_factor == pytest.approx(0.18215)
     assert config.prediction_type == "v_prediction"
@@ -47,7 +46,7 @@ def test_bad_values_are_one_model_format_error(tiny_dir: Path, tmp_path: Path) -
     path = copy / "vae_decoder" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "scaling_factor": "big"}))
     with pytest.raises(ModelFormatError, match="scaling_factor"):
-        folder_config(read_layout(copy))
+        folder_config(read_folder(copy))
     with pytest.raises(ModelFormatError, match=r"prediction_type 'sample'.*latent_channels 0"):
         PipelineConfig(name="x", prediction_type="sample", latent_channels=0)
 
@@ -70,4 +69,4 @@ def test_bad_numbers_in_configs_are_refused(
     path = copy / config / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
     with pytest.raises(ModelFormatError, match=match):
-        folder_config(read_layout(copy))
+        folder_config(read_folder(copy))

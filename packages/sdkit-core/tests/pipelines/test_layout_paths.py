@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdkit.errors import ModelFormatError
-from sdkit.pipelines.layout import read_layout
+from sdkit.pipelines.diffusers_folder import read_folder
 
 
 @pytest.mark.parametrize("relative", ["unet/model.onnx", "tokenizer/vocab.json", "vae_decoder/config.json"])
@@ -21,7 +21,7 @@ def test_a_link_out_of_the_folder_is_refused(relative: str, tiny_dir: Path, tmp_
     (copy / relative).unlink()
     (copy / relative).symlink_to(secret)
     with pytest.raises(ModelFormatError, match="points outside its folder"):
-        read_layout(copy)
+        read_folder(copy)
 
 
 def test_links_inside_the_folder_and_a_linked_folder_are_fine(tiny_dir: Path, tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_links_inside_the_folder_and_a_linked_folder_are_fine(tiny_dir: Path, tm
     (copy / "unet" / "config.json").symlink_to(copy / "spare.json")
     linked = tmp_path / "linked"
     linked.symlink_to(copy, target_is_directory=True)
-    assert read_layout(linked).configs["unet"]
+    assert read_folder(linked).configs["unet"]
 
 
 def test_hugging_face_cache_layout_is_read(tiny_dir: Path, tmp_path: Path) -> None:
@@ -46,4 +46,4 @@ def test_hugging_face_cache_layout_is_read(tiny_dir: Path, tmp_path: Path) -> No
         link = snapshot / file.relative_to(tiny_dir)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(Path("../" * (len(link.relative_to(repo).parts) - 1)) / "blobs" / blob.name)
-    assert read_layout(snapshot).model_files["unet"].resolve().parent == blobs.resolve()
+    assert read_folder(snapshot).model_files["unet"].resolve().parent == blobs.resolve()

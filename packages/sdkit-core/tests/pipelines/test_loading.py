@@ -22,8 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from sdkit.pipelines import PipelineLoader, StableDiffusionPipeline
-from sdkit.pipelines.diffusers_folder import folder_config, folder_sources
-from sdkit.pipelines.layout import read_layout
+from sdkit.pipelines.diffusers_folder import folder_config, folder_sources, read_folder
 from sdkit.plugins import hookimpl
 
 
@@ -40,7 +39,7 @@ class PointerFileLoader(PipelineLoader):
         return f"{path.name} is not a .pointer file"
 
     def build(self, path, settings):
-        layout = read_layout(Path(path.read_text().strip()))
+        layout = read_folder(Path(path.read_text().strip()))
         config = dataclasses.replace(folder_config(layout), name=path.stem)
         names = StableDiffusionPipeline.component_names
         return StableDiffusionPipeline(config, settings.components(names, folder_sources(layout), config.text_outputs))

@@ -14,8 +14,7 @@ import pytest
 import sdkit
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.pipelines import GenerationRequest, StableDiffusionPipeline, StableDiffusionXLPipeline, XLRequest
-from sdkit.pipelines.diffusers_folder import folder_config
-from sdkit.pipelines.layout import read_layout
+from sdkit.pipelines.diffusers_folder import folder_config, read_folder
 from sdkit.pipelines.loading import pipeline_class_for
 from sdkit.pipelines.sdxl import time_ids
 from sdkit.schedulers import create_scheduler
@@ -109,7 +108,7 @@ def test_sdxl_folders_are_recognised_without_loading_models() -> None:
     assert pipeline_class_for(ROOT / "sdxl") is StableDiffusionXLPipeline
     assert pipeline_class_for(ROOT / "sdxl_refiner") is StableDiffusionXLPipeline
     assert pipeline_class_for(ROOT / "sd15") is StableDiffusionPipeline
-    base = folder_config(read_layout(ROOT / "sdxl"))
+    base = folder_config(read_folder(ROOT / "sdxl"))
     assert base.text_outputs == {
         "text_encoder": ("hidden_states.4",),
         "text_encoder_2": ("hidden_states.4", "text_embeds"),
@@ -117,7 +116,7 @@ def test_sdxl_folders_are_recognised_without_loading_models() -> None:
     assert base.vae_scaling_factor == 0.13025 and base.force_zeros_for_empty_prompt
     assert not base.requires_aesthetics_score and base.fp32_components == ("vae_decoder", "vae_encoder")
     assert set(base.tokenizers) == {"text_encoder", "text_encoder_2"}
-    refiner = folder_config(read_layout(ROOT / "sdxl_refiner"))
+    refiner = folder_config(read_folder(ROOT / "sdxl_refiner"))
     assert refiner.requires_aesthetics_score and not refiner.force_zeros_for_empty_prompt
     assert set(refiner.text_outputs) == set(refiner.tokenizers) == {"text_encoder_2"}
     pipe = offload(ROOT / "sdxl_refiner")
@@ -159,17 +158,17 @@ def test_sdxl_folder_problems_are_one_error(tmp_path: Path) -> None:
     ]:
         copy = edited(tmp_path / change.__name__, "sdxl_refiner", change)
         with pytest.raises(ModelFormatError, match=match):
-            folder_config(read_layout(copy))
+            folder_config(read_folder(copy))
     copy = edited(tmp_path / "no_te2", "sdxl", lambda c: (c / "text_encoder_2" / "model.onnx").unlink())
     with pytest.raises(ModelFormatError, match=r"missing model file text_encoder_2/model\.onnx"):
-        read_layout(copy)
+        read_folder(copy)
 
 
 def test_aesthetics_inferred_from_the_unet_when_model_index_is_silent(tmp_path: Path) -> None:
     copy = edited(
         tmp_path, "sdxl_refiner", lambda c: write_json(c / "model_index.json", {}, ("requires_aesthetics_score",))
     )
-    assert folder_config(read_layout(copy)).requires_aesthetics_score
+    assert folder_config(read_folder(copy)).requires_aesthetics_score
 
 
 # -- the VAE stays fp32 --------------------------------------------------------------------------

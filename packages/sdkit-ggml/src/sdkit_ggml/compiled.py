@@ -9,7 +9,7 @@ import numpy as np
 
 from sdkit.backend import CompiledModel, TensorInfo, check_feeds
 from sdkit.engine_cache import EngineCache
-from sdkit.errors import InputError, SdkitError, UnsupportedModelError
+from sdkit.errors import InputError, UnsupportedModelError
 from sdkit.options import physical_cores
 from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, replay_constants
 from sdkit_ggml.compiler.builder import Builder
@@ -226,4 +226,4 @@ class GgmlCompiledModel(CompiledModel):
             built[1].close()
 
 
-__all__ = ["GgmlCompiledModel", "SdkitError"]
+__all__ = ["GgmlCompiledModel"]

@@ -1,6 +1,8 @@
-"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with a Stable Diffusion 1.x/2.x or
-SDXL pipeline (``PATH``: a ``.safetensors`` checkpoint, a diffusers folder, or an ONNX pipeline
-folder; SDXL: second prompts, micro-conditioning, ``--refiner``; ``sdkit.cli.sdxl_options``).
+"""``sdkit generate --model PATH "prompt"``: txt2img / img2img with any registered family's
+pipeline: Stable Diffusion 1.x/2.x, SDXL, SD3, Flux or Chroma (``PATH``: a ``.safetensors``
+checkpoint, a diffusers folder, or an ONNX pipeline folder; a transformer-only file with its
+``--clip_l``/``--clip_g``/``--t5xxl``/``--vae`` files; SDXL: second prompts, micro-conditioning,
+``--refiner``; ``sdkit.cli.sdxl_options``).
 
 The PNG carries the generation parameters in a ``parameters`` text chunk, AUTOMATIC1111 style,
 so other tools read them back.
@@ -37,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-m",
         "--diffusion-model",  # stable-diffusion.cpp's name for a transformer-only file (Flux)
         required=True,
-        help="a .safetensors checkpoint (SD 1.x/2.x, SDXL), a diffusers folder, or a diffusers/optimum ONNX "
-        "folder; --diffusion-model (as stable-diffusion.cpp): the same, for a transformer-only file "
-        "(FLUX.1, Chroma, SD3) given with the --clip_l, --clip_g, --t5xxl and --vae files it needs",
+        help="a .safetensors checkpoint (SD 1.x/2.x, SDXL, SD3, FLUX.1, Chroma), a diffusers folder, or a "
+        "diffusers/optimum ONNX folder; --diffusion-model (as stable-diffusion.cpp): the same, for a "
+        "transformer-only file (FLUX.1, Chroma, SD3) given with the --clip_l, --clip_g, --t5xxl and --vae "
+        "files it needs",
     )
     parser.add_argument(
         "--prediction",

@@ -9,8 +9,13 @@ vocabulary, and how a user's single-file checkpoint fills those graphs.
 - ``detect`` / ``load_checkpoint`` (``detection``): which family a file is, its weights as lazy
   ``WeightSet``s per component; ``describe`` (``inspect``): what any file is, for ``sdkit inspect``.
 
+A family with a ``FolderSpec`` (``Family.folder``) also reads diffusers/optimum ONNX folders
+(``sdkit.pipelines.diffusers_folder``): the built-in SD 1.x, SDXL, SD3, Flux and Chroma ones do, and
+a plugin's family registered the same way loads from a single file and from a folder.
+
 This package sits below ``sdkit.plugins`` and ``sdkit.pipelines``: it names pipeline classes by
-reference and never imports them. See ``ARCHITECTURE.md`` ("Model families").
+reference and never imports them. See ``packages/sdkit-core/LAYERS.md`` (model families) and
+``PIPELINES.md``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from sdkit.families.checkpoint import Checkpoint, CheckpointTensor, normalize_prediction
 from sdkit.families.clip_tokenizer import ShippedClipTokenizer, ShippedVocab, TokenizerSource
 from sdkit.families.detection import Detected, detect, load_checkpoint, map_detected
-from sdkit.families.family import Family, FamilyComponent, MappedCheckpoint, UnusedKeysWarning
+from sdkit.families.family import Family, FamilyComponent, FolderSpec, MappedCheckpoint, UnusedKeysWarning
 from sdkit.families.inspect import FileDescription, describe
 from sdkit.families.keymaps import KeyMapper, TensorSource
 from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
@@ -30,6 +35,7 @@ __all__ = [
     "Family",
     "FamilyComponent",
     "FileDescription",
+    "FolderSpec",
     "KeyMapper",
     "MappedCheckpoint",
     "ShippedClipTokenizer",

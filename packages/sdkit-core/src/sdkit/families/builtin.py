@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sdkit.families.clip_tokenizer import CLIP_VOCAB, OPENCLIP_VOCAB
+from sdkit.families.family import PENULTIMATE, FolderSpec
 from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
 
 # Pipeline classes for the families beyond SD 1.x/2.x. One class per architecture: the config
@@ -105,6 +106,34 @@ SD_OUTPUTS = {"text_encoder": ("last_hidden_state",)}
 SDXL_OUTPUTS = {"text_encoder": ("hidden_states.11",), "text_encoder_2": ("hidden_states.31", "text_embeds")}
 REFINER_OUTPUTS = {"text_encoder_2": ("hidden_states.31", "text_embeds")}
 
+# --- their diffusers/optimum ONNX folders (Family.folder) -------------------------------------
+
+# Architectures a folder may name that sdkit runs none of: SD's fallback spec claims their folders
+# and refuses them by name (rather than as a folder missing unet/model.onnx).
+OTHER_ARCHITECTURES = ("Kandinsky", "Cascade", "Kontext", "Fill")
+# SD 1.x/2.x (txt2img, inpainting, ControlNet): any folder no other family claims; each folder's
+# config files say which SD it is (read as sd1, whose defaults are diffusers' AutoencoderKL's).
+SD_FOLDER = FolderSpec(
+    required=("text_encoder", "unet", "vae_decoder"),
+    optional=("vae_encoder", "unet_controlnet"),
+    tokenizers={"text_encoder": "tokenizer"},
+    text_outputs=SD_OUTPUTS,
+    refused=OTHER_ARCHITECTURES,
+)
+# SDXL base, refiner (no text_encoder), inpainting, ControlNet: an XL class or a text_encoder_2.
+SDXL_FOLDER = FolderSpec(
+    required=("text_encoder_2", "unet", "vae_decoder"),
+    optional=("text_encoder", "vae_encoder", "unet_controlnet"),
+    tokenizers={"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"},
+    text_outputs={"text_encoder": (PENULTIMATE,), "text_encoder_2": (PENULTIMATE, "text_embeds")},
+    class_names=("XL",),
+    markers=("text_encoder_2",),
+    rank=10,
+    refused=OTHER_ARCHITECTURES,
+    listed_required=("text_encoder",),
+    time_ids=True,
+)
+
 # --- the families ------------------------------------------------------------------------------
 
 SD1 = sd_family(
@@ -117,6 +146,7 @@ SD1 = sd_family(
     scheduler_config=SD15_SCHEDULER,
     tokenizers={"text_encoder": CLIP_VOCAB},
     text_outputs=SD_OUTPUTS,
+    folder=SD_FOLDER,
 )
 SD1_INPAINT = sd_family(
     "sd1_inpaint",
@@ -167,6 +197,7 @@ SDXL = sd_family(
     text_outputs=SDXL_OUTPUTS,
     pipeline=SDXL_PIPELINE,
     xl=True,
+    folder=SDXL_FOLDER,
 )
 SDXL_INPAINT = sd_family(
     "sdxl_inpaint",

@@ -31,8 +31,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sdkit.families.family import Family, FamilyComponent
-from sdkit.families.flux import FLUX_DEV_SCHEDULER, FLUX_LAYOUT, FluxGraphs, T5File, flow_vae_components
+from sdkit.families.family import Family, FamilyComponent, FolderSpec
+from sdkit.families.flux import (
+    FLOW_VARIANTS,
+    FLUX_DEV_SCHEDULER,
+    FLUX_LAYOUT,
+    FluxGraphs,
+    T5File,
+    flow_vae_components,
+)
 from sdkit.families.flux_keys import COMFY_PREFIX, BflFlux
 from sdkit.families.keymaps import TensorSource
 
@@ -110,7 +117,12 @@ COMPONENT_FILES = {
 
 
 def chroma_family(
-    name: str, label: str, graphs: FluxGraphs, arch: ChromaArch, pipeline: str = CHROMA_SINGLE_FILE_PIPELINE
+    name: str,
+    label: str,
+    graphs: FluxGraphs,
+    arch: ChromaArch,
+    pipeline: str = CHROMA_SINGLE_FILE_PIPELINE,
+    folder: FolderSpec | None = None,
 ) -> Family:
     """A Chroma family: the transformer from a Chroma file, T5 and the VAE from their own files
     (``Family.files``; ``graphs.clip`` is unused), Flux's scheduler and VAE numbers."""
@@ -136,7 +148,21 @@ def chroma_family(
         fp32_components=("vae_decoder", "vae_encoder"),
         files=COMPONENT_FILES,
         config=config,
+        folder=folder,
     )
 
 
-CHROMA = chroma_family("chroma", "Chroma", FluxGraphs("chroma_transformer"), ChromaArch())
+# Chroma's diffusers ONNX folders: T5 its one text encoder (its tokenizer folder optional).
+CHROMA_FOLDER = FolderSpec(
+    required=("text_encoder", "transformer", "vae_decoder"),
+    optional=("vae_encoder",),
+    tokenizers={"text_encoder": "tokenizer"},
+    text_outputs={"text_encoder": ("last_hidden_state",)},
+    class_names=("Chroma",),
+    rank=30,
+    refused=FLOW_VARIANTS,
+    shipped_vocab=("text_encoder",),
+    denoiser="transformer",
+    denoiser_keys=(),
+)
+CHROMA = chroma_family("chroma", "Chroma", FluxGraphs("chroma_transformer"), ChromaArch(), folder=CHROMA_FOLDER)

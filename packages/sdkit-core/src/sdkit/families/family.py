@@ -5,7 +5,11 @@ A family is plain data plus key mappers (``sdkit.families.keymaps``): its compon
 the probe tensors that tell it apart from the other families, and the defaults a checkpoint file
 does not carry (prediction type, latent channels and scale, native size, the published scheduler
 config, the tokenizers). Families are registered through ``sdkit_register_model_families``; a
-pipeline loader detects which one a file is (``detect``) and maps its weights (``map``).
+pipeline loader detects which one a file is (``detect``) and maps its weights (``map``). A family
+with a ``FolderSpec`` (``folder``) also reads diffusers/optimum ONNX export folders: the folder
+loader (``sdkit.pipelines.diffusers_folder``) finds the family a folder's ``model_index.json``
+names, reads the components and tokenizer folders the spec lists, and takes the family's defaults
+where the folder's ``config.json`` files are silent.
 
 The pipeline class is named by a ``"module:attr"`` reference (``pipeline``), as plugins register
 classes: families sit below the pipelines in sdkit's layers.
@@ -57,6 +61,9 @@ LDM_EXTRA_KEYS = frozenset(
     }
 )
 SHOWN = 5  # names an error or warning lists before "and N more"
+# In ``FolderSpec.text_outputs``: the encoder's penultimate hidden states, ``hidden_states.{N - 1}``
+# for the ``num_hidden_layers`` N of its ``config.json`` (optimum exports every layer's).
+PENULTIMATE = "<penultimate>"
 
 
 class UnusedKeysWarning(UserWarning):
@@ -118,6 +125,63 @@ class MappedCheckpoint:
             object.__setattr__(self, "prediction_type", self.family.prediction_type)
 
 
+@dataclass(frozen=True)
+class FolderSpec:
+    """How a diffusers/optimum ONNX export folder of a family looks (``<component>/model.onnx``,
+    ``<component>/config.json``, tokenizer folders, ``scheduler/scheduler_config.json``).
+
+    class_names: words of ``model_index.json``'s ``_class_name`` that name the family (``"Flux"``,
+        ``"XL"``); markers: components whose listing there names it (SD3's ``text_encoder_3``).
+        Folder families are tried highest ``rank`` first (then in registry order); the first whose
+        word or marker the index has claims the folder; one with neither claims any folder (SD
+        1.x/2.x's, rank 0: the fallback of diffusers' own ONNX exports).
+    refused: words of a class name the family claims but does not run (``"Inpaint"``: a variant).
+    required / optional: the component folders; ``listed_required``: optional ones that must be
+        there when ``model_index.json`` lists them with a class (an SDXL base's ``text_encoder``;
+        a refiner has none).
+    tokenizers: text encoder -> its tokenizer folder, required where the encoder is there, except
+        for the encoders in ``shipped_vocab`` (T5: sdkit ships its vocabulary).
+    text_outputs: per text encoder, the outputs the pipeline reads (``PENULTIMATE`` is read from
+        the encoder's ``config.json``); an encoder the folder lacks is left out.
+    denoiser: the denoiser's component; ``denoiser_keys``: the ``PipelineConfig`` fields its
+        ``config.json`` gives where it has them (``sample_size``; SD3's ``patch_size``: Flux's
+        config says 1, the 2x2 packing is the pipeline's), the family's otherwise.
+    time_ids: SDXL's switches of ``model_index.json`` apply (``force_zeros_for_empty_prompt``,
+        ``requires_aesthetics_score``, checked against the UNet's time-embedding width).
+    """
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    tokenizers: Mapping[str, str] = field(default_factory=dict)
+    text_outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    class_names: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
+    rank: int = 0
+    refused: tuple[str, ...] = ()
+    listed_required: tuple[str, ...] = ()
+    shipped_vocab: tuple[str, ...] = ()
+    denoiser: str = "unet"
+    denoiser_keys: tuple[str, ...] = ("sample_size",)
+    time_ids: bool = False
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return (*self.required, *self.optional)
+
+    def claims(self, index: Mapping[str, Any]) -> bool:
+        """Whether a ``model_index.json`` names this family (see the class docstring)."""
+        if not self.class_names and not self.markers:
+            return True
+        class_name = str(index.get("_class_name", ""))
+        return any(word in class_name for word in self.class_names) or any(listed(index, c) for c in self.markers)
+
+
+def listed(index: Mapping[str, Any], component: str) -> bool:
+    """Whether ``model_index.json`` names ``component`` with a class (``[null, null]`` does not)."""
+    entry = index.get(component)
+    return isinstance(entry, list) and bool(entry) and entry[0] is not None
+
+
 @dataclass(frozen=True, eq=False)
 class Family:
     """A model family. See the module docstring; ``sdkit.families.builtin`` builds SD's."""
@@ -152,6 +216,8 @@ class Family:
     # checkpoint has no key there; a given one is read under that prefix, replacing the file's own.
     embedded: Mapping[str, str] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)  # more PipelineConfig fields (flow models')
+    # How the family's diffusers/optimum ONNX export folders look; None: single files only.
+    folder: FolderSpec | None = None
 
     def file_prefix(self, option: str) -> str:
         """The key prefix a component file given as ``option`` is read under."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.families.clip_tokenizer import CLIP_VOCAB, TokenizerSource
-from sdkit.families.family import Family, FamilyComponent
+from sdkit.families.family import Family, FamilyComponent, FolderSpec
 from sdkit.families.flux_keys import BflFlux
 from sdkit.families.keymaps import LdmClip, LdmVae, TensorSource
 
@@ -143,6 +143,7 @@ def flux_family(
     guidance: bool,
     pipeline: str = FLUX_SINGLE_FILE_PIPELINE,
     clip_tokenizer: TokenizerSource = CLIP_VOCAB,
+    folder: FolderSpec | None = None,
 ) -> Family:
     """A Flux family: the transformer from a BFL-layout file, CLIP-L, T5 and the VAE from their
     own files (``Family.files``), the published FLUX.1 configuration."""
@@ -172,11 +173,30 @@ def flux_family(
         priority=1 if guidance else 0,
         files=COMPONENT_FILES,
         config={"vae_shift_factor": 0.1159, "patch_size": 2, "denoiser_config": {"guidance_embeds": guidance}},
+        folder=folder,
     )
 
 
+# A flow family's folder: a class name it claims but does not run (a variant pipeline).
+FLOW_VARIANTS = ("Control", "Inpaint", "Img2Img", "Kontext", "Fill")
+# FLUX.1 dev's and schnell's diffusers ONNX folders (both read as flux_dev: everything that tells
+# them apart, the scheduler and the transformer's guidance_embeds, is the folder's own).
+FLUX_FOLDER = FolderSpec(
+    required=("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
+    optional=("vae_encoder",),
+    tokenizers={"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"},
+    text_outputs={"text_encoder": ("pooler_output",), "text_encoder_2": ("last_hidden_state",)},
+    class_names=("Flux",),
+    rank=20,
+    refused=FLOW_VARIANTS,
+    shipped_vocab=("text_encoder_2",),
+    denoiser="transformer",
+    denoiser_keys=(),  # the transformer's patch_size is 1: the 2x2 packing is the pipeline's
+)
 FLUX = FluxArch()
-FLUX_DEV = flux_family("flux_dev", "FLUX.1 dev", FluxGraphs("flux_dev_transformer"), FLUX, guidance=True)
+FLUX_DEV = flux_family(
+    "flux_dev", "FLUX.1 dev", FluxGraphs("flux_dev_transformer"), FLUX, guidance=True, folder=FLUX_FOLDER
+)
 FLUX_SCHNELL = flux_family(
     "flux_schnell", "FLUX.1 schnell", FluxGraphs("flux_schnell_transformer"), FLUX, guidance=False
 )

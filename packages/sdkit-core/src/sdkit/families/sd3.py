@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.families.clip_tokenizer import CLIP_VOCAB, OPENCLIP_VOCAB, TokenizerSource
-from sdkit.families.family import Family, FamilyComponent
-from sdkit.families.flux import T5File, flow_vae_components
+from sdkit.families.family import PENULTIMATE, Family, FamilyComponent, FolderSpec
+from sdkit.families.flux import FLOW_VARIANTS, T5File, flow_vae_components
 from sdkit.families.keymaps import LdmClip
 from sdkit.families.sd3_keys import SaiMmdit, Sd3ClipL
 
@@ -121,6 +121,7 @@ def sd3_family(
     arch: Sd3Arch,
     pipeline: str = SD3_PIPELINE,
     clip_tokenizers: tuple[TokenizerSource, TokenizerSource] = (CLIP_VOCAB, OPENCLIP_VOCAB),
+    folder: FolderSpec | None = None,
 ) -> Family:
     """An SD3 family: the MMDiT (and whatever else the file holds) from a Stability-layout file,
     the rest from their own files; the published SD3 configuration."""
@@ -157,12 +158,34 @@ def sd3_family(
             "patch_size": arch.patch,
             "denoiser_config": {"joint_attention_dim": arch.context_dim},
         },
+        folder=folder,
     )
 
 
 SD3_MEDIUM_ARCH = Sd3Arch()
 SD35_LARGE_ARCH = Sd3Arch(hidden=2432, depth=38, qk_norm=True)
 SD35_MEDIUM_ARCH = Sd3Arch(positions=384 * 384, dual_attention_layers=tuple(range(13)), qk_norm=True)
-SD3_MEDIUM = sd3_family("sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH)
+# SD3 / 3.5 diffusers ONNX folders (all read as sd3_medium: the transformer's config.json gives
+# the patch and sample size; T5, text_encoder_3, is optional, as diffusers' pipeline has it).
+SD3_FOLDER = FolderSpec(
+    required=("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
+    optional=("text_encoder_3", "vae_encoder"),
+    tokenizers={"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3"},
+    text_outputs={
+        "text_encoder": (PENULTIMATE, "text_embeds"),
+        "text_encoder_2": (PENULTIMATE, "text_embeds"),
+        "text_encoder_3": ("last_hidden_state",),
+    },
+    class_names=("StableDiffusion3",),
+    markers=("text_encoder_3",),
+    rank=40,
+    refused=FLOW_VARIANTS,
+    shipped_vocab=("text_encoder_3",),
+    denoiser="transformer",
+    denoiser_keys=("sample_size", "patch_size"),
+)
+SD3_MEDIUM = sd3_family(
+    "sd3_medium", "SD3 Medium", Sd3Graphs("sd3_medium_transformer"), SD3_MEDIUM_ARCH, folder=SD3_FOLDER
+)
 SD35_LARGE = sd3_family("sd35_large", "SD 3.5 Large", Sd3Graphs("sd35_large_transformer"), SD35_LARGE_ARCH)
 SD35_MEDIUM = sd3_family("sd35_medium", "SD 3.5 Medium", Sd3Graphs("sd35_medium_transformer"), SD35_MEDIUM_ARCH)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.families.clip_tokenizer import TokenizerSource
-from sdkit.families.family import Family, FamilyComponent
+from sdkit.families.family import Family, FamilyComponent, FolderSpec
 from sdkit.families.keymaps import KeyMapper, LdmClip, LdmUNet, LdmVae, OpenClip, Prefixed
 
 SD_PIPELINE = "sdkit.pipelines.stable_diffusion:StableDiffusionPipeline"
@@ -122,10 +122,12 @@ def sd_family(
     xl: bool = False,
     vae_prefix: str = "first_stage_model.",
     priority: int = 0,
+    folder: FolderSpec | None = None,
 ) -> Family:
     """A Stable Diffusion family from diffusers configs (see the module docstring). ``xl``: an
     SDXL family (empty negative prompt as zeros for a base, aesthetic-score time ids for a
-    refiner, told apart by its UNet's time-embedding width; the VAE kept in fp32)."""
+    refiner, told apart by its UNet's time-embedding width; the VAE kept in fp32). ``folder``:
+    how its ONNX export folders look (``Family.folder``)."""
     components: dict[str, FamilyComponent] = {"unet": unet_component(unet_graph, unet_config, unet_prefix)}
     for encoder in text_encoders:
         components[encoder.component] = FamilyComponent(encoder.graph, encoder.mappers(), encoder.probes())
@@ -150,4 +152,5 @@ def sd_family(
         fp32_components=("vae_decoder", "vae_encoder") if xl else (),
         inpainting=int(unet_config.get("in_channels", latents)) == 2 * latents + 1,
         priority=priority,
+        folder=folder,
     )

@@ -1,5 +1,6 @@
-"""Stable Diffusion 1.x/2.x and SDXL pipelines (txt2img, img2img, SDXL refiner), SD3, Flux.1 and
-Chroma (txt2img) on any backend.
+"""Stable Diffusion 1.x/2.x and SDXL pipelines (txt2img, img2img, inpainting, ControlNet, hires
+fix, SDXL refiner), SD3, Flux.1 and Chroma (txt2img, img2img) on any backend, for every registered
+model family, from single files and from diffusers ONNX folders alike.
 
     import sdkit
     pipe = sdkit.load_pipeline("dreamshaper_8.safetensors", backend="auto")   # or an ONNX folder

@@ -1,104 +1,93 @@
 """The diffusers/optimum ONNX folder as a pipeline: its ``PipelineConfig`` (from the folder's
-``model_index.json``, ``config.json`` and ``scheduler_config.json`` files), its component sources
-(the ``.onnx`` files) and the model loader that recognises such folders (``model_index.json``
-inside): Stable Diffusion 1.x/2.x, SDXL base and refiner (``text_encoder_2``), SD3/3.5, FLUX.1
-and Chroma (``model_index.json``'s class, or a ``text_encoder_3``)."""
+``model_index.json``, ``config.json`` and ``scheduler_config.json`` files, the family's defaults
+where they are silent), its component sources (the ``.onnx`` files) and the model loader that
+recognises such folders (``model_index.json`` inside).
+
+Which family a folder is, and so its pipeline class, components, tokenizer folders and text
+outputs, is asked of the registered families (``sdkit_register_model_families``): the first
+whose ``Family.folder`` claims the folder's ``model_index.json`` (``sdkit.pipelines.layout``). The
+built-in ones read Stable Diffusion 1.x/2.x, SDXL base and refiner, SD3/3.5, FLUX.1 and Chroma
+folders; a plugin's family with a ``FolderSpec`` loads from a folder the same way.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, UnsupportedFamilyError
+from sdkit.families.family import PENULTIMATE
 from sdkit.pipelines.base import Pipeline
-from sdkit.pipelines.chroma import ChromaPipeline
 from sdkit.pipelines.components import LoadSettings
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.flux import FluxPipeline
+from sdkit.pipelines.families import import_pipeline_class, registered_families
 from sdkit.pipelines.layout import PipelineLayout, is_pipeline_dir, latent_channels, read_layout
 from sdkit.pipelines.loading import PipelineLoader
-from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
-from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.sources import ModelSource, OnnxFileSource
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
 
-DEFAULT_SCALING_FACTOR = 0.18215  # SD 1.x/2.x; a VAE config.json names its own
-# The released models' VAE factors (scaling, shift), where a folder's VAE config is silent.
-FLOW_VAE_FACTORS = {"sd3": (1.5305, 0.0609), "flux": (0.3611, 0.1159), "chroma": (0.3611, 0.1159)}
-PIPELINE_CLASSES: dict[str, type[Pipeline]] = {
-    "sd": StableDiffusionPipeline,
-    "sdxl": StableDiffusionXLPipeline,
-    "sd3": StableDiffusion3Pipeline,
-    "flux": FluxPipeline,
-    "chroma": ChromaPipeline,
-}
+_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PipelineConfig)}
+
+
+def read_folder(path: str | os.PathLike[str]) -> PipelineLayout:
+    """``path`` checked as a diffusers ONNX folder of a registered family (``read_layout``)."""
+    return read_layout(path, registered_families())
 
 
 def folder_config(layout: PipelineLayout) -> PipelineConfig:
-    """The configuration a diffusers folder describes (SD defaults where a file is silent)."""
-    if layout.family in FLOW_VAE_FACTORS:
-        return flow_config(layout)
+    """The configuration a diffusers folder describes: the VAE's factors and latent channels, the
+    denoiser's sample size (and what else ``FolderSpec.denoiser_keys`` names), the scheduler's
+    prediction type, the text encoders' outputs, SDXL's switches; the family's defaults where a
+    file is silent."""
+    family, spec = layout.family, layout.spec
     vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
-    unet = layout.configs.get("unet", {})
+    denoiser = layout.configs.get(spec.denoiser, {})
     blocks = vae.get("block_out_channels")
-    # Pixels per latent cell: 2 ** (number of VAE blocks - 1); 8 for every SD VAE.
-    scale_factor = 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
-    sample = unet.get("sample_size", 64)
+    # Pixels per latent cell: 2 ** (number of VAE blocks - 1); 8 for every SD and flow VAE.
+    scale_factor = 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else family.vae_scale_factor
     scheduler = layout.scheduler_config or None
-    prediction = (scheduler or {}).get("prediction_type", "epsilon")
-    latents = _int(latent_channels(layout.configs), "latent_channels", layout)
+    # A flow family predicts a velocity whatever the scheduler says; SD's folders name theirs.
+    prediction = family.prediction_type
+    if prediction != "flow":
+        prediction = (scheduler or {}).get("prediction_type", prediction)
+    latents = _int(latent_channels(layout.configs, family.latent_channels), "latent_channels", layout)
+    fields: dict[str, Any] = {k: v for k, v in family.config.items() if k != "denoiser_config"}
+    fields["sample_size"] = family.sample_size
+    for key in spec.denoiser_keys:  # integer fields: sample_size, patch_size
+        value = denoiser.get(key, fields.get(key, _CONFIG_DEFAULTS.get(key)))
+        fields[key] = _int(value[0] if isinstance(value, list) and value else value, key, layout)
+    if "vae_shift_factor" in fields:  # SD's pipelines read no shift (diffusers' neither)
+        fields["vae_shift_factor"] = _number(
+            vae.get("shift_factor", fields["vae_shift_factor"]), "shift_factor", layout
+        )
     config = PipelineConfig(
         name=layout.name,
         prediction_type=prediction,
         latent_channels=latents,
-        vae_scaling_factor=_number(vae.get("scaling_factor", DEFAULT_SCALING_FACTOR), "scaling_factor", layout),
+        vae_scaling_factor=_number(vae.get("scaling_factor", family.vae_scaling_factor), "scaling_factor", layout),
         vae_scale_factor=scale_factor,
-        sample_size=_int(sample[0] if isinstance(sample, list) and sample else sample, "sample_size", layout),
-        inpainting=unet.get("in_channels", latents) == 2 * latents + 1,
+        inpainting=denoiser.get("in_channels", latents) == 2 * latents + 1,
         scheduler_config=scheduler,
         tokenizers=dict(layout.tokenizer_dirs),
-        text_outputs={"text_encoder": ("last_hidden_state",)},
+        text_outputs=_text_outputs(layout),
+        fp32_components=family.fp32_components if vae.get("force_upcast", True) is not False else (),
+        force_zeros_for_empty_prompt=family.force_zeros_for_empty_prompt,
+        requires_aesthetics_score=family.requires_aesthetics_score,
+        denoiser_config=denoiser,
+        **fields,
     )
-    return _xl_config(config, layout) if layout.xl else config
+    return _xl_config(config, layout) if spec.time_ids else config
 
 
-def flow_config(layout: PipelineLayout) -> PipelineConfig:
-    """SD3's, Flux's or Chroma's configuration: 16-channel latents with a shifted VAE, the
-    transformer's patch (SD3's config; Flux and Chroma pack 2x2), its config, and the outputs each
-    text encoder gives: SD3's CLIPs their penultimate hidden states and ``text_embeds``, Flux's
-    CLIP ``pooler_output``, T5 ``last_hidden_state``."""
-    family = layout.family
-    vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
-    transformer = layout.configs.get("transformer", {})
-    blocks = vae.get("block_out_channels")
-    scale_factor = 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
-    scaling, shift = FLOW_VAE_FACTORS[family]
+def _text_outputs(layout: PipelineLayout) -> dict[str, tuple[str, ...]]:
+    """The outputs the pipeline reads of each text encoder the folder has (``FolderSpec.text_outputs``),
+    ``PENULTIMATE`` read from the encoder's config."""
     outputs: dict[str, tuple[str, ...]] = {}
-    if family == "sd3":
-        for encoder in ("text_encoder", "text_encoder_2"):
-            outputs[encoder] = (_penultimate(layout, encoder), "text_embeds")
-        outputs["text_encoder_3"] = ("last_hidden_state",)
-    elif family == "flux":
-        outputs = {"text_encoder": ("pooler_output",), "text_encoder_2": ("last_hidden_state",)}
-    else:
-        outputs = {"text_encoder": ("last_hidden_state",)}
-    patch = transformer.get("patch_size", 2) if family == "sd3" else 2
-    return PipelineConfig(
-        name=layout.name,
-        prediction_type="flow",
-        latent_channels=_int(vae.get("latent_channels", 16), "latent_channels", layout),
-        vae_scaling_factor=_number(vae.get("scaling_factor", scaling), "scaling_factor", layout),
-        vae_shift_factor=_number(vae.get("shift_factor", shift), "shift_factor", layout),
-        patch_size=_int(patch, "patch_size", layout),
-        vae_scale_factor=scale_factor,
-        sample_size=_int(transformer.get("sample_size", 128) if family == "sd3" else 128, "sample_size", layout),
-        scheduler_config=layout.scheduler_config or None,
-        tokenizers=dict(layout.tokenizer_dirs),
-        text_outputs=outputs,
-        fp32_components=("vae_decoder", "vae_encoder") if vae.get("force_upcast", True) is not False else (),
-        denoiser_config=transformer,
-    )
+    for encoder, names in layout.spec.text_outputs.items():
+        if encoder in layout.model_files:
+            outputs[encoder] = tuple(_penultimate(layout, encoder) if n == PENULTIMATE else n for n in names)
+    return outputs
 
 
 def _penultimate(layout: PipelineLayout, encoder: str) -> str:
@@ -113,22 +102,12 @@ def _penultimate(layout: PipelineLayout, encoder: str) -> str:
 
 
 def _xl_config(config: PipelineConfig, layout: PipelineLayout) -> PipelineConfig:
-    """SDXL's settings: penultimate hidden states of each text encoder (optimum exports every
-    layer's as ``hidden_states.0..N``) and ``text_embeds`` of the second; the empty-negative and
-    aesthetic-score switches of ``model_index.json`` (diffusers' defaults: true, false); the VAE
-    kept in fp32 unless its config says ``force_upcast: false`` (e.g. madebyollin's fp16-fix VAE)."""
-    outputs: dict[str, tuple[str, ...]] = {}
-    for encoder in ("text_encoder", "text_encoder_2"):
-        if encoder in layout.model_files:
-            hidden = _penultimate(layout, encoder)
-            outputs[encoder] = (hidden, "text_embeds") if encoder == "text_encoder_2" else (hidden,)
-    vae = layout.configs.get("vae_decoder") or layout.configs.get("vae_encoder") or {}
+    """SDXL's switches of ``model_index.json``: the empty-negative and aesthetic-score flags
+    (diffusers' defaults: true, false)."""
     return dataclasses.replace(
         config,
-        text_outputs=outputs,
         force_zeros_for_empty_prompt=_flag(layout, "force_zeros_for_empty_prompt", True),
         requires_aesthetics_score=_aesthetics(layout),
-        fp32_components=("vae_decoder", "vae_encoder") if vae.get("force_upcast", True) is not False else (),
     )
 
 
@@ -184,6 +163,14 @@ def folder_sources(layout: PipelineLayout) -> dict[str, ModelSource]:
     return {name: OnnxFileSource(file) for name, file in layout.model_files.items()}
 
 
+def folder_pipeline_class(layout: PipelineLayout) -> type[Pipeline]:
+    """The pipeline class of the folder's family (its ``"module:attr"`` reference)."""
+    cls: Any = import_pipeline_class(layout.family, layout.name)
+    if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
+        raise UnsupportedFamilyError(f"family {layout.family.name!r}: {layout.family.pipeline} is not a Pipeline class")
+    return cls
+
+
 class DiffusersOnnxLoader(PipelineLoader):
     """Model loader for pipeline folders (``model_index.json`` inside): returns a pipeline."""
 
@@ -195,20 +182,20 @@ class DiffusersOnnxLoader(PipelineLoader):
 
     def explain(self, path: Path) -> str:
         try:
-            read_layout(path)
+            read_folder(path)
         except ModelFormatError as exc:
             return str(exc)
         return ""
 
     def pipeline_class(self, path: Path) -> type[Pipeline]:
-        return PIPELINE_CLASSES[read_layout(path).family]
+        return folder_pipeline_class(read_folder(path))
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        layout = read_layout(path)
+        layout = read_folder(path)
+        cls = folder_pipeline_class(layout)
         config = folder_config(layout)
         if settings.prediction is not None:
             config = dataclasses.replace(config, prediction_type=settings.prediction)
-        cls = PIPELINE_CLASSES[layout.family]
         sources = {k: v for k, v in folder_sources(layout).items() if k in cls.component_names}
         components = settings.components(cls.component_names, sources, config.text_outputs, config.fp32_components)
         return cls(config, components)

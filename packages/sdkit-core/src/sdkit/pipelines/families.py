@@ -128,13 +128,20 @@ def open_for_pipeline(
 def pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:
     """The family's pipeline class, or ``UnsupportedFamilyError`` saying what is missing (the
     class, then a graph: ``require_graphs``)."""
+    cls = import_pipeline_class(family, what)
+    require_graphs(family, what)
+    return cls
+
+
+def import_pipeline_class(family: Family, what: str | Path = "this checkpoint") -> type[Any]:
+    """The class the family's ``pipeline`` reference names, or ``UnsupportedFamilyError`` (a
+    folder of the family needs no shipped graph: the folder loader asks this alone)."""
     try:
         cls: type[Any] = import_object(family.pipeline)
     except (ImportError, AttributeError, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise UnsupportedFamilyError(
-            f"{what} is a {family.label} checkpoint (family {family.name!r}); its weights load, but its "
+            f"{what} is a {family.label} model (family {family.name!r}); its files are recognised, but its "
             f"pipeline {family.pipeline} is not available ({why})"
         ) from None
-    require_graphs(family, what)
     return cls

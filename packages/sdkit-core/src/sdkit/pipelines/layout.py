@@ -1,5 +1,8 @@
-"""The diffusers/optimum ONNX folder layout of a Stable Diffusion 1.x/2.x, SDXL, SD3, Flux or
-Chroma pipeline (the last three: ``FLOW_FAMILIES``; ``transformer/`` instead of ``unet/``).
+"""The diffusers/optimum ONNX folder layout of a registered family's pipeline: which family a
+folder is (``folder_family``: the one whose ``Family.folder`` claims its ``model_index.json``), and
+the files that family's ``FolderSpec`` lists, checked (``read_layout``). The built-in folder
+families: Stable Diffusion 1.x/2.x, SDXL, SD3, Flux and Chroma (the last three with
+``transformer/`` instead of ``unet/``). SD's:
 
 ```
 model_index.json
@@ -16,47 +19,25 @@ scheduler/scheduler_config.json
 
 Each ``<component>/config.json`` is optional; from it come the VAE's scaling factor and
 downsampling factor, the UNet's default sample size and input channels and the text encoders'
-layer count (SD defaults otherwise): see ``sdkit.pipelines.diffusers_folder.folder_config``. A UNet
-with ``2c + 1`` input channels for a VAE of ``c`` latent channels (9 for SD) is an inpainting UNet.
-An SDXL folder is one whose ``model_index.json`` names an XL pipeline class or a ``text_encoder_2``.
+layer count (the family's defaults otherwise): see ``sdkit.pipelines.diffusers_folder.folder_config``.
+A UNet with ``2c + 1`` input channels for a VAE of ``c`` latent channels (9 for SD) is an inpainting
+UNet. An SDXL folder is one whose ``model_index.json`` names an XL pipeline class or a
+``text_encoder_2`` (``sdkit.families.builtin.SDXL_FOLDER``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sdkit.errors import ModelFormatError
+from sdkit.families.family import Family, FolderSpec, listed
 from sdkit.files import inside_model_folder
 from sdkit.model import refuse_unsafe_or_missing
-
-REQUIRED = ("text_encoder", "unet", "vae_decoder")
-OPTIONAL = ("vae_encoder", "unet_controlnet")
-COMPONENTS = (*REQUIRED, *OPTIONAL)
-XL_REQUIRED = ("text_encoder_2", "unet", "vae_decoder")
-XL_OPTIONAL = ("text_encoder", "vae_encoder", "unet_controlnet")  # a refiner has no text_encoder
-XL_COMPONENTS = ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder", "unet_controlnet")
-TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
-
-# Flow-matching families (issue 12): required components, optional ones, and the tokenizer folder
-# of each text encoder: CLIP's are required, T5's optional (sdkit ships T5's vocabulary).
-FLOW_FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]] = {
-    "sd3": (
-        ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
-        ("text_encoder_3", "vae_encoder"),
-        {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3"},
-    ),
-    "flux": (
-        ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"),
-        ("vae_encoder",),
-        {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"},
-    ),
-    "chroma": (("text_encoder", "transformer", "vae_decoder"), ("vae_encoder",), {"text_encoder": "tokenizer"}),
-}
-T5_ENCODERS = {"sd3": "text_encoder_3", "flux": "text_encoder_2", "chroma": "text_encoder"}
 
 
 def is_pipeline_dir(path: Path) -> bool:
@@ -82,74 +63,60 @@ def read_optional_json_object(path: Path, what: str = "config") -> dict[str, Any
 
 @dataclass(frozen=True)
 class PipelineLayout:
-    """What a pipeline folder holds, checked before anything is compiled."""
+    """What a pipeline folder holds, checked before anything is compiled, and the registered
+    family it is a folder of (``Family.folder`` says how it looks)."""
 
     root: Path
     index: dict[str, Any]
     model_files: dict[str, Path]
     tokenizer_dirs: dict[str, Path]  # text-encoder component -> its tokenizer folder
     scheduler_config: dict[str, Any]
-    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    xl: bool = False  # an SDXL base or refiner
-    family: str = "sd"  # sd, sdxl, or a flow family: sd3, flux, chroma
+    configs: dict[str, dict[str, Any]]
+    family: Family
 
     @property
     def name(self) -> str:
         return self.root.name
 
     @property
-    def tokenizer_dir(self) -> Path:
-        """The first text encoder's tokenizer folder."""
-        return next(iter(self.tokenizer_dirs.values()))
-
-    @property
-    def has_vae_encoder(self) -> bool:
-        return "vae_encoder" in self.model_files
+    def spec(self) -> FolderSpec:
+        return _spec(self.family)
 
 
-def is_xl(index: dict[str, Any]) -> bool:
-    """Whether a ``model_index.json`` describes an SDXL pipeline (base or refiner)."""
-    entry = index.get("text_encoder_2")
-    return "XL" in str(index.get("_class_name", "")) or (isinstance(entry, list) and entry[:1] != [None])
-
-
-def flow_family(index: dict[str, Any]) -> str | None:
-    """The flow-matching family a ``model_index.json`` names (``sd3``, ``flux``, ``chroma``), or None."""
+def folder_family(root: Path, index: dict[str, Any], families: Sequence[Family]) -> Family:
+    """The family ``model_index.json`` names among ``families`` (highest priority first, as the
+    registry lists them): the first claimant in ``FolderSpec.rank`` order; refused when its spec
+    refuses the class name (a variant it does not run) or when no family reads folders."""
+    readers = sorted((f for f in families if f.folder is not None), key=lambda f: -_spec(f).rank)
+    family = next((f for f in readers if _spec(f).claims(index)), None)
     class_name = str(index.get("_class_name", ""))
-    if class_name.startswith("StableDiffusion3") or _listed(index, "text_encoder_3"):
-        return "sd3"
-    if class_name.startswith("Chroma"):
-        return "chroma"
-    if class_name.startswith("Flux"):
-        return "flux"
-    return None
-
-
-def _refuse_other_families(root: Path, index: dict[str, Any]) -> None:
-    class_name = str(index.get("_class_name", ""))
-    flow_variant = class_name.startswith(("Flux", "StableDiffusion3", "Chroma")) and any(
-        word in class_name for word in ("Control", "Inpaint", "Img2Img")
-    )  # SD and SDXL inpainting/ControlNet folders are supported; the flow models' are not yet
-    if flow_variant or any(word in class_name for word in ("Kandinsky", "Cascade", "Kontext", "Fill")):
+    if family is None:
         raise ModelFormatError(
-            f"{root.name}: {class_name} is not a supported pipeline (SD 1.x/2.x and SDXL, with inpainting "
-            "and ControlNet, and SD3, Flux.1 and Chroma txt2img are)"
+            f"{root.name}: no registered model family reads this folder (model_index.json's class "
+            f"{class_name or '(none)'}); families with folders: {', '.join(f.name for f in readers) or 'none'}"
         )
+    refused = [word for word in _spec(family).refused if word in class_name]
+    if refused:
+        raise ModelFormatError(
+            f"{root.name}: {class_name} is not a supported pipeline (sdkit reads no {refused[0]!r} folder; "
+            f"it reads these families' folders: {', '.join(f.name for f in readers)})"
+        )
+    return family
 
 
-def _listed(index: dict[str, Any], component: str) -> bool:
-    """Whether ``model_index.json`` names ``component`` with a class (``[null, null]`` does not)."""
-    entry = index.get(component)
-    return isinstance(entry, list) and bool(entry) and entry[0] is not None
+def _spec(family: Family) -> FolderSpec:
+    assert family.folder is not None  # folder_family picks only families with one
+    return family.folder
 
 
-def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
-    """Check ``path`` is a diffusers ONNX pipeline with every file it needs."""
+def read_layout(path: str | os.PathLike[str], families: Sequence[Family]) -> PipelineLayout:
+    """Check ``path`` is a diffusers ONNX pipeline folder of one of ``families`` (the registered
+    ones: ``sdkit.pipelines.diffusers_folder.read_folder``) with every file its spec needs."""
     root = Path(path).expanduser()
     refuse_unsafe_or_missing(root, "pipeline")  # a .ckpt gets the same refusal as everywhere else
     if not root.is_dir():
         single_file = (
-            "; single-file checkpoints are not supported yet: use the model's diffusers ONNX export"
+            "; a .safetensors checkpoint loads through the checkpoint loader (sdkit.load_pipeline)"
             if root.suffix.lower() == ".safetensors"
             else ""
         )
@@ -161,39 +128,39 @@ def read_layout(path: str | os.PathLike[str]) -> PipelineLayout:
         raise ModelFormatError(f"{root} is not a diffusers ONNX pipeline: it has no model_index.json")
     inside_model_folder(root, "model_index.json", f"{root.name}: file")
     index = read_json_object(root / "model_index.json", "pipeline index")
-    _refuse_other_families(root, index)
-    family = flow_family(index)
-    if family is not None:
-        return _read_flow_layout(root, index, family)
-    xl = is_xl(index)
-    required, components = (XL_REQUIRED, XL_COMPONENTS) if xl else (REQUIRED, COMPONENTS)
+    family = folder_family(root, index, families)
+    spec = _spec(family)
     files: dict[str, Path] = {}
-    for component in components:
+    for component in spec.components:
         file = root / component / "model.onnx"
         if file.is_file():
             files[component] = file
-        elif component in required or (xl and component == "text_encoder" and _listed(index, component)):
+        elif component in spec.required or (component in spec.listed_required and listed(index, component)):
             raise ModelFormatError(f"{root.name}: missing model file {component}/model.onnx")
     tokenizer_dirs = {}
-    for encoder in (c for c in TOKENIZERS if c in files):
-        folder = root / TOKENIZERS[encoder]
-        if not folder.is_dir():
-            raise ModelFormatError(f"{root.name}: missing {TOKENIZERS[encoder]}/ folder")
-        tokenizer_dirs[encoder] = folder
-    _check_contained(root, [*files.values(), *tokenizer_dirs.values()], components)  # before reading them
+    for encoder, folder_name in spec.tokenizers.items():
+        folder = root / folder_name
+        if encoder not in files:
+            continue
+        if folder.is_dir():
+            tokenizer_dirs[encoder] = folder
+        elif encoder not in spec.shipped_vocab:
+            raise ModelFormatError(f"{root.name}: missing {folder_name}/ folder")
+    _check_contained(root, [*files.values(), *tokenizer_dirs.values()], spec.components)  # before reading them
     scheduler_file = root / "scheduler" / "scheduler_config.json"
     scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
-    configs = {c: read_optional_json_object(root / c / "config.json") for c in components}
-    _check_unet_channels(root.name, configs)
-    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, xl, "sdxl" if xl else "sd")
+    configs = {c: read_optional_json_object(root / c / "config.json") for c in spec.components}
+    if "unet" in configs:
+        _check_unet_channels(root.name, configs, family.latent_channels)
+    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, family)
 
 
-def latent_channels(configs: dict[str, dict[str, Any]]) -> int:
-    """The VAE's latent channels: its config's, else the UNet's input channels (4 unless said;
-    ``(in - 1) / 2`` for a 9-channel inpainting UNet)."""
+def latent_channels(configs: dict[str, dict[str, Any]], default: int = 4) -> int:
+    """The VAE's latent channels: its config's, else the UNet's input channels (``default``
+    without one; ``(in - 1) / 2`` for an inpainting UNet's ``2 * default + 1``)."""
     vae = configs.get("vae_decoder") or configs.get("vae_encoder") or {}
-    unet = configs.get("unet", {}).get("in_channels", 4)
-    value = vae.get("latent_channels", 4 if unet == 9 else unet)
+    unet = configs.get("unet", {}).get("in_channels", default)
+    value = vae.get("latent_channels", default if unet == 2 * default + 1 else unet)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ModelFormatError(
             f"latent_channels / in_channels in a config.json must be a positive integer, not {value!r}"
@@ -201,10 +168,10 @@ def latent_channels(configs: dict[str, dict[str, Any]]) -> int:
     return value
 
 
-def _check_unet_channels(name: str, configs: dict[str, dict[str, Any]]) -> None:
+def _check_unet_channels(name: str, configs: dict[str, dict[str, Any]], default: int) -> None:
     """A txt2img UNet (as many input channels as the latents) or an inpainting one (2c + 1); a
     ``unet_controlnet`` takes what the ``unet`` takes."""
-    latent = latent_channels(configs)
+    latent = latent_channels(configs, default)
     unet = configs["unet"].get("in_channels", latent)
     if unet not in (latent, 2 * latent + 1):
         raise ModelFormatError(
@@ -227,30 +194,3 @@ def _check_contained(root: Path, paths: list[Path], components: tuple[str, ...])
     for path in read:
         if path.exists() or path.is_symlink():
             inside_model_folder(root, path.relative_to(root), f"{root.name}: file")
-
-
-def _read_flow_layout(root: Path, index: dict[str, Any], family: str) -> PipelineLayout:
-    """An SD3, Flux or Chroma folder: its transformer, text encoders and VAE; a CLIP tokenizer
-    folder per CLIP encoder (T5's folder is optional: sdkit ships T5's vocabulary)."""
-    required, optional, tokenizers = FLOW_FAMILIES[family]
-    files: dict[str, Path] = {}
-    for component in (*required, *optional):
-        file = root / component / "model.onnx"
-        if file.is_file():
-            files[component] = file
-        elif component in required:
-            raise ModelFormatError(f"{root.name}: missing model file {component}/model.onnx")
-    tokenizer_dirs = {}
-    for encoder, folder_name in tokenizers.items():
-        folder = root / folder_name
-        if encoder not in files:
-            continue
-        if folder.is_dir():
-            tokenizer_dirs[encoder] = folder
-        elif encoder != T5_ENCODERS[family]:
-            raise ModelFormatError(f"{root.name}: missing {folder_name}/ folder")
-    _check_contained(root, [*files.values(), *tokenizer_dirs.values()], (*required, *optional))
-    scheduler_file = root / "scheduler" / "scheduler_config.json"
-    scheduler_config = read_json_object(scheduler_file, "scheduler config") if scheduler_file.is_file() else {}
-    configs = {c: read_optional_json_object(root / c / "config.json") for c in (*required, *optional)}
-    return PipelineLayout(root, index, files, tokenizer_dirs, scheduler_config, configs, False, family)

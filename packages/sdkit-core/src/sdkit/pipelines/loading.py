@@ -33,19 +33,25 @@ def load_pipeline(
     **options: Any,
 ) -> Pipeline:
     """Load a pipeline with the first registered pipeline loader that recognises ``path``: a
-    single-file ``.safetensors`` checkpoint (SD 1.x/2.x, SD 1.x inpainting, SDXL base and refiner;
-    SDXL inpainting files are recognised and refused until its graph is shipped), a diffusers
-    folder of safetensors weights, or a diffusers/optimum ONNX Stable Diffusion 1.x/2.x or SDXL folder.
+    single-file ``.safetensors`` checkpoint of a registered model family (SD 1.x/2.x, SD 1.x
+    inpainting, SDXL base and refiner, FLUX.1 dev/schnell, SD3 / SD 3.5, Chroma; SDXL inpainting
+    files are recognised and refused until its graph is shipped; a transformer-only file takes
+    its other components as ``clip_l=``, ``clip_g=``, ``t5xxl=``, ``vae=`` paths), a diffusers
+    folder of safetensors weights, or a diffusers/optimum ONNX folder of a family that reads
+    folders (SD 1.x/2.x, SDXL, SD3, Flux, Chroma; a plugin's family alike:
+    ``sdkit.families.FolderSpec``).
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
-    ``vae_decoder``, ``vae_encoder``; SDXL adds ``text_encoder_2``). ``memory="keep"`` compiles
-    the text encoder(s), UNet and VAE decoder now and keeps them resident; ``"offload"`` loads,
-    compiles, runs and releases each one when it is needed. ``prediction`` (``"v"`` or
+    ``vae_decoder``, ``vae_encoder``; SDXL adds ``text_encoder_2``; SD3, Flux and Chroma have a
+    ``transformer`` for the UNet, and their T5 is ``text_encoder_3``, ``text_encoder_2`` and
+    ``text_encoder``). ``memory="keep"`` compiles the text encoder(s), denoiser and VAE decoder
+    now and keeps them resident; ``"offload"`` loads, compiles, runs and releases each one when
+    it is needed. ``prediction`` (``"v"`` or
     ``"epsilon"``) says what the model predicts where its files do not (a checkpoint without its
     A1111 ``.yaml``), or overrides them. ``options`` (precision, threads, cache, ...) go to every
-    ``sdkit.compile``; ``precision`` may be a per-component mapping too, and SDXL's VAE stays
-    fp32 unless that mapping names it. ``tune=True`` chooses each ``auto``
+    ``sdkit.compile``; ``precision`` may be a per-component mapping too, and the VAE of SDXL and
+    the flow families stays fp32 unless that mapping names it. ``tune=True`` chooses each ``auto``
     component's backend by measurement at the shapes it runs at (its first run per shape measures,
     or reads the timings a tune stored; see ``sdkit.compile``).
 

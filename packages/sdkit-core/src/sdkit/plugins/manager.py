@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -169,9 +168,6 @@ class Plugins:
                 registry.drop_plugin(name)
                 self._fail(name, self._distribution(name), exc, "register")
         registry.current_plugin = "<unknown>"
-
-    def hook_modules(self) -> dict[str, types.ModuleType | object]:
-        return {n: p for n, p in self.pm.list_name_plugin() if p is not None}
 
 
 _lock = threading.RLock()

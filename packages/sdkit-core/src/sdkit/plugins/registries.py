@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from sdkit.backend import Backend
 from sdkit.errors import DuplicateNameError
@@ -30,10 +30,6 @@ def import_object(reference: str) -> Any:
     for part in attr.split("."):
         target = getattr(target, part)
     return target
-
-
-class _Named(Protocol):
-    name: str
 
 
 T = TypeVar("T")

@@ -117,15 +117,14 @@ def fuzz_tokenizer(data: bytes) -> None:
 
 
 def fuzz_pipeline(data: bytes) -> None:
-    from sdkit.pipelines.diffusers_folder import folder_config
-    from sdkit.pipelines.layout import read_layout
+    from sdkit.pipelines.diffusers_folder import folder_config, read_folder
 
     folder = _tiny_pipeline_copy(tiny_pipeline())
     for name in _PIPELINE_FILES:
         shutil.copyfile(tiny_pipeline() / name, folder / name)
     which = _PIPELINE_FILES[data[0] % len(_PIPELINE_FILES)] if data else _PIPELINE_FILES[0]
     (folder / which).write_bytes(data[1:])
-    config = folder_config(read_layout(folder))
+    config = folder_config(read_folder(folder))
     config.latent_shape(1, config.default_size, config.default_size)
 
 
