@@ -12,17 +12,19 @@ Unlike the UNet pipelines they denoise with a transformer that predicts a veloci
 - T5 reads each prompt as ``max_sequence_length`` tokens (``sdkit.pipelines.t5_tokenizer``);
 - the VAE shifts as well as scales (``PipelineConfig.vae_shift_factor``).
 
-``FlowPipeline.run`` is: plan, conditioning (the family's text encoders), initial latents,
-the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its components,
-T5 encoder, default T5 length and how it packs latents (``to_denoiser`` / ``from_denoiser``).
+They fill ``Pipeline.run``'s template: plan, conditioning (the family's text encoders), initial
+latents, the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its
+components, T5 encoder, default T5 length and how it packs latents (``to_denoiser`` /
+``from_denoiser``). They declare img2img only (``features``): a mask, ControlNet units, the hires
+fix, VAE tiling, A1111 prompt weighting and LoRAs are refused by the plan with an
+``UnsupportedFeatureError`` naming the feature and the family.
 
 img2img (``init_image``, ``strength``) is diffusers' ``StableDiffusion3Img2ImgPipeline``,
 ``FluxImg2ImgPipeline`` and ``ChromaImg2ImgPipeline``: the full schedule is set (same sigmas and
 ``mu`` as txt2img), then its first ``int(steps - steps * strength)`` steps are dropped; the image
 is encoded by ``vae_encoder`` (its posterior sampled with the first draw, then ``(z - shift) *
 scaling``) and noised to the first kept sigma with the second draw, ``sigma * noise + (1 - sigma)
-* z`` (``scale_noise``), before Flux/Chroma pack it. A1111 prompt weighting is refused for now
-(no diffusers golden checks it).
+* z`` (``scale_noise``), before Flux/Chroma pack it.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sdkit.errors import ModelFormatError, OptionError
+from sdkit.errors import ModelFormatError
 from sdkit.pipelines import vae
 from sdkit.pipelines.base import GenerationPlan, Pipeline
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
 from sdkit.pipelines.execution import input_info, output_named
+from sdkit.pipelines.features import Feature
 from sdkit.pipelines.flow_request import FlowRequest
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
@@ -62,6 +65,7 @@ class FlowPipeline(Pipeline):
     default_max_sequence_length: ClassVar[int] = 512
     uses_linear_sigmas: ClassVar[bool] = False  # Flux and Chroma pass linspace(1, 1/n, n)
     denoiser_inputs: ClassVar[DenoiserInputs] = TRANSFORMER_INPUTS
+    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG})
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
@@ -79,12 +83,6 @@ class FlowPipeline(Pipeline):
         }
 
     # -- planning ---------------------------------------------------------------------------
-
-    def plan(self, request: GenerationRequest) -> GenerationPlan:
-        """``Pipeline.plan`` with the requests these pipelines do not run yet refused."""
-        if request.prompt_weighting != "none":
-            raise OptionError(f"{self.name}: prompt_weighting={request.prompt_weighting!r} is not supported here")
-        return super().plan(request)
 
     def make_scheduler(self, request: GenerationRequest) -> Scheduler:
         """The request's sampler's flow variant ("Euler" -> ``euler_flow``), from the model's config."""
@@ -141,10 +139,6 @@ class FlowPipeline(Pipeline):
 
         return np.asarray(component.use(run), dtype=np.float32)
 
-    def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
-        """The transformer's per-request feeds (the family's)."""
-        raise NotImplementedError
-
     # -- latents ----------------------------------------------------------------------------
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
@@ -176,12 +170,17 @@ class FlowPipeline(Pipeline):
         """The classifier-free guidance scale the loop applies (Flux's is an input instead)."""
         return float(request.guidance_scale)
 
-    def denoise_loop(self, plan: GenerationPlan, conditioning: dict[str, np.ndarray]) -> DenoiseLoop:
+    def denoise_loop(
+        self, plan: GenerationPlan, noise: NoiseStream, conditioning: dict[str, np.ndarray]
+    ) -> DenoiseLoop:
+        """The shared loop on the transformer (``noise``: for a sampler that draws per step;
+        Euler flow draws none)."""
         return DenoiseLoop(
             denoiser=self.components["transformer"],
             scheduler=plan.scheduler,
             guidance_scale=self.loop_guidance(plan.request),
             conditioning=conditioning,
+            noise=noise.normal,
             callback=self._callback(plan),
             inputs=self.denoiser_inputs,
         )
@@ -194,17 +193,6 @@ class FlowPipeline(Pipeline):
         target: StepCallback = callback
         return lambda index, total, latents: target(index, total, self.from_denoiser(latents, plan))
 
-    def decode(self, latents: np.ndarray) -> np.ndarray:
-        """``[N, C, h, w]`` latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
-        return vae.decode(self.components["vae_decoder"], latents, self.config)
-
-    # -- the public call --------------------------------------------------------------------
-
-    def run(self, request: GenerationRequest) -> Any:
-        """Generate ``request.num_images`` images (txt2img, or img2img with ``init_image``)."""
-        plan = self.plan(self.accept(request))
-        noise = NoiseStream(plan.seeds)
-        conditioning = self.conditioning(plan)  # the text encoders first, as diffusers
-        latents = self.initial_latents(plan, noise)
-        latents = self.denoise_loop(plan, conditioning).run(latents)
-        return self.deliver(plan, self.decode(self.from_denoiser(latents, plan)))
+    def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
+        """The transformer's final latents, unpacked, decoded: ``[N, H, W, 3]`` pixels."""
+        return self.decode(self.from_denoiser(latents, plan))
