@@ -71,7 +71,7 @@ def test_each_class_declares_its_features() -> None:
     assert StableDiffusionPipeline.features == SD_FEATURES
     assert StableDiffusionXLPipeline.features == SD_FEATURES | {Feature.REFINER}
     for cls in (StableDiffusion3Pipeline, FluxPipeline, ChromaPipeline):
-        assert cls.features == {Feature.IMG2IMG}, cls
+        assert cls.features == {Feature.IMG2IMG, Feature.VAE_TILING}, cls
     families = [
         StableDiffusionPipeline,
         StableDiffusionXLPipeline,
@@ -120,18 +120,19 @@ def flow_pipes() -> Any:
         pipe.close()
 
 
-@pytest.mark.parametrize("feature", list(ASKING), ids=lambda f: f.name)
+@pytest.mark.parametrize("feature", [f for f in ASKING if f is not Feature.VAE_TILING], ids=lambda f: f.name)
 @pytest.mark.parametrize("name", list(FLOW_FAMILIES))
 def test_flow_pipelines_refuse_what_they_do_not_declare(flow_pipes: Any, name: str, feature: Feature) -> None:
-    """SD3, Flux and Chroma: a mask, ControlNet units, hires fix, VAE tiling and A1111 prompt
-    weighting are refused by name, with the family, and nothing has compiled or run."""
+    """SD3, Flux and Chroma: a mask, ControlNet units, hires fix and A1111 prompt weighting are
+    refused by name, with the family, and nothing has compiled or run (VAE tiling they run:
+    ``test_flow_vae_tiling.py``)."""
     pipe = flow_pipes[name]
     _, said = ASKING[feature]
     with pytest.raises(UnsupportedFeatureError) as caught:
         pipe.generate("a photo", **SIZE, **asking(feature))
     text = str(caught.value)
     assert text.startswith(f"{FLOW_FAMILIES[name]} pipelines do not support {said};"), text
-    assert text.endswith("they support: txt2img, img2img")
+    assert text.endswith("they support: txt2img, img2img, VAE tiling")
     assert caught.value.family == FLOW_FAMILIES[name]
     assert set(pipe.backends().values()) == {None}  # refused before anything compiled
 
@@ -148,8 +149,8 @@ def test_flow_pipelines_refuse_loras(flow_pipes: Any, name: str) -> None:
 def test_the_command_line_refuses_in_one_line_before_loading(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``sdkit generate`` on an SD3 folder: ``--mask``, ``--hires``, ``--vae-tiling`` are each one
-    line on stderr naming the feature and the family, exit 1."""
+    """``sdkit generate`` on an SD3 folder: ``--mask``, ``--hires``, ``--prompt-weighting a1111``
+    are each one line on stderr naming the feature and the family, exit 1."""
     from PIL import Image
 
     from sdkit.cli.main import main
@@ -164,7 +165,7 @@ def test_the_command_line_refuses_in_one_line_before_loading(
     cases = {
         "inpainting (mask)": ["--init-image", str(image), "--mask", str(drawn)],
         "hires fix (enable_hr=True)": ["--hires"],
-        "VAE tiling (vae_tiling=True)": ["--vae-tiling", "--vae-tile-size", "16"],
+        "A1111 prompt weighting (prompt_weighting)": ["--prompt-weighting", "a1111"],
     }
     for said, flags in cases.items():
         capsys.readouterr()

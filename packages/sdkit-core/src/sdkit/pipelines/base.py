@@ -295,6 +295,8 @@ class Pipeline(AdapterMethods):
         all, a feature this pipeline does not declare is refused."""
         self.refuse_unsupported(request)
         config = self.config
+        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
+            vae.tile_overlap(request.vae_tile_size, config.vae_scale_factor)
         image = None
         width, height = request.width, request.height
         if request.init_image is not None:

@@ -15,9 +15,10 @@ Unlike the UNet pipelines they denoise with a transformer that predicts a veloci
 They fill ``Pipeline.run``'s template: plan, conditioning (the family's text encoders), initial
 latents, the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its
 components, T5 encoder, default T5 length and how it packs latents (``to_denoiser`` /
-``from_denoiser``). They declare img2img only (``features``): a mask, ControlNet units, the hires
-fix, VAE tiling, A1111 prompt weighting and LoRAs are refused by the plan with an
-``UnsupportedFeatureError`` naming the feature and the family.
+``from_denoiser``). They declare img2img and VAE tiling (``features``; tiles as the SD
+pipelines', ``sdkit.pipelines.vae``): a mask, ControlNet units, the hires fix, A1111 prompt
+weighting and LoRAs are refused by the plan with an ``UnsupportedFeatureError`` naming the
+feature and the family.
 
 img2img (``init_image``, ``strength``) is diffusers' ``StableDiffusion3Img2ImgPipeline``,
 ``FluxImg2ImgPipeline`` and ``ChromaImg2ImgPipeline``: the full schedule is set (same sigmas and
@@ -36,7 +37,7 @@ import numpy as np
 
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines import vae
-from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.base import GenerationPlan, Pipeline, vae_tile
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
@@ -65,7 +66,7 @@ class FlowPipeline(Pipeline):
     default_max_sequence_length: ClassVar[int] = 512
     uses_linear_sigmas: ClassVar[bool] = False  # Flux and Chroma pass linspace(1, 1/n, n)
     denoiser_inputs: ClassVar[DenoiserInputs] = TRANSFORMER_INPUTS
-    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG})
+    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG, Feature.VAE_TILING})
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
@@ -150,7 +151,7 @@ class FlowPipeline(Pipeline):
         encoded = None
         if plan.image is not None:
             encoder = self.components[self.image_encoder]
-            encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config)
+            encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config, vae_tile(request))
         drawn = noise.normal(plan.latent_shape)
         latents = np.asarray(drawn if request.latents is None else request.latents, dtype=np.float32)
         if encoded is not None:
@@ -194,5 +195,5 @@ class FlowPipeline(Pipeline):
         return lambda index, total, latents: target(index, total, self.from_denoiser(latents, plan))
 
     def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
-        """The transformer's final latents, unpacked, decoded: ``[N, H, W, 3]`` pixels."""
-        return self.decode(self.from_denoiser(latents, plan))
+        """The transformer's final latents, unpacked, decoded (in tiles when asked): ``[N, H, W, 3]`` pixels."""
+        return self.decode(self.from_denoiser(latents, plan), vae_tile(plan.request))

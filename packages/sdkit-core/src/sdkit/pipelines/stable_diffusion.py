@@ -184,8 +184,6 @@ class StableDiffusionPipeline(Pipeline):
         """``Pipeline.plan`` plus the mask (crop, blur, latent mask) and the ControlNet units."""
         base = super().plan(request)
         plan = DiffusionPlan(**vars(base))
-        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
-            vae.tile_overlap(request.vae_tile_size, self.config.vae_scale_factor)
         if plan.request.mask is not None:
             plan.mask = plan_mask(plan.request, plan.width, plan.height, self.config)
             plan.image = plan.mask.image
