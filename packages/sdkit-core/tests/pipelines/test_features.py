@@ -71,7 +71,7 @@ def test_each_class_declares_its_features() -> None:
     assert StableDiffusionPipeline.features == SD_FEATURES
     assert StableDiffusionXLPipeline.features == SD_FEATURES | {Feature.REFINER}
     for cls in (StableDiffusion3Pipeline, FluxPipeline, ChromaPipeline):
-        assert cls.features == {Feature.IMG2IMG, Feature.VAE_TILING}, cls
+        assert cls.features == {Feature.IMG2IMG, Feature.HIRES, Feature.VAE_TILING}, cls
     families = [
         StableDiffusionPipeline,
         StableDiffusionXLPipeline,
@@ -120,19 +120,19 @@ def flow_pipes() -> Any:
         pipe.close()
 
 
-@pytest.mark.parametrize("feature", [f for f in ASKING if f is not Feature.VAE_TILING], ids=lambda f: f.name)
+@pytest.mark.parametrize("feature", [Feature.MASK, Feature.CONTROLNET, Feature.PROMPT_WEIGHTING], ids=lambda f: f.name)
 @pytest.mark.parametrize("name", list(FLOW_FAMILIES))
 def test_flow_pipelines_refuse_what_they_do_not_declare(flow_pipes: Any, name: str, feature: Feature) -> None:
-    """SD3, Flux and Chroma: a mask, ControlNet units, hires fix and A1111 prompt weighting are
-    refused by name, with the family, and nothing has compiled or run (VAE tiling they run:
-    ``test_flow_vae_tiling.py``)."""
+    """SD3, Flux and Chroma: a mask, ControlNet units and A1111 prompt weighting are refused by
+    name, with the family, and nothing has compiled or run (VAE tiling and the hires fix they
+    run: ``test_flow_vae_tiling.py``, ``test_flow_hires.py``)."""
     pipe = flow_pipes[name]
     _, said = ASKING[feature]
     with pytest.raises(UnsupportedFeatureError) as caught:
         pipe.generate("a photo", **SIZE, **asking(feature))
     text = str(caught.value)
     assert text.startswith(f"{FLOW_FAMILIES[name]} pipelines do not support {said};"), text
-    assert text.endswith("they support: txt2img, img2img, VAE tiling")
+    assert text.endswith("they support: txt2img, img2img, hires fix, VAE tiling")
     assert caught.value.family == FLOW_FAMILIES[name]
     assert set(pipe.backends().values()) == {None}  # refused before anything compiled
 
@@ -149,8 +149,8 @@ def test_flow_pipelines_refuse_loras(flow_pipes: Any, name: str) -> None:
 def test_the_command_line_refuses_in_one_line_before_loading(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``sdkit generate`` on an SD3 folder: ``--mask``, ``--hires``, ``--prompt-weighting a1111``
-    are each one line on stderr naming the feature and the family, exit 1."""
+    """``sdkit generate`` on an SD3 folder: ``--mask`` and ``--prompt-weighting a1111`` are each
+    one line on stderr naming the feature and the family, exit 1."""
     from PIL import Image
 
     from sdkit.cli.main import main
@@ -164,7 +164,6 @@ def test_the_command_line_refuses_in_one_line_before_loading(
     base += ["--steps", "2", "--width", "48", "--height", "32", "--backend", "reference"]
     cases = {
         "inpainting (mask)": ["--init-image", str(image), "--mask", str(drawn)],
-        "hires fix (enable_hr=True)": ["--hires"],
         "A1111 prompt weighting (prompt_weighting)": ["--prompt-weighting", "a1111"],
     }
     for said, flags in cases.items():
@@ -174,3 +173,20 @@ def test_the_command_line_refuses_in_one_line_before_loading(
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert err.startswith(f"sdkit: error: SD3 pipelines do not support {said};"), err
     assert not (tmp_path / "out.png").exists()
+
+
+@pytest.mark.parametrize("name", list(FLOW_FAMILIES))
+def test_flow_pipelines_refuse_a_refiner(flow_pipes: Any, name: str) -> None:
+    """An SDXL request with a refiner handed to a flow pipeline: the refiner is named as an
+    undeclared feature (not merely an unknown field), before anything runs."""
+    from sdkit.pipelines.sdxl_request import XLRequest
+
+    refiner_folder = FLOW.parent / "tiny_xl" / "sdxl_refiner"
+    if not (refiner_folder / "model_index.json").is_file():
+        pytest.skip("fixtures/tiny_xl missing")
+    pipe = flow_pipes[name]
+    refiner = sdkit.load_pipeline(refiner_folder, backend="reference", prepare=False)
+    request = XLRequest.create("a photo", refiner=refiner, refiner_switch_at=0.5)
+    with pytest.raises(UnsupportedFeatureError, match=f"^{FLOW_FAMILIES[name]} pipelines do not support refiner"):
+        pipe.run(request)
+    assert set(pipe.backends().values()) == {None}

@@ -255,7 +255,10 @@ class Pipeline(AdapterMethods):
         return super().set_loras(loras)
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
-        """``request`` as this pipeline's request class (a base request is re-created as it)."""
+        """``request`` as this pipeline's request class (a base request is re-created as it). A
+        feature this class does not declare is refused first (an SDXL request's refiner handed to
+        a pipeline without refiners names the feature, not the field)."""
+        self.refuse_unsupported(request)
         known = self.request_class.field_names()
         foreign = [f for f in dataclasses.fields(request) if f.init and f.name not in known]
         for f in foreign:  # e.g. prompt_2 handed to an SD 1.x pipeline: refused, not ignored

@@ -30,6 +30,7 @@ scaling``) and noised to the first kept sigma with the second draw, ``sigma * no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,6 +45,8 @@ from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
 from sdkit.pipelines.execution import input_info, output_named
 from sdkit.pipelines.features import Feature
 from sdkit.pipelines.flow_request import FlowRequest
+from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.t5_tokenizer import T5Tokenizer, T5Tokens
@@ -57,6 +60,13 @@ TRANSFORMER_INPUTS = DenoiserInputs(sample="hidden_states", timestep="timestep",
 LINEAR_SIGMA_SCHEDULES = ("normal", "karras", "exponential")
 
 
+@dataclass
+class FlowPlan(GenerationPlan):
+    """A flow model's plan, with the hires fix's second pass when the request asks for one."""
+
+    hires: HiresStage | None = None
+
+
 class FlowPipeline(Pipeline):
     """Base of the SD3, Flux and Chroma pipelines. Create one with ``sdkit.load_pipeline``."""
 
@@ -66,7 +76,7 @@ class FlowPipeline(Pipeline):
     default_max_sequence_length: ClassVar[int] = 512
     uses_linear_sigmas: ClassVar[bool] = False  # Flux and Chroma pass linspace(1, 1/n, n)
     denoiser_inputs: ClassVar[DenoiserInputs] = TRANSFORMER_INPUTS
-    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG, Feature.VAE_TILING})
+    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG, Feature.VAE_TILING, Feature.HIRES})
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
@@ -84,6 +94,27 @@ class FlowPipeline(Pipeline):
         }
 
     # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, request: GenerationRequest) -> FlowPlan:
+        """``Pipeline.plan``, and the hires fix's second pass when the request asks for one."""
+        plan = FlowPlan(**vars(super().plan(request)))
+        if request.enable_hr:
+            plan.hires = self.plan_hires(plan)
+        return plan
+
+    def plan_hires(self, plan: FlowPlan) -> HiresStage:
+        """The hires fix's second pass (``sdkit.pipelines.hires_fix``), planned like any request at
+        the larger size; its schedule is the family's (shift ``mu`` of the larger size's tokens,
+        Flux's and Chroma's sigmas) over ``schedule_steps``, of which it runs the tail."""
+        request = plan.request
+        factor = self.config.vae_scale_factor
+        sized = request.replace(width=plan.width, height=plan.height)
+        second_request, numbers = second_pass_request(sized, factor)
+        stage = hires_stage(self.plan(second_request), numbers, request.hr_upscaler, factor, self.start_schedule)
+        if stage.kind == "image" and self.image_encoder not in self.components:
+            raise self._no_image_encoder(f"the hires fix's {request.hr_upscaler} upscaler (a Latent one does not)")
+        plan.parameters.update(hires_parameters(request))
+        return stage
 
     def make_scheduler(self, request: GenerationRequest) -> Scheduler:
         """The request's sampler's flow variant ("Euler" -> ``euler_flow``), from the model's config."""
@@ -193,6 +224,35 @@ class FlowPipeline(Pipeline):
             return None
         target: StepCallback = callback
         return lambda index, total, latents: target(index, total, self.from_denoiser(latents, plan))
+
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``loop`` run on ``latents`` and decoded, or the hires fix's second pass: pixels."""
+        stage = plan.hires if isinstance(plan, FlowPlan) else None
+        if stage is None:
+            return super().finish(plan, loop, latents, noise)
+        first = len(plan.scheduler.timesteps)
+        loop.callback = counting(self._callback(plan), 0, first + len(stage.plan.scheduler.timesteps))
+        return self.hires_pass(stage, self.from_denoiser(loop.run(latents), plan), noise, first)
+
+    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
+        """The second pass from the first pass's final ``[N, C, h, w]`` latents: upscale, noise to
+        the tail's first sigma (``scale_noise``, the next draw), denoise at the target size with
+        the prompts encoded again (Chroma's mask and Flux's position ids take the new size),
+        decode: ``[N, H, W, 3]`` pixels."""
+        second, tile = stage.plan, vae_tile(stage.plan.request)
+        encoder = self.components.get(self.image_encoder)
+
+        def encode(images: np.ndarray) -> np.ndarray:
+            assert encoder is not None  # plan_hires checked it for image upscalers
+            return vae.encode(encoder, images, noise, 1, self.config, tile)
+
+        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        start = noise.normal(upscaled.shape)
+        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
+        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
+        loop = self.denoise_loop(second, noise, self.conditioning(second))
+        loop.callback = counting(self._callback(second), offset, offset + len(second.scheduler.timesteps))
+        return self.decode_latents(second, loop.run(self.to_denoiser(noised)))
 
     def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
         """The transformer's final latents, unpacked, decoded (in tiles when asked): ``[N, H, W, 3]`` pixels."""
