@@ -6,11 +6,11 @@ bilinear ``interpolate`` of the latents; "Lanczos": the VAE-decoded 8-bit image 
 then the family's img2img pipeline at the target size with ``num_inference_steps =
 int(hr_second_pass_steps / denoising_strength)`` and ``strength = denoising_strength``, every draw
 sdkit's stream. The image within 1e-3 on [0, 1] pixels, the first pass's final latents and the
-latents after every step of the second within 1e-4 (1e-3 after an image upscaler's 8-bit rounding), on each installed backend
-(reference, ggml with ``threads=1``, openvino); the second pass's timesteps within 1e-4. The tiny
-Flux and Chroma transformers take 96 image tokens only, so their cases keep the size
-(``hr_scale`` 1: the second pass is the img2img tail on the first pass's latents or on its 8-bit
-image encoded again); SD3's upscale 1.5x.
+latents after every step of the second within 1e-4 (1e-3 after an image upscaler's 8-bit
+rounding), on each installed backend (reference, ggml with ``threads=1``, openvino); the second
+pass's timesteps within 1e-4. The tiny Flux and Chroma transformers take 96 image tokens only, so
+their cases keep the size (``hr_scale`` 1: the second pass is the img2img tail on the first pass's
+latents or on its 8-bit image encoded again); SD3's upscale 1.5x.
 """
 
 from __future__ import annotations
