@@ -1,4 +1,4 @@
-"""Chroma (Flux-derived, T5 only, real classifier-free guidance), txt2img and img2img, on any backend.
+"""Chroma (Flux-derived, T5 only, real CFG): txt2img, img2img, hires fix, VAE tiling, on any backend.
 
 diffusers' ``ChromaPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec): Flux's
 packed latents, position ids, sigmas, ``mu`` and t / 1000, with

@@ -1,4 +1,4 @@
-"""FLUX.1 dev and schnell (flow matching, packed latents, RoPE ids), txt2img and img2img, on any backend.
+"""FLUX.1 dev and schnell (flow, packed latents, RoPE ids): txt2img, img2img, hires fix, VAE tiling, any backend.
 
 diffusers' ``FluxPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 

@@ -1,4 +1,4 @@
-"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching), txt2img and img2img, on any backend.
+"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching): txt2img, img2img, hires fix, VAE tiling, on any backend.
 
 diffusers' ``StableDiffusion3Pipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 
