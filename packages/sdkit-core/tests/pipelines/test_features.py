@@ -79,7 +79,7 @@ def test_each_class_declares_its_features() -> None:
         FluxPipeline,
         ChromaPipeline,
     ]
-    assert [cls.family for cls in families] == ["SD 1.x/2.x", "SDXL", "SD3", "FLUX.1", "Chroma"]
+    assert [cls.family_name for cls in families] == ["SD 1.x/2.x", "SDXL", "SD3", "FLUX.1", "Chroma"]
 
 
 def test_defaults_ask_for_nothing() -> None:

@@ -13,7 +13,7 @@ Flux, Chroma)::
     return self.deliver(plan, pixels)                # PIL images with A1111 parameters, or arrays
 
 A pipeline class sets ``component_names``, declares its ``features`` (``sdkit.pipelines.features``)
-and its ``family`` name, and implements the stages; it never re-implements ``run``.
+and its ``family_name``, and implements the stages; it never re-implements ``run``.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ class Pipeline(AdapterMethods):
     # The diffusers pipeline whose scheduler-config fix-ups apply (sdkit.schedulers.PIPELINE_FIXUPS).
     diffusers_pipeline: ClassVar[str] = ""
     # What it can do beyond txt2img (sdkit.pipelines.features): a request asking for anything
-    # else is refused by plan() with an UnsupportedFeatureError naming the feature and `family`.
+    # else is refused by plan() with an UnsupportedFeatureError naming the feature and `family_name`.
     features: ClassVar[frozenset[Feature]] = frozenset()
-    family: ClassVar[str] = "this"  # the family's name in errors ("SD3 pipelines do not support ...")
+    family_name: ClassVar[str] = "this"  # the family's name in errors ("SD3 pipelines do not support ...")
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         self.config = config
@@ -246,12 +246,14 @@ class Pipeline(AdapterMethods):
     def refuse_unsupported(cls, request: GenerationRequest) -> None:
         """An ``UnsupportedFeatureError`` when ``request`` asks for a feature this class does not
         declare (the CLI calls it before loading the model; ``plan`` before anything runs)."""
-        refuse_undeclared(requested_features(request), cls.features, cls.family)
+        refuse_undeclared(requested_features(request), cls.features, cls.family_name)
 
     def set_loras(self, loras: Sequence[LoraSpec]) -> dict[str, WeightSwap]:
+        """``AdapterMethods.set_loras``; LoRAs on a family that does not declare ``Feature.LORA``
+        are refused by name (``[]``, none, is always accepted)."""
         loras = list(loras)
         if loras:  # none: back to the base weights, which every pipeline can do
-            refuse_undeclared({Feature.LORA}, self.features, self.family)
+            refuse_undeclared({Feature.LORA}, self.features, self.family_name)
         return super().set_loras(loras)
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:

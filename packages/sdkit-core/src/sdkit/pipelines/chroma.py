@@ -38,7 +38,7 @@ class ChromaPipeline(PackedLatentsPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder"
-    family: ClassVar[str] = "Chroma"
+    family_name: ClassVar[str] = "Chroma"
 
     def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
         """``encoder_hidden_states`` and ``attention_mask`` batched ``[negative x N, positive x N]``

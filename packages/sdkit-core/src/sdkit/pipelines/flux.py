@@ -61,7 +61,7 @@ class FluxPipeline(PackedLatentsPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_2"
-    family: ClassVar[str] = "FLUX.1"
+    family_name: ClassVar[str] = "FLUX.1"
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)

@@ -37,7 +37,7 @@ class StableDiffusion3Pipeline(FlowPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = (*CLIP_ENCODERS, "text_encoder_3", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_3"
-    family: ClassVar[str] = "SD3"
+    family_name: ClassVar[str] = "SD3"
     default_max_sequence_length: ClassVar[int] = 256
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:

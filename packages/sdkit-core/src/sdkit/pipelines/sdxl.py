@@ -121,7 +121,7 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = (*TEXT_ENCODERS, "unet", "vae_decoder")
     diffusers_pipeline: ClassVar[str] = "StableDiffusionXLPipeline"
     features: ClassVar[frozenset[Feature]] = StableDiffusionPipeline.features | {Feature.REFINER}
-    family: ClassVar[str] = "SDXL"
+    family_name: ClassVar[str] = "SDXL"
     controlnet_addition: ClassVar[str | None] = "text_time"  # its ControlNets take text_embeds, time_ids
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:

@@ -79,7 +79,7 @@ class StableDiffusionPipeline(Pipeline):
             Feature.LORA,
         }
     )
-    family: ClassVar[str] = "SD 1.x/2.x"
+    family_name: ClassVar[str] = "SD 1.x/2.x"
     # The UNet's added conditioning a ControlNet must share (diffusers' addition_embed_type).
     controlnet_addition: ClassVar[str | None] = None
 
