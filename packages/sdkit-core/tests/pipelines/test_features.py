@@ -190,3 +190,18 @@ def test_flow_pipelines_refuse_a_refiner(flow_pipes: Any, name: str) -> None:
     with pytest.raises(UnsupportedFeatureError, match=f"^{FLOW_FAMILIES[name]} pipelines do not support refiner"):
         pipe.run(request)
     assert set(pipe.backends().values()) == {None}
+
+
+def test_sd_pipelines_refuse_a_refiner() -> None:
+    """SD 1.x/2.x declares no refiner: an SDXL request with one is refused by the feature's name."""
+    from sdkit.pipelines.sdxl_request import XLRequest
+
+    tiny_xl = FLOW.parent / "tiny_xl"
+    if not (tiny_xl / "sd15" / "model_index.json").is_file():
+        pytest.skip("fixtures/tiny_xl missing")
+    sd15 = sdkit.load_pipeline(tiny_xl / "sd15", backend="reference", prepare=False)
+    refiner = sdkit.load_pipeline(tiny_xl / "sdxl_refiner", backend="reference", prepare=False)
+    request = XLRequest.create("a photo", refiner=refiner, refiner_switch_at=0.5)
+    with pytest.raises(UnsupportedFeatureError, match=r"^SD 1.x/2.x pipelines do not support refiner \(refiner\);"):
+        sd15.run(request)
+    assert set(sd15.backends().values()) == {None}
