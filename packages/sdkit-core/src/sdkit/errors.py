@@ -115,6 +115,19 @@ class InputError(SdkitError):
     """Inputs do not match the model: unknown or missing names, wrong shapes or dtypes."""
 
 
+class UnsupportedFeatureError(InputError):
+    """A request asks a pipeline for a feature its family does not declare (hires fix, a mask,
+    VAE tiling... on a pipeline without them; ``sdkit.pipelines.features``): refused by the plan,
+    before anything compiles or runs, never silently dropped. ``features``: the names of the
+    features refused; ``family``: the pipeline family's name."""
+
+    def __init__(self, family: str, features: Sequence[str], asked_by: Sequence[str], supported: Sequence[str]) -> None:
+        self.family = family
+        self.features = tuple(features)
+        asked = ", ".join(f"{name} ({how})" for name, how in zip(features, asked_by, strict=True))
+        super().__init__(f"{family} pipelines do not support {asked}; they support: {', '.join(supported)}")
+
+
 class ResourceLimitError(SdkitError):
     """A model or request would need more memory than the budget (``sdkit.limits``); refused
     before anything is allocated."""

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.errors import InputError, OptionError
+from sdkit.errors import InputError, OptionError, UnsupportedFeatureError
 from sdkit.pipelines.chroma import ChromaPipeline
 from sdkit.pipelines.flow_latents import pack
 from sdkit.pipelines.flux import FluxPipeline
@@ -182,7 +182,7 @@ def test_parameters_and_refusals(reference: Any) -> None:
     assert "Denoising strength: 0.75" in image.info["parameters"]
     with pytest.raises(InputError, match="strength must be in"):
         pipe.generate("a photo", **{**img2img_kwargs("flux_schnell_img2img"), "strength": 0.0})
-    with pytest.raises(OptionError, match="prompt_weighting"):
+    with pytest.raises(UnsupportedFeatureError, match=r"FLUX.1 pipelines do not support A1111 prompt weighting"):
         pipe.generate("a photo", **kwargs_for("flux_schnell"), prompt_weighting="a1111")
     with pytest.raises(OptionError, match="does not run 'flow' models"):
         pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "dpmpp_2m"})

@@ -133,7 +133,7 @@ class StepBar:
 def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> GenerationRequest:
     """The request the flags describe, checked before any model loads: a typo fails in a second.
     Its class is the model's pipeline's (found from its config files), so SDXL flags on an SD
-    model, or a refiner that is not SDXL, fail here too."""
+    model, a refiner that is not SDXL, or a feature the pipeline does not declare, fail here too."""
     inpainting, _ = control_fields(args)
     pipeline_class = pipeline_class_for(args.model)
     if pipeline_class is not None:
@@ -145,7 +145,7 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         extra["sampler"] = args.sampler
     if args.max_sequence_length is not None:  # a flow model's field: refused by the others
         extra["max_sequence_length"] = args.max_sequence_length
-    return request_class.create(
+    request = request_class.create(
         args.prompt,
         **extra,
         prompt_weighting=args.prompt_weighting,
@@ -163,6 +163,9 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
         **inpainting,
         **large_image_fields(args),
     )
+    if pipeline_class is not None:  # a feature the family lacks (--mask on Flux): refused before loading
+        pipeline_class.refuse_unsupported(request)
+    return request
 
 
 def run(args: argparse.Namespace) -> int:

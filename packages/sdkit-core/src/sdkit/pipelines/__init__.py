@@ -21,6 +21,7 @@ from sdkit.pipelines.components import Component, LoadSettings
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, Step, StepHook
 from sdkit.pipelines.diffusers_folder import DiffusersOnnxLoader
+from sdkit.pipelines.features import Feature
 from sdkit.pipelines.flow import FlowPipeline
 from sdkit.pipelines.flow_request import FlowRequest
 from sdkit.pipelines.flux import FluxPipeline
@@ -44,6 +45,7 @@ __all__ = [
     "DenoiseLoop",
     "DenoiserInputs",
     "DiffusersOnnxLoader",
+    "Feature",
     "FlowPipeline",
     "FlowRequest",
     "FluxPipeline",

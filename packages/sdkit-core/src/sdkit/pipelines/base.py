@@ -1,16 +1,26 @@
-"""What every pipeline shares: its config and components, the request -> plan step that makes the
-model-dependent checks once, and the delivery of images with their PNG parameters.
+"""What every pipeline shares: its config and components, the generation template with its
+request -> plan step (the model-dependent checks and the feature check, once), and the delivery
+of images with their PNG parameters.
 
-A pipeline class (``StableDiffusionPipeline`` today; SDXL, inpainting, SD3/Flux next) sets
-``component_names`` and implements ``run(request)`` from stages: encode the prompt, make the
-initial latents, ``DenoiseLoop``, decode, ``deliver``.
+``Pipeline.run`` is the one template every pipeline fills (SD 1.x/2.x, SDXL, inpainting, SD3,
+Flux, Chroma)::
+
+    plan = self.plan(self.accept(request))          # plan: checks, size, scheduler, features
+    conditioning = self.conditioning(plan)           # encode: the prompts
+    latents = self.initial_latents(plan, noise)      # encode: noise, or the init image noised
+    loop = self.denoise_loop(plan, noise, conditioning)   # denoise, with the plan's hooks
+    pixels = self.finish(plan, loop, latents, noise) # denoise and decode (+ a second stage)
+    return self.deliver(plan, pixels)                # PIL images with A1111 parameters, or arrays
+
+A pipeline class sets ``component_names``, declares its ``features`` (``sdkit.pipelines.features``)
+and its ``family_name``, and implements the stages; it never re-implements ``run``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -20,11 +30,13 @@ import numpy as np
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.families import Family, MappedCheckpoint
 from sdkit.limits import check_generation
-from sdkit.pipelines.adapters import AdapterMethods, Adapters
+from sdkit.pipelines import vae
+from sdkit.pipelines.adapters import AdapterMethods, Adapters, LoraSpec
 from sdkit.pipelines.config import PipelineConfig
+from sdkit.pipelines.features import Feature, refuse_undeclared, requested_features
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationRequest
-from sdkit.pipelines.rng import seed_list
+from sdkit.pipelines.rng import NoiseStream, seed_list
 from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.schedulers import pipeline_config_fixups
@@ -33,6 +45,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from sdkit.pipelines.components import Component, WeightSwap
+    from sdkit.pipelines.denoise import DenoiseLoop
     from sdkit.schedulers import Scheduler
 
 
@@ -84,6 +97,10 @@ class Pipeline(AdapterMethods):
     image_encoder: ClassVar[str] = "vae_encoder"  # the component img2img needs
     # The diffusers pipeline whose scheduler-config fix-ups apply (sdkit.schedulers.PIPELINE_FIXUPS).
     diffusers_pipeline: ClassVar[str] = ""
+    # What it can do beyond txt2img (sdkit.pipelines.features): a request asking for anything
+    # else is refused by plan() with an UnsupportedFeatureError naming the feature and `family_name`.
+    features: ClassVar[frozenset[Feature]] = frozenset()
+    family_name: ClassVar[str] = "this"  # the family's name in errors ("SD3 pipelines do not support ...")
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         self.config = config
@@ -181,12 +198,69 @@ class Pipeline(AdapterMethods):
         result: list[Image.Image] = self.generate(prompt, **kwargs)
         return result
 
+    # -- the generation template ------------------------------------------------------------
+
     def run(self, request: GenerationRequest) -> Any:
-        """Generate what a checked request asks for."""
-        raise NotImplementedError
+        """Generate what a checked request asks for: plan (refusing undeclared features), encode
+        the prompts, the initial latents, denoise with the plan's hooks, decode, deliver. The
+        random draws are in this order for every family (``sdkit.pipelines.rng``)."""
+        plan = self.plan(self.accept(request))
+        noise = NoiseStream(plan.seeds)
+        conditioning = self.conditioning(plan)  # the text encoders first, as diffusers
+        latents = self.initial_latents(plan, noise)
+        loop = self.denoise_loop(plan, noise, conditioning)
+        return self.deliver(plan, self.finish(plan, loop, latents, noise))
+
+    def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
+        """Encode: the denoiser's per-request feeds (the prompts' embeddings)."""
+        raise NotImplementedError(f"{type(self).__name__} does not encode prompts")
+
+    def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
+        """Encode: the latents the loop starts from (noise, or the init image noised), as the
+        denoiser reads them."""
+        raise NotImplementedError(f"{type(self).__name__} makes no latents")
+
+    def denoise_loop(
+        self, plan: GenerationPlan, noise: NoiseStream, conditioning: dict[str, np.ndarray]
+    ) -> DenoiseLoop:
+        """Denoise: the shared ``DenoiseLoop`` on the family's denoiser, with the plan's hooks."""
+        raise NotImplementedError(f"{type(self).__name__} has no denoiser")
+
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``loop`` run on ``latents``, then decoded: ``[N, H, W, 3]`` pixels. A pipeline with a
+        second stage (the hires fix, a refiner) extends it."""
+        return self.decode_latents(plan, loop.run(latents))
+
+    def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
+        """The loop's final latents (as the denoiser reads them) -> pixels, tiled when asked."""
+        return self.decode(latents, vae_tile(plan.request))
+
+    def decode(self, latents: np.ndarray, tile: int | None = None) -> np.ndarray:
+        """``[N, C, h, w]`` latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (in tiles of
+        ``tile`` pixels when given)."""
+        return vae.decode(self.components["vae_decoder"], latents, self.config, tile)
+
+    # -- features ---------------------------------------------------------------------------
+
+    @classmethod
+    def refuse_unsupported(cls, request: GenerationRequest) -> None:
+        """An ``UnsupportedFeatureError`` when ``request`` asks for a feature this class does not
+        declare (the CLI calls it before loading the model; ``plan`` before anything runs)."""
+        refuse_undeclared(requested_features(request), cls.features, cls.family_name)
+
+    def set_loras(self, loras: Sequence[LoraSpec]) -> dict[str, WeightSwap]:
+        """``AdapterMethods.set_loras``; LoRAs on a family that does not declare ``Feature.LORA``
+        are refused by name (``[]``, none, is always accepted)."""
+        loras = list(loras)
+        if loras:  # none: back to the base weights, which every pipeline can do
+            refuse_undeclared({Feature.LORA}, self.features, self.family_name)
+        return super().set_loras(loras)
 
     def accept(self, request: GenerationRequest) -> GenerationRequest:
-        """``request`` as this pipeline's request class (a base request is re-created as it)."""
+        """``request`` as this pipeline's request class (a base request is re-created as it). A
+        feature this class does not declare is refused first (an SDXL request's refiner handed to
+        a pipeline without refiners names the feature, not the field)."""
+        self.refuse_unsupported(request)
         known = self.request_class.field_names()
         foreign = [f for f in dataclasses.fields(request) if f.init and f.name not in known]
         for f in foreign:  # e.g. prompt_2 handed to an SD 1.x pipeline: refused, not ignored
@@ -222,8 +296,12 @@ class Pipeline(AdapterMethods):
 
     def plan(self, request: GenerationRequest) -> GenerationPlan:
         """The checks that need the model, made once: size, img2img support, latents shape, and
-        the scheduler (whose ``set_timesteps`` refuses a strength that leaves no step)."""
+        the scheduler (whose ``set_timesteps`` refuses a strength that leaves no step). First of
+        all, a feature this pipeline does not declare is refused."""
+        self.refuse_unsupported(request)
         config = self.config
+        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
+            vae.tile_overlap(request.vae_tile_size, config.vae_scale_factor)
         image = None
         width, height = request.width, request.height
         if request.init_image is not None:
@@ -304,3 +382,8 @@ class Pipeline(AdapterMethods):
             float(request.strength) if plan.image is not None else None,
             tuple(plan.parameters.items()),
         )
+
+
+def vae_tile(request: GenerationRequest) -> int | None:
+    """The VAE tile size in pixels when the request asks for tiling, else None."""
+    return request.vae_tile_size if request.vae_tiling else None

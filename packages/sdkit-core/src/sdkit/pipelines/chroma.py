@@ -1,4 +1,4 @@
-"""Chroma (Flux-derived, T5 only, real classifier-free guidance), txt2img and img2img, on any backend.
+"""Chroma (Flux-derived, T5 only, real CFG): txt2img, img2img, hires fix, VAE tiling, on any backend.
 
 diffusers' ``ChromaPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec): Flux's
 packed latents, position ids, sigmas, ``mu`` and t / 1000, with
@@ -38,6 +38,7 @@ class ChromaPipeline(PackedLatentsPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder"
+    family_name: ClassVar[str] = "Chroma"
 
     def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
         """``encoder_hidden_states`` and ``attention_mask`` batched ``[negative x N, positive x N]``

@@ -12,34 +12,41 @@ Unlike the UNet pipelines they denoise with a transformer that predicts a veloci
 - T5 reads each prompt as ``max_sequence_length`` tokens (``sdkit.pipelines.t5_tokenizer``);
 - the VAE shifts as well as scales (``PipelineConfig.vae_shift_factor``).
 
-``FlowPipeline.run`` is: plan, conditioning (the family's text encoders), initial latents,
-the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its components,
-T5 encoder, default T5 length and how it packs latents (``to_denoiser`` / ``from_denoiser``).
+They fill ``Pipeline.run``'s template: plan, conditioning (the family's text encoders), initial
+latents, the shared ``DenoiseLoop`` on the transformer, decode, deliver. A family sets its
+components, T5 encoder, default T5 length and how it packs latents (``to_denoiser`` /
+``from_denoiser``). They declare img2img and VAE tiling (``features``; tiles as the SD
+pipelines', ``sdkit.pipelines.vae``): a mask, ControlNet units, the hires fix, A1111 prompt
+weighting and LoRAs are refused by the plan with an ``UnsupportedFeatureError`` naming the
+feature and the family.
 
 img2img (``init_image``, ``strength``) is diffusers' ``StableDiffusion3Img2ImgPipeline``,
 ``FluxImg2ImgPipeline`` and ``ChromaImg2ImgPipeline``: the full schedule is set (same sigmas and
 ``mu`` as txt2img), then its first ``int(steps - steps * strength)`` steps are dropped; the image
 is encoded by ``vae_encoder`` (its posterior sampled with the first draw, then ``(z - shift) *
 scaling``) and noised to the first kept sigma with the second draw, ``sigma * noise + (1 - sigma)
-* z`` (``scale_noise``), before Flux/Chroma pack it. A1111 prompt weighting is refused for now
-(no diffusers golden checks it).
+* z`` (``scale_noise``), before Flux/Chroma pack it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from sdkit.errors import ModelFormatError, OptionError
+from sdkit.errors import ModelFormatError
 from sdkit.pipelines import vae
-from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.base import GenerationPlan, Pipeline, vae_tile
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
 from sdkit.pipelines.execution import input_info, output_named
+from sdkit.pipelines.features import Feature
 from sdkit.pipelines.flow_request import FlowRequest
+from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.t5_tokenizer import T5Tokenizer, T5Tokens
@@ -53,6 +60,13 @@ TRANSFORMER_INPUTS = DenoiserInputs(sample="hidden_states", timestep="timestep",
 LINEAR_SIGMA_SCHEDULES = ("normal", "karras", "exponential")
 
 
+@dataclass
+class FlowPlan(GenerationPlan):
+    """A flow model's plan, with the hires fix's second pass when the request asks for one."""
+
+    hires: HiresStage | None = None
+
+
 class FlowPipeline(Pipeline):
     """Base of the SD3, Flux and Chroma pipelines. Create one with ``sdkit.load_pipeline``."""
 
@@ -62,6 +76,7 @@ class FlowPipeline(Pipeline):
     default_max_sequence_length: ClassVar[int] = 512
     uses_linear_sigmas: ClassVar[bool] = False  # Flux and Chroma pass linspace(1, 1/n, n)
     denoiser_inputs: ClassVar[DenoiserInputs] = TRANSFORMER_INPUTS
+    features: ClassVar[frozenset[Feature]] = frozenset({Feature.IMG2IMG, Feature.VAE_TILING, Feature.HIRES})
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)
@@ -80,11 +95,26 @@ class FlowPipeline(Pipeline):
 
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, request: GenerationRequest) -> GenerationPlan:
-        """``Pipeline.plan`` with the requests these pipelines do not run yet refused."""
-        if request.prompt_weighting != "none":
-            raise OptionError(f"{self.name}: prompt_weighting={request.prompt_weighting!r} is not supported here")
-        return super().plan(request)
+    def plan(self, request: GenerationRequest) -> FlowPlan:
+        """``Pipeline.plan``, and the hires fix's second pass when the request asks for one."""
+        plan = FlowPlan(**vars(super().plan(request)))
+        if request.enable_hr:
+            plan.hires = self.plan_hires(plan)
+        return plan
+
+    def plan_hires(self, plan: FlowPlan) -> HiresStage:
+        """The hires fix's second pass (``sdkit.pipelines.hires_fix``), planned like any request at
+        the larger size; its schedule is the family's (shift ``mu`` of the larger size's tokens,
+        Flux's and Chroma's sigmas) over ``schedule_steps``, of which it runs the tail."""
+        request = plan.request
+        factor = self.config.vae_scale_factor
+        sized = request.replace(width=plan.width, height=plan.height)
+        second_request, numbers = second_pass_request(sized, factor)
+        stage = hires_stage(self.plan(second_request), numbers, request.hr_upscaler, factor, self.start_schedule)
+        if stage.kind == "image" and self.image_encoder not in self.components:
+            raise self._no_image_encoder(f"the hires fix's {request.hr_upscaler} upscaler (a Latent one does not)")
+        plan.parameters.update(hires_parameters(request))
+        return stage
 
     def make_scheduler(self, request: GenerationRequest) -> Scheduler:
         """The request's sampler's flow variant ("Euler" -> ``euler_flow``), from the model's config."""
@@ -141,10 +171,6 @@ class FlowPipeline(Pipeline):
 
         return np.asarray(component.use(run), dtype=np.float32)
 
-    def conditioning(self, plan: GenerationPlan) -> dict[str, np.ndarray]:
-        """The transformer's per-request feeds (the family's)."""
-        raise NotImplementedError
-
     # -- latents ----------------------------------------------------------------------------
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:
@@ -156,7 +182,7 @@ class FlowPipeline(Pipeline):
         encoded = None
         if plan.image is not None:
             encoder = self.components[self.image_encoder]
-            encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config)
+            encoded = vae.encode(encoder, plan.image, noise, request.num_images, self.config, vae_tile(request))
         drawn = noise.normal(plan.latent_shape)
         latents = np.asarray(drawn if request.latents is None else request.latents, dtype=np.float32)
         if encoded is not None:
@@ -176,12 +202,17 @@ class FlowPipeline(Pipeline):
         """The classifier-free guidance scale the loop applies (Flux's is an input instead)."""
         return float(request.guidance_scale)
 
-    def denoise_loop(self, plan: GenerationPlan, conditioning: dict[str, np.ndarray]) -> DenoiseLoop:
+    def denoise_loop(
+        self, plan: GenerationPlan, noise: NoiseStream, conditioning: dict[str, np.ndarray]
+    ) -> DenoiseLoop:
+        """The shared loop on the transformer (``noise``: for a sampler that draws per step;
+        Euler flow draws none)."""
         return DenoiseLoop(
             denoiser=self.components["transformer"],
             scheduler=plan.scheduler,
             guidance_scale=self.loop_guidance(plan.request),
             conditioning=conditioning,
+            noise=noise.normal,
             callback=self._callback(plan),
             inputs=self.denoiser_inputs,
         )
@@ -194,17 +225,35 @@ class FlowPipeline(Pipeline):
         target: StepCallback = callback
         return lambda index, total, latents: target(index, total, self.from_denoiser(latents, plan))
 
-    def decode(self, latents: np.ndarray) -> np.ndarray:
-        """``[N, C, h, w]`` latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1]."""
-        return vae.decode(self.components["vae_decoder"], latents, self.config)
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``loop`` run on ``latents`` and decoded, or the hires fix's second pass: pixels."""
+        stage = plan.hires if isinstance(plan, FlowPlan) else None
+        if stage is None:
+            return super().finish(plan, loop, latents, noise)
+        first = len(plan.scheduler.timesteps)
+        loop.callback = counting(self._callback(plan), 0, first + len(stage.plan.scheduler.timesteps))
+        return self.hires_pass(stage, self.from_denoiser(loop.run(latents), plan), noise, first)
 
-    # -- the public call --------------------------------------------------------------------
+    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
+        """The second pass from the first pass's final ``[N, C, h, w]`` latents: upscale, noise to
+        the tail's first sigma (``scale_noise``, the next draw), denoise at the target size with
+        the prompts encoded again (Chroma's mask and Flux's position ids take the new size),
+        decode: ``[N, H, W, 3]`` pixels."""
+        second, tile = stage.plan, vae_tile(stage.plan.request)
+        encoder = self.components.get(self.image_encoder)
 
-    def run(self, request: GenerationRequest) -> Any:
-        """Generate ``request.num_images`` images (txt2img, or img2img with ``init_image``)."""
-        plan = self.plan(self.accept(request))
-        noise = NoiseStream(plan.seeds)
-        conditioning = self.conditioning(plan)  # the text encoders first, as diffusers
-        latents = self.initial_latents(plan, noise)
-        latents = self.denoise_loop(plan, conditioning).run(latents)
-        return self.deliver(plan, self.decode(self.from_denoiser(latents, plan)))
+        def encode(images: np.ndarray) -> np.ndarray:
+            assert encoder is not None  # plan_hires checked it for image upscalers
+            return vae.encode(encoder, images, noise, 1, self.config, tile)
+
+        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        start = noise.normal(upscaled.shape)
+        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
+        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
+        loop = self.denoise_loop(second, noise, self.conditioning(second))
+        loop.callback = counting(self._callback(second), offset, offset + len(second.scheduler.timesteps))
+        return self.decode_latents(second, loop.run(self.to_denoiser(noised)))
+
+    def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
+        """The transformer's final latents, unpacked, decoded (in tiles when asked): ``[N, H, W, 3]`` pixels."""
+        return self.decode(self.from_denoiser(latents, plan), vae_tile(plan.request))

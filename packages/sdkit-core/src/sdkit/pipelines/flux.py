@@ -1,4 +1,4 @@
-"""FLUX.1 dev and schnell (flow matching, packed latents, RoPE ids), txt2img and img2img, on any backend.
+"""FLUX.1 dev and schnell (flow, packed latents, RoPE ids): txt2img, img2img, hires fix, VAE tiling, any backend.
 
 diffusers' ``FluxPipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 
@@ -61,6 +61,7 @@ class FluxPipeline(PackedLatentsPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_2"
+    family_name: ClassVar[str] = "FLUX.1"
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
         super().__init__(config, components)

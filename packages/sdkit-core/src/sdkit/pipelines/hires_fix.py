@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,10 +75,21 @@ def second_pass_request(request: GenerationRequest, factor: int) -> tuple[Genera
     return second, numbers
 
 
-def hires_stage(second: GenerationPlan, numbers: HiresPlan, upscaler_name: str, factor: int) -> HiresStage:
-    """The stage for a planned second pass: its scheduler set to the tail A1111 runs."""
+# scheduler, steps, strength, latent shape: how a pipeline sets a schedule (``Pipeline.start_schedule``)
+ScheduleStarter = Callable[[Any, int, float, tuple[int, ...]], None]
+
+
+def hires_stage(
+    second: GenerationPlan, numbers: HiresPlan, upscaler_name: str, factor: int, start: ScheduleStarter | None = None
+) -> HiresStage:
+    """The stage for a planned second pass: its scheduler set to the tail A1111 runs (``start``:
+    the pipeline's way to set a whole schedule, a flow model's with its ``mu`` and sigmas for the
+    second pass's size; None: ``set_timesteps(steps)``)."""
     scheduler = second.scheduler
-    scheduler.set_timesteps(numbers.schedule_steps)
+    if start is None:
+        scheduler.set_timesteps(numbers.schedule_steps)
+    else:
+        start(scheduler, numbers.schedule_steps, 1.0, second.latent_shape)
     scheduler.set_begin_index((numbers.schedule_steps - numbers.steps) * scheduler.order)
     kind, mode = upscaler(upscaler_name)
     return HiresStage(second, numbers, kind, mode, factor)

@@ -1,4 +1,4 @@
-"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching), txt2img and img2img, on any backend.
+"""Stable Diffusion 3 / 3.5 (MMDiT, flow matching): txt2img, img2img, hires fix, VAE tiling, on any backend.
 
 diffusers' ``StableDiffusion3Pipeline`` (``fixtures/tiny_flow/README.md`` section 3 is the spec):
 
@@ -37,6 +37,7 @@ class StableDiffusion3Pipeline(FlowPipeline):
     prepared_components: ClassVar[tuple[str, ...]] = (*CLIP_ENCODERS, "text_encoder_3", "transformer", "vae_decoder")
     component_names: ClassVar[tuple[str, ...]] = (*prepared_components, "vae_encoder")  # the encoder: img2img
     t5_encoder: ClassVar[str] = "text_encoder_3"
+    family_name: ClassVar[str] = "SD3"
     default_max_sequence_length: ClassVar[int] = 256
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:

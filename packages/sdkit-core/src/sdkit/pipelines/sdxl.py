@@ -35,14 +35,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError
-from sdkit.pipelines.base import GenerationPlan
+from sdkit.pipelines.base import GenerationPlan, vae_tile
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.denoise import StepCallback
+from sdkit.pipelines.denoise import DenoiseLoop, StepCallback
+from sdkit.pipelines.features import Feature
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sdxl_request import XLRequest
-from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting, vae_tile
+from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting
 from sdkit.pipelines.text_encoding import encode_prompts
 
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
@@ -119,6 +120,8 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
     )
     prepared_components: ClassVar[tuple[str, ...]] = (*TEXT_ENCODERS, "unet", "vae_decoder")
     diffusers_pipeline: ClassVar[str] = "StableDiffusionXLPipeline"
+    features: ClassVar[frozenset[Feature]] = StableDiffusionPipeline.features | {Feature.REFINER}
+    family_name: ClassVar[str] = "SDXL"
     controlnet_addition: ClassVar[str | None] = "text_time"  # its ControlNets take text_embeds, time_ids
 
     def __init__(self, config: PipelineConfig, components: dict[str, Component]) -> None:
@@ -222,24 +225,20 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         loop.callback = callback
         return self.decode(loop.run(latents), vae_tile(plan.request))
 
-    # -- the public call --------------------------------------------------------------------
+    # -- the template's last stages ---------------------------------------------------------
 
-    def run(self, request: GenerationRequest) -> Any:
-        """Generate ``request.num_images`` images: txt2img or img2img, refined when asked."""
-        plan = self.plan(self.accept(request))
-        noise = NoiseStream(plan.seeds)
-        conditioning = self.conditioning(plan)
-        latents = self.initial_latents(plan, noise)
-        loop = self.denoise_loop(plan, noise, conditioning)
-        stage = plan.refiner
+    def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
+        """``StableDiffusionPipeline.finish``, or with a refiner: the base runs its part of the
+        schedule, then the refiner denoises and decodes the rest: pixels."""
+        stage = plan.refiner if isinstance(plan, XLPlan) else None
         if stage is None:
-            return self.deliver(plan, self.finish(plan, loop, latents, noise))
+            return super().finish(plan, loop, latents, noise)
         total = stage.base_steps + len(stage.plan.scheduler.timesteps)
         loop.stop_after = stage.base_steps
         loop.callback = _counting(plan.request.callback, 0, total)
         latents = loop.run(latents)
         callback = _counting(plan.request.callback, stage.base_steps, total)
-        return self.deliver(plan, stage.pipeline.refine(stage.plan, latents, noise, callback))
+        return stage.pipeline.refine(stage.plan, latents, noise, callback)
 
 
 def _counting(callback: StepCallback | None, offset: int, total: int) -> StepCallback | None:

@@ -18,7 +18,7 @@ import numpy as np
 from sdkit.device import Device
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import vae
-from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.base import GenerationPlan, Pipeline, vae_tile
 from sdkit.pipelines.components import Component, MemoryPolicy
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.control_units import ControlUnit
@@ -31,6 +31,7 @@ from sdkit.pipelines.controlnet import (
     named_paths,
 )
 from sdkit.pipelines.denoise import DenoiseLoop, StepHook
+from sdkit.pipelines.features import Feature
 from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
 from sdkit.pipelines.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
@@ -67,6 +68,18 @@ class StableDiffusionPipeline(Pipeline):
     )
     prepared_components: ClassVar[tuple[str, ...]] = ("text_encoder", "unet", "vae_decoder")
     diffusers_pipeline: ClassVar[str] = "StableDiffusionPipeline"
+    features: ClassVar[frozenset[Feature]] = frozenset(
+        {
+            Feature.IMG2IMG,
+            Feature.MASK,
+            Feature.CONTROLNET,
+            Feature.HIRES,
+            Feature.VAE_TILING,
+            Feature.PROMPT_WEIGHTING,
+            Feature.LORA,
+        }
+    )
+    family_name: ClassVar[str] = "SD 1.x/2.x"
     # The UNet's added conditioning a ControlNet must share (diffusers' addition_embed_type).
     controlnet_addition: ClassVar[str | None] = None
 
@@ -165,18 +178,12 @@ class StableDiffusionPipeline(Pipeline):
             callback=request.callback,
         )
 
-    def decode(self, latents: np.ndarray, tile: int | None = None) -> np.ndarray:
-        """Latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (in tiles of ``tile`` pixels when given)."""
-        return vae.decode(self.components["vae_decoder"], latents, self.config, tile)
-
     # -- planning: inpainting and ControlNet ------------------------------------------------
 
     def plan(self, request: GenerationRequest) -> DiffusionPlan:
         """``Pipeline.plan`` plus the mask (crop, blur, latent mask) and the ControlNet units."""
         base = super().plan(request)
         plan = DiffusionPlan(**vars(base))
-        if request.vae_tiling:  # a tile size this VAE cannot tile with fails now, not after denoising
-            vae.tile_overlap(request.vae_tile_size, self.config.vae_scale_factor)
         if plan.request.mask is not None:
             plan.mask = plan_mask(plan.request, plan.width, plan.height, self.config)
             plan.image = plan.mask.image
@@ -325,22 +332,13 @@ class StableDiffusionPipeline(Pipeline):
             )
             raise ModelFormatError(f"ControlNet {net.name!r} is {family} ControlNet; {self.name} is another family")
 
-    # -- the public call --------------------------------------------------------------------
-
-    def run(self, request: GenerationRequest) -> Any:
-        """Generate ``request.num_images`` images (txt2img, or img2img with an init image)."""
-        plan = self.plan(self.accept(request))
-        noise = NoiseStream(plan.seeds)
-        conditioning = self.conditioning(plan)  # the text encoder first, as diffusers
-        latents = self.initial_latents(plan, noise)
-        loop = self.denoise_loop(plan, noise, conditioning)
-        return self.deliver(plan, self.finish(plan, loop, latents, noise))
+    # -- the template's last stages ---------------------------------------------------------
 
     def finish(self, plan: GenerationPlan, loop: DenoiseLoop, latents: np.ndarray, noise: NoiseStream) -> np.ndarray:
         """``loop`` run on ``latents``, then decoded, or the hires fix's second pass: pixels."""
         stage = plan.hires if isinstance(plan, DiffusionPlan) else None
         if stage is None:
-            return self.decode(loop.run(latents), vae_tile(plan.request))
+            return super().finish(plan, loop, latents, noise)
         first = len(plan.scheduler.timesteps)
         loop.callback = counting(plan.request.callback, 0, first + len(stage.plan.scheduler.timesteps))
         return self.hires_pass(stage, loop.run(latents), noise, first)
@@ -350,11 +348,6 @@ class StableDiffusionPipeline(Pipeline):
         if isinstance(plan, DiffusionPlan) and plan.mask is not None and plan.mask.paste is not None:
             pixels = paste_back(pixels, plan.mask.paste)
         return super().deliver(plan, pixels)
-
-
-def vae_tile(request: GenerationRequest) -> int | None:
-    """The VAE tile size in pixels when the request asks for tiling, else None."""
-    return request.vae_tile_size if request.vae_tiling else None
 
 
 def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:
