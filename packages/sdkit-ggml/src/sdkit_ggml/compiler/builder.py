@@ -113,6 +113,9 @@ class Builder:
         # Which lowering a 2-D conv shape gets (compiler/conv_strategy.py); None: im2col
         # (check(), which has no device to time on, and builds that do not choose).
         self.conv_choice: Callable[[ConvShape], str] | None = None
+        # precision fp16/q8_0 with f16_activations on (compiler/lowering_modes.py): products of
+        # two activations and flash attention's K, V take F16 operands
+        self.f16_activations = False
 
     # -- low level -------------------------------------------------------------------------
     def _check_size(self, shape: Sequence[int], ggml_type: int, what: str) -> None:
