@@ -105,11 +105,24 @@ def _mask4(b: Builder, node: Node, batch: tuple[int, ...], lq: int, lk: int) -> 
     return ops.expand(b, ops.reshape(b, mask, aligned4), (*aligned4[:2], lq, lk))
 
 
+def _f16_exact(mask: np.ndarray | None) -> bool:
+    """Whether a constant mask reads the same in F16 (clamped): each value F16-exact, or at most
+    -65504 (a weight exp() makes 0 in F32 either way)."""
+    if mask is None:
+        return False
+    values = np.asarray(mask, dtype=np.float32)
+    clamped = np.clip(values, -F16_MAX, F16_MAX)
+    return bool(np.all((values <= -F16_MAX) | (clamped.astype(np.float16).astype(np.float32) == values)))
+
+
 @converter("Attention", since_version=1, domain=FUSED_DOMAIN)
 def convert_attention(b: Builder, node: Node) -> list[Value]:
     """softmax(scale * Q K^T [+ mask]) V as one ggml_flash_attn_ext: the score matrix is never
     stored. ``k_transposed``: input 1 is K^T ([.., d, Lk]) rather than K. Optional inputs: 3 an
-    additive mask, 4 and 5 scalars multiplying Q and K^T (torch SDPA's export)."""
+    additive mask, 4 and 5 scalars multiplying Q and K^T (torch SDPA's export). ggml reads the
+    mask in F16 (clamped to +-65504, so torch's finfo.min gives no NaN): at fp32 a mask takes
+    flash attention only when it is a constant F16 holds exactly (0 / -inf / finfo.min, a causal
+    mask), any other one the explicit path with the F32 mask."""
     q, k, v = b.tensor(node, 0), b.tensor(node, 1), b.tensor(node, 2)
     ops.require_float(q, k, v, what="attention")
     if not q.rank == k.rank == v.rank or q.rank not in (3, 4):
@@ -126,19 +139,12 @@ def convert_attention(b: Builder, node: Node) -> list[Value]:
     scale = float(node.attr("scale", 1.0 / math.sqrt(q.shape[-1]))) * q_scale * k_scale
     mask = _mask4(b, node, batch, lq, k.shape[-2])
     kh, vh = _half(b, k4), _half(b, v4)
+    if mask is not None and b.precision == "fp32" and not _f16_exact(b.fixed_value(node, 3)):
+        # flash attention reads the mask in F16: at fp32 only a constant mask F16 holds exactly
+        return [ops.reshape(b, _explicit_attention(b, q4, kh, vh, scale, mask), (*batch, lq, dv))]
     mask_h = None if mask is None else ops.cast(b, ops.clamp(b, mask, -F16_MAX, F16_MAX), L.GGML_TYPE_F16, mask.dtype)
-    out = b.op(
-        "ggml_flash_attn_ext",
-        q4.ptr,
-        kh.ptr,
-        vh.ptr,
-        None if mask_h is None else mask_h.ptr,
-        scale,
-        0.0,
-        0.0,
-        shape=(nb, lq, heads, dv),
-        dtype=q.dtype,
-    )
+    args = (q4.ptr, kh.ptr, vh.ptr, None if mask_h is None else mask_h.ptr, scale, 0.0, 0.0)
+    out = b.op("ggml_flash_attn_ext", *args, shape=(nb, lq, heads, dv), dtype=q.dtype)
     if not b.supported(out):  # e.g. CUDA's kernels: head sizes 40/64/72/80/96/112/128/256 only
         return [ops.reshape(b, _explicit_attention(b, q4, kh, vh, scale, mask), (*batch, lq, dv))]
     b.set_precision_f32(out)
