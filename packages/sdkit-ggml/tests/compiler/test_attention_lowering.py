@@ -83,7 +83,8 @@ def attention_model(
         logits = "masked"
     nodes += [helper.make_node("Softmax", [logits], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["out"])]
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in dims.items()]
-    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    graph = helper.make_graph(nodes, "attention", inputs, outputs)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return Model.from_proto(proto), feeds
 
@@ -228,7 +229,7 @@ def test_fp32_default_leaves_masked_attention_as_exported() -> None:
     assert _fused(model, "plain") == []
     assert len(_fused(model, "all")) == 1
     np.testing.assert_array_equal(_run(model, feeds, "fp32"), _run(model, feeds, "fp32", flash_attn="off"))
-    plain, plain_feeds = attention_model((2, 2, 9, 9, 40))
+    plain, _ = attention_model((2, 2, 9, 9, 40))
     assert len(_fused(plain, "plain")) == 1  # the unmasked pattern: flash attention as before
 
 
