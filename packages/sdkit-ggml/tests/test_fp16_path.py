@@ -141,3 +141,31 @@ def test_taef2_decoder_fp16(taef2: Path) -> None:
         iter(sdkit.compile(load_onnx(path), backend="ggml", device="cpu", precision="fp16").run(latent).values())
     )
     assert _rel_l2(got, want) <= VAE_TOLERANCE
+
+
+def test_matmul_prec_f32_is_set_on_every_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``matmul_prec="f32"`` marks each mul_mat GGML_PREC_F32 (op_params[0] = 10, what
+    ggml_mul_mat_set_prec writes; ggml-cuda then computes F16 operands in F32). The CPU
+    accumulates in F32 anyway: the same bits either way there."""
+    from sdkit_ggml.runtime.profile import TensorNode
+
+    lib = L.load_library()
+    real = lib.functions["ggml_backend_supports_op"]
+    precs: list[int] = []
+
+    def supports(backend: int, node: int) -> bool:
+        if (lib.ggml_op_desc(node) or b"") == b"MUL_MAT":
+            precs.append(int(TensorNode.from_address(node).op_params[0]))
+        return bool(real(backend, node))
+
+    monkeypatch.setitem(lib.functions, "ggml_backend_supports_op", supports)
+    model, feeds = activation_product()
+    runs = {}
+    for mode in ("default", "f32"):
+        precs.clear()
+        compiled = sdkit.compile(model, backend="ggml", device="cpu", threads=1, precision="fp16", matmul_prec=mode)
+        runs[mode] = compiled.run(feeds)
+        assert compiled.info["matmul_prec"] == mode
+        assert precs and set(precs) == {L.GGML_PREC_F32 if mode == "f32" else 0}
+    for name, value in runs["default"].items():
+        np.testing.assert_array_equal(value, runs["f32"][name])

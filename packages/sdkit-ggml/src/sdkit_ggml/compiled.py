@@ -20,6 +20,7 @@ from sdkit_ggml.compiler.lowering_modes import (
     f16_activations,
     f16_activations_mode,
     flash_attn_mode,
+    matmul_prec_mode,
 )
 from sdkit_ggml.compiler.passes import apply_passes
 from sdkit_ggml.runtime.context import GgmlContext
@@ -55,6 +56,7 @@ class GgmlCompiledModel(CompiledModel):
         self.flash_attn = flash_attn_mode(options.extra.get("flash_attn"))
         f16_mode = f16_activations_mode(options.extra.get("f16_activations"))
         self.f16_activations = f16_activations(f16_mode, options.precision)
+        self.matmul_prec = matmul_prec_mode(options.extra.get("matmul_prec"))
         # what is lowered, for every signature and refit
         self._proto = apply_passes(graph.proto, attention=attention_patterns(self.flash_attn, options.precision))
         self.inputs: list[TensorInfo] = graph.inputs
@@ -129,6 +131,7 @@ class GgmlCompiledModel(CompiledModel):
             builder = Builder(context, self.options.precision, self._shared_weights)
             builder.conv_choice = self.conv
             builder.f16_activations = self.f16_activations
+            builder.mul_mat_prec_f32 = self.matmul_prec == "f32"
             builder.device_supports = self._device_supports
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
@@ -226,6 +229,7 @@ class GgmlCompiledModel(CompiledModel):
             "conv_timings": {k: dict(v) for k, v in self.conv.timings.items()},
             "flash_attn": self.flash_attn,
             "f16_activations": self.f16_activations,
+            "matmul_prec": self.matmul_prec,
         }
 
     def close(self) -> None:

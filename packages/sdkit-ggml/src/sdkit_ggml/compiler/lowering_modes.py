@@ -13,6 +13,11 @@ option wins), so every lowering can be measured on and off (``benchmarks/ggml_fp
   Einsum of two runtime tensors) and flash attention's K and V go to ggml as F16 (``"on"``,
   default) or stay F32 (``"off"``). Weights are F16 under those precisions either way; under
   ``"fp32"`` this switch changes nothing.
+- ``matmul_prec`` / ``SDKIT_GGML_MATMUL_PREC``: ``"default"`` (ggml's choice) or ``"f32"``
+  (``ggml_mul_mat_set_prec(GGML_PREC_F32)`` on every mul_mat). The CPU accumulates every
+  product in F32 either way (no effect there); ggml-cuda 0.20.2 multiplies an F16 first operand
+  with cuBLAS at ``CUBLAS_COMPUTE_16F`` (F16 accumulation) by default, and with ``"f32"``
+  widens it to F32 (TF32 tensor cores, F32 accumulation): the accuracy side of fp16 on a GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ FLASH_MODES = ("auto", "on", "off")
 F16_ENV = "SDKIT_GGML_F16_ACTIVATIONS"
 F16_MODES = ("on", "off")
 HALF_PRECISIONS = ("fp16", "q8_0")
+MATMUL_PREC_ENV = "SDKIT_GGML_MATMUL_PREC"
+MATMUL_PREC_MODES = ("default", "f32")
 
 
 def _mode(option: object | None, env: str, modes: tuple[str, ...], name: str) -> str:
@@ -44,6 +51,11 @@ def flash_attn_mode(option: object | None) -> str:
 def f16_activations_mode(option: object | None) -> str:
     """The ``f16_activations`` option, else $SDKIT_GGML_F16_ACTIVATIONS, else ``"on"``."""
     return _mode(option, F16_ENV, F16_MODES, "f16_activations")
+
+
+def matmul_prec_mode(option: object | None) -> str:
+    """The ``matmul_prec`` option, else $SDKIT_GGML_MATMUL_PREC, else ``"default"``."""
+    return _mode(option, MATMUL_PREC_ENV, MATMUL_PREC_MODES, "matmul_prec")
 
 
 def attention_patterns(mode: str, precision: str) -> str:
