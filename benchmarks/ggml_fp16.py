@@ -10,7 +10,8 @@ off`` (F16 weights only, as before the fp16 path), ``fp16 flash off``. Prints pe
 variant the median and min seconds after ``--warmup`` runs, the ratio to ``fp32``, and the
 output's relative L2 and max abs difference to onnxruntime fp32, plus the CPU and the load
 average before and after (2 shared cores: compare ratios from one run, never seconds across
-runs). ``--json`` writes the rows.
+runs). ``--json`` writes the rows. ``--device cuda:0`` runs the same variants on a CUDA build
+of ggml (``SDKIT_GGML_LIB_DIR``); add ``matmul_prec="f32"`` variants there with ``--variants``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import cases  # noqa: E402
 import machine  # noqa: E402
 
 import sdkit  # noqa: E402
-from sdkit.model import load_onnx  # noqa: E402
+from sdkit.model import Model, load_onnx  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "fp32": {"precision": "fp32"},
@@ -40,7 +41,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fp16": {"precision": "fp16"},
     "fp16 f16act off": {"precision": "fp16", "f16_activations": "off"},
     "fp16 flash off": {"precision": "fp16", "flash_attn": "off"},
+    "fp16 matmul f32": {"precision": "fp16", "matmul_prec": "f32"},
 }
+SWITCHES = ("flash_attn", "f16_activations", "matmul_prec")
+DEFAULT_VARIANTS = "fp32,fp32 flash on,fp32 flash off,fp16,fp16 f16act off,fp16 flash off"
 SMALL = {
     "clip": ("tiny_clip_text", "CLIP text encoder (tiny config), 1x77 tokens"),
     "unet_tiny": ("tiny_unet", "UNet (tiny config), latent 1x4x32x32, batch 1"),
@@ -50,12 +54,55 @@ SMALL = {
 }
 
 
+ATTENTION = {  # SD 1.5's first self-attention (320 channels, 8 heads of 40) and its cross-attention
+    "attn_self": ((2, 8, 1024, 1024, 40), "SD 1.5 self-attention at 256 px, batch 2 (CFG): 8 heads of 40, 1024 tokens"),
+    "attn_cross": ((2, 8, 1024, 77, 40), "SD 1.5 cross-attention at 256 px, batch 2: 1024 queries, 77 keys"),
+    "attn_clip": ((2, 12, 77, 77, 64), "CLIP-L self-attention with its causal mask, batch 2: 12 heads of 64"),
+}
+
+
+def attention_graph(shape: tuple[int, ...], causal: bool) -> tuple[Any, dict[str, np.ndarray]]:
+    """softmax(Q K^T / sqrt(d) [+ causal mask]) V as torch exports it (a Constant mask, as CLIP's folds to)."""
+    from onnx import TensorProto, helper
+
+    b, h, lq, lk, d = shape
+    dims = {"q": (b, h, lq, d), "k": (b, h, lk, d), "v": (b, h, lk, d)}
+    factor = helper.make_tensor("factor", TensorProto.FLOAT, [], [d**-0.5])
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["raw"]),
+        helper.make_node("Constant", [], ["factor"], value=factor),
+        helper.make_node("Mul", ["raw", "factor"], ["scores"]),
+    ]
+    logits = "scores"
+    if causal:
+        mask = np.triu(np.full((lq, lk), np.finfo(np.float32).min, np.float32), 1)[None, None]
+        tensor = helper.make_tensor("m", TensorProto.FLOAT, list(mask.shape), mask.ravel().tolist())
+        nodes += [
+            helper.make_node("Constant", [], ["m"], value=tensor),
+            helper.make_node("Add", ["scores", "m"], ["s2"]),
+        ]
+        logits = "s2"
+    nodes += [helper.make_node("Softmax", [logits], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["out"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v)) for n, v in dims.items()]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    proto = helper.make_model(
+        helper.make_graph(nodes, "attention", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    rng = np.random.default_rng(0)
+    return proto, {n: rng.standard_normal(v).astype(np.float32) for n, v in dims.items()}
+
+
 def _batch2(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([v, v * 0.5 if v.dtype.kind == "f" else v]) if v.ndim else v for k, v in feeds.items()}
 
 
-def load_case(name: str) -> tuple[str, Path, dict[str, np.ndarray]]:
-    if name in SMALL:
+def load_case(name: str) -> tuple[str, Any, dict[str, np.ndarray]]:
+    """Title, model (a path or an in-memory ModelProto) and feeds."""
+    if name in ATTENTION:
+        shape, title = ATTENTION[name]
+        proto, feeds = attention_graph(shape, causal=name == "attn_clip")
+        return title, proto, feeds
         graph, title = SMALL[name]
         feeds = cases.sd_graphs.example_inputs(graph)
         if name.endswith("_b2"):
@@ -73,17 +120,26 @@ def errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 def run_case(name: str, labels: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
     import onnxruntime as ort
 
-    title, path, feeds = load_case(name)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    title, source, feeds = load_case(name)
+    if isinstance(source, Path):
+        session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+        model = load_onnx(source)
+    else:
+        session = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+        model = Model.from_proto(source)
     want = session.run(None, feeds)
     del session
-    model = load_onnx(path)
     compiled, compile_s = {}, {}
     for label in labels:
         start = time.perf_counter()
         options = {k: v for k, v in VARIANTS[label].items() if k != "precision"}
         compiled[label] = sdkit.compile(
-            model, backend="ggml", device="cpu", threads=args.threads, precision=VARIANTS[label]["precision"], **options
+            model,
+            backend="ggml",
+            device=args.device,
+            threads=args.threads,
+            precision=VARIANTS[label]["precision"],
+            **options,
         )
         compile_s[label] = time.perf_counter() - start
     outputs: dict[str, np.ndarray] = {}
@@ -103,22 +159,24 @@ def run_case(name: str, labels: list[str], args: argparse.Namespace) -> list[dic
         median = statistics.median(times[label])
         rows.append({"case": name, "title": title, "variant": label, "median_s": median, "min_s": min(times[label]),
                      "ratio": median / base, "rel_l2": rel, "max_abs": mx, "compile_s": compile_s[label],
-                     "info": {k: compiled[label].info[k] for k in ("flash_attn", "f16_activations")}})  # fmt: skip
+                     "info": {k: compiled[label].info[k] for k in SWITCHES}})  # fmt: skip
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="clip,unet_tiny,unet_tiny_b2,vae128")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--cases", default="attn_self,attn_cross,attn_clip,clip,unet_tiny,unet_tiny_b2")
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"of: {', '.join(VARIANTS)}")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="a ggml device: cpu, cuda:0 (a CUDA build of ggml)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     labels = [v.strip() for v in args.variants.split(",") if v.strip()]
     cpu, flags = machine.cpuinfo()
-    print(f"CPU: {cpu} ({' '.join(flags)}), threads {args.threads}, load before {machine.load_average()}")
+    print(f"CPU: {cpu} ({' '.join(flags)}), device {args.device}, threads {args.threads}, "
+          f"load before {machine.load_average()}")  # fmt: skip
     rows = []
     for name in args.cases.split(","):
         for row in run_case(name.strip(), labels, args):
