@@ -77,8 +77,8 @@ def _scaled_scores(
     or (``masks``) ``+ mask``: the score MatMul, the scale and the mask's name ("" for none)."""
     node = view.node_of(name)
     if not is_op(node, "Add") or node is None:
-        found = _scores_product(view, node, chain)
-        return None if found is None else (*found, "")
+        product = _scores_product(view, node, chain)
+        return None if product is None else (product[0], product[1], "")
     add = view.producer[str(node.output[0])]
     for i in (0, 1):
         if _zeros(view, str(node.input[1 - i])) and view.only_use(str(node.input[i])) is not None:
@@ -89,7 +89,7 @@ def _scaled_scores(
         return None
     for i in (0, 1):
         if view.only_use(str(node.input[i])) is not None:
-            found = _with_mask(view, node.input[i], [*chain, add], chain, str(node.input[1 - i]))
+            found = _with_mask(view, str(node.input[i]), [*chain, add], chain, str(node.input[1 - i]))
             if found is not None:
                 return found
     return None
