@@ -6,7 +6,8 @@ onnxruntime fp32 and time, in one process, variants rotated per round.
 Variants (``compiler/lowering_modes.py``): ``fp32`` (the default lowering), ``fp32 flash on``
 (masked / SDPA attention to flash_attn_ext at fp32 too), ``fp32 flash off``, ``fp16`` (F16
 weights, F16 activation products and flash K/V, every attention pattern fused), ``fp16 f16act
-off`` (F16 weights only, as before the fp16 path), ``fp16 flash off``. Prints per case and
+off`` (F16 weights and every attention pattern fused, activations F32: the CPU's default),
+``fp16 flash off``. Prints per case and
 variant the median and min seconds after ``--warmup`` runs, the ratio to ``fp32``, and the
 output's relative L2 and max abs difference to onnxruntime fp32, plus the CPU and the load
 average before and after (2 shared cores: compare ratios from one run, never seconds across
@@ -38,10 +39,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fp32": {"precision": "fp32"},
     "fp32 flash on": {"precision": "fp32", "flash_attn": "on"},
     "fp32 flash off": {"precision": "fp32", "flash_attn": "off"},
-    "fp16": {"precision": "fp16"},
+    "fp16": {"precision": "fp16", "f16_activations": "on"},
     "fp16 f16act off": {"precision": "fp16", "f16_activations": "off"},
-    "fp16 flash off": {"precision": "fp16", "flash_attn": "off"},
-    "fp16 matmul f32": {"precision": "fp16", "matmul_prec": "f32"},
+    "fp16 flash off": {"precision": "fp16", "flash_attn": "off", "f16_activations": "on"},
+    "fp16 matmul f32": {"precision": "fp16", "matmul_prec": "f32", "f16_activations": "on"},
 }
 SWITCHES = ("flash_attn", "f16_activations", "matmul_prec")
 DEFAULT_VARIANTS = "fp32,fp32 flash on,fp32 flash off,fp16,fp16 f16act off,fp16 flash off"
@@ -103,6 +104,7 @@ def load_case(name: str) -> tuple[str, Any, dict[str, np.ndarray]]:
         shape, title = ATTENTION[name]
         proto, feeds = attention_graph(shape, causal=name == "attn_clip")
         return title, proto, feeds
+    if name in SMALL:
         graph, title = SMALL[name]
         feeds = cases.sd_graphs.example_inputs(graph)
         if name.endswith("_b2"):

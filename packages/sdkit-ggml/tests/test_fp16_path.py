@@ -83,6 +83,15 @@ def test_activation_products(mode: str, asked: Counter[str]) -> None:
         assert _rel_l2(got[name], ref) <= 1e-3, name  # F16 rounding of the operands: ~3e-4
 
 
+def test_f16_activations_default_off_on_the_cpu() -> None:
+    from sdkit_ggml.compiler.lowering_modes import f16_activations
+
+    model, _ = activation_product()
+    compiled = sdkit.compile(model, backend="ggml", device="cpu", threads=1, precision="fp16")
+    assert compiled.info["f16_activations"] is False  # "auto": on for a GPU device only
+    assert f16_activations("auto", "fp16", "cuda") and not f16_activations("auto", "fp32", "cuda")
+
+
 def test_fp32_untouched_by_the_switch(sd_graphs: Any) -> None:
     proto = sd_graphs.load_model("tiny_unet")
     feeds = sd_graphs.example_inputs("tiny_unet")
@@ -96,6 +105,8 @@ def test_fp32_untouched_by_the_switch(sd_graphs: Any) -> None:
 
 
 def _check_fp16(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], tolerance: float, **options: str) -> None:
+    """At fp16 with the F16 activation path on (on a CPU its default is off) unless ``options`` say otherwise."""
+    options.setdefault("f16_activations", "on")
     model = Model.from_proto(proto)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     got = sdkit.compile(model, backend="ggml", device="cpu", precision="fp16", **options).run(feeds)
@@ -137,9 +148,8 @@ def test_taef2_decoder_fp16(taef2: Path) -> None:
     path = taef2 / "taef2_decoder.onnx"
     latent = {"latent": np.random.default_rng(0).standard_normal((1, 32, 32, 32)).astype(np.float32)}
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, latent)[0]
-    got = next(
-        iter(sdkit.compile(load_onnx(path), backend="ggml", device="cpu", precision="fp16").run(latent).values())
-    )
+    compiled = sdkit.compile(load_onnx(path), backend="ggml", device="cpu", precision="fp16", f16_activations="on")
+    got = next(iter(compiled.run(latent).values()))
     assert _rel_l2(got, want) <= VAE_TOLERANCE
 
 

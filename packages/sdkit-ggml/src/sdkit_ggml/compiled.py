@@ -55,7 +55,7 @@ class GgmlCompiledModel(CompiledModel):
         self.graph = graph
         self.flash_attn = flash_attn_mode(options.extra.get("flash_attn"))
         f16_mode = f16_activations_mode(options.extra.get("f16_activations"))
-        self.f16_activations = f16_activations(f16_mode, options.precision)
+        self.f16_activations = f16_activations(f16_mode, options.precision, device.kind)
         self.matmul_prec = matmul_prec_mode(options.extra.get("matmul_prec"))
         # what is lowered, for every signature and refit
         self._proto = apply_passes(graph.proto, attention=attention_patterns(self.flash_attn, options.precision))

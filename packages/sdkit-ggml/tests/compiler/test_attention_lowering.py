@@ -114,6 +114,7 @@ def _reference(model: Model, feeds: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _run(model: Model, feeds: dict[str, np.ndarray], precision: str, **options: str) -> np.ndarray:
+    options.setdefault("f16_activations", "on")  # F16 K and V at fp16 (the CPU's default is off)
     compiled = sdkit.compile(model, backend="ggml", device="cpu", threads=1, precision=precision, **options)
     return np.asarray(compiled.run(feeds)["out"])
 

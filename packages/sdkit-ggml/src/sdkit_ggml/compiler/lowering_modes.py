@@ -10,9 +10,12 @@ option wins), so every lowering can be measured on and off (``benchmarks/ggml_fp
   ``"off"``: no attention fusion (MatMul, Softmax, MatMul as exported).
 - ``f16_activations`` / ``SDKIT_GGML_F16_ACTIVATIONS``: under ``precision="fp16"`` / ``"q8_0"``,
   the runtime operand of a product of two activations (attention's Q K^T and P V, a MatMul or
-  Einsum of two runtime tensors) and flash attention's K and V go to ggml as F16 (``"on"``,
-  default) or stay F32 (``"off"``). Weights are F16 under those precisions either way; under
-  ``"fp32"`` this switch changes nothing.
+  Einsum of two runtime tensors) and flash attention's K and V go to ggml as F16 (``"on"``) or
+  stay F32 (``"off"``). ``"auto"`` (default): on for a GPU device (an F16 operand makes the
+  product an F16 tensor-core GEMM there), off on the CPU (measured no faster there: the CPU
+  converts the other operand to F16 inside the product anyway, and the cast costs a pass).
+  Weights are F16 under those precisions either way; under ``"fp32"`` this switch changes
+  nothing.
 - ``matmul_prec`` / ``SDKIT_GGML_MATMUL_PREC``: ``"default"`` (ggml's choice) or ``"f32"``
   (``ggml_mul_mat_set_prec(GGML_PREC_F32)`` on every mul_mat). The CPU accumulates every
   product in F32 either way (no effect there); ggml-cuda 0.20.2 multiplies an F16 first operand
@@ -29,7 +32,7 @@ from sdkit.errors import OptionError
 FLASH_ENV = "SDKIT_GGML_FLASH_ATTN"
 FLASH_MODES = ("auto", "on", "off")
 F16_ENV = "SDKIT_GGML_F16_ACTIVATIONS"
-F16_MODES = ("on", "off")
+F16_MODES = ("auto", "on", "off")
 HALF_PRECISIONS = ("fp16", "q8_0")
 MATMUL_PREC_ENV = "SDKIT_GGML_MATMUL_PREC"
 MATMUL_PREC_MODES = ("default", "f32")
@@ -49,7 +52,7 @@ def flash_attn_mode(option: object | None) -> str:
 
 
 def f16_activations_mode(option: object | None) -> str:
-    """The ``f16_activations`` option, else $SDKIT_GGML_F16_ACTIVATIONS, else ``"on"``."""
+    """The ``f16_activations`` option, else $SDKIT_GGML_F16_ACTIVATIONS, else ``"auto"``."""
     return _mode(option, F16_ENV, F16_MODES, "f16_activations")
 
 
@@ -68,5 +71,8 @@ def attention_patterns(mode: str, precision: str) -> str:
     return "plain"
 
 
-def f16_activations(mode: str, precision: str) -> bool:
-    return mode == "on" and precision in HALF_PRECISIONS
+def f16_activations(mode: str, precision: str, device_kind: str) -> bool:
+    """Whether the fp16 compute path casts activations to F16 (``device_kind``: sdkit's Device.kind)."""
+    if precision not in HALF_PRECISIONS:
+        return False
+    return mode == "on" or (mode == "auto" and device_kind != "cpu")
