@@ -155,6 +155,9 @@ def _attention_at(view: GraphView, node: onnx.NodeProto, masks: bool) -> tuple[o
     ranks = {view.rank(q), view.rank(kt), view.rank(v)}
     if len(ranks) != 1 or ranks.pop() not in (3, 4):
         return None  # batched 3-D or 4-D attention of one rank only
+    mask_rank = view.rank(mask) if mask else 0
+    if mask_rank is None or mask_rank > (view.rank(q) or 0):
+        return None  # a mask that widens the scores: left as exported
     fused_inputs = [q, kt, v, mask, q_scale, k_scale]
     k_transposed = 1
     transpose = view.node_of(kt)
