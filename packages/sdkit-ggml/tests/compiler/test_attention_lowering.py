@@ -240,3 +240,16 @@ def test_bad_switch_values_are_option_errors() -> None:
         sdkit.compile(model, backend="ggml", device="cpu", flash_attn="maybe")
     with pytest.raises(OptionError, match="f16_activations"):
         sdkit.compile(model, backend="ggml", device="cpu", f16_activations="yes")
+
+
+def test_patterns_per_switch(asked: Counter[str]) -> None:
+    """``flash_attn="off"`` leaves every pattern as exported (no FLASH_ATTN_EXT node, at fp16
+    too); a mask that would widen the scores (rank 5 over rank-4 operands) is never fused."""
+    model, feeds = attention_model((1, 2, 5, 5, 8), (1, 2, 5, 5))
+    _run(model, feeds, "fp16", flash_attn="off")
+    assert asked["FLASH_ATTN_EXT"] == 0 and asked["SOFT_MAX"] == 1
+    proto = model.graph.proto
+    mask = next(n for n in proto.graph.node if n.output[0] == "m")
+    wide = helper.make_tensor("m", TensorProto.FLOAT, [3, 1, 2, 5, 5], np.zeros(150, np.float32).tolist())
+    mask.attribute[0].t.CopyFrom(wide)
+    assert _fused(Model.from_proto(proto), "all") == []
