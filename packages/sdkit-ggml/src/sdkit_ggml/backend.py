@@ -24,8 +24,15 @@ class GgmlBackend(Backend):
     name: ClassVar[str] = "ggml"
     priority: ClassVar[int] = 55
     description: ClassVar[str] = "ONNX compiled to ggml graphs (CPU, CUDA, Vulkan, Metal)"
-    # conv: "im2col", "direct" or "auto" (timed per shape; compiler/conv_strategy.py)
-    extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {"conv": str}
+    # conv: "im2col", "direct" or "auto" (timed per shape; compiler/conv_strategy.py);
+    # flash_attn: "auto", "on", "off"; f16_activations: "on", "off"; matmul_prec: "default",
+    # "f32" (compiler/lowering_modes.py)
+    extra_options: ClassVar[Mapping[str, type | tuple[type, ...]]] = {
+        "conv": str,
+        "flash_attn": str,
+        "f16_activations": str,
+        "matmul_prec": str,
+    }
     precisions: ClassVar[tuple[str, ...] | None] = PRECISIONS
 
     def probe(self) -> Availability:
@@ -70,6 +77,7 @@ class GgmlBackend(Backend):
         from sdkit.options import physical_cores
         from sdkit_ggml.compiled import GgmlCompiledModel
         from sdkit_ggml.compiler.conv_strategy import conv_mode
+        from sdkit_ggml.compiler.lowering_modes import f16_activations_mode, flash_attn_mode, matmul_prec_mode
         from sdkit_ggml.conv_tuning import ConvTuner
         from sdkit_ggml.converter_plugins import default_registry
         from sdkit_ggml.runtime.devices import find_device, open_backend
@@ -78,6 +86,9 @@ class GgmlBackend(Backend):
         if options.precision not in PRECISIONS:
             raise OptionError(f"the ggml backend supports precision {', '.join(PRECISIONS)}, not {options.precision!r}")
         mode = conv_mode(options.extra.get("conv"))  # a bad value is an OptionError before any work
+        flash_attn_mode(options.extra.get("flash_attn"))
+        f16_activations_mode(options.extra.get("f16_activations"))
+        matmul_prec_mode(options.extra.get("matmul_prec"))
         lib = load_library()
         entry = find_device(lib, device)
         backend = open_backend(lib, entry)

@@ -15,6 +15,13 @@ from sdkit_ggml.compiler.build import BACKEND, Plan, build_plan, capacity_for, r
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import NeedsValue, Tensor, WeightEntry
 from sdkit_ggml.compiler.conv_strategy import ConvChooser, Timer, conv_mode
+from sdkit_ggml.compiler.lowering_modes import (
+    attention_patterns,
+    f16_activations,
+    f16_activations_mode,
+    flash_attn_mode,
+    matmul_prec_mode,
+)
 from sdkit_ggml.compiler.passes import apply_passes
 from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.devices import compute_lock
@@ -46,7 +53,12 @@ class GgmlCompiledModel(CompiledModel):
         """``conv_timer``: measures a conv shape's strategies under ``conv="auto"``
         (``sdkit_ggml.conv_tuning.ConvTuner``); without one, auto takes im2col."""
         self.graph = graph
-        self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
+        self.flash_attn = flash_attn_mode(options.extra.get("flash_attn"))
+        f16_mode = f16_activations_mode(options.extra.get("f16_activations"))
+        self.f16_activations = f16_activations(f16_mode, options.precision, device.kind)
+        self.matmul_prec = matmul_prec_mode(options.extra.get("matmul_prec"))
+        # what is lowered, for every signature and refit
+        self._proto = apply_passes(graph.proto, attention=attention_patterns(self.flash_attn, options.precision))
         self.inputs: list[TensorInfo] = graph.inputs
         self.outputs: list[TensorInfo] = graph.outputs
         self.device = device
@@ -121,6 +133,8 @@ class GgmlCompiledModel(CompiledModel):
         context = GgmlContext(self._lib, capacity_for(self._proto))
         builder = Builder(context, self.options.precision, self._shared_weights)
         builder.conv_choice = self.conv
+        builder.f16_activations = self.f16_activations
+        builder.mul_mat_prec_f32 = self.matmul_prec == "f32"
         builder.device_supports = self._device_supports
         try:
             plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
@@ -215,6 +229,9 @@ class GgmlCompiledModel(CompiledModel):
             "conv": self.conv.mode,
             "conv_strategies": dict(self.conv.choices),
             "conv_timings": {k: dict(v) for k, v in self.conv.timings.items()},
+            "flash_attn": self.flash_attn,
+            "f16_activations": self.f16_activations,
+            "matmul_prec": self.matmul_prec,
         }
 
     def close(self) -> None:

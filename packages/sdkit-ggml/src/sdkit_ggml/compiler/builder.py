@@ -38,6 +38,8 @@ class TensorFactory(Protocol):
 
     def set_prec_f32(self, ptr: int) -> None: ...
 
+    def set_mul_mat_prec_f32(self, ptr: int) -> None: ...
+
     def free(self) -> None: ...
 
 
@@ -113,6 +115,12 @@ class Builder:
         # Which lowering a 2-D conv shape gets (compiler/conv_strategy.py); None: im2col
         # (check(), which has no device to time on, and builds that do not choose).
         self.conv_choice: Callable[[ConvShape], str] | None = None
+        # precision fp16/q8_0 with f16_activations on (compiler/lowering_modes.py): products of
+        # two activations and flash attention's K, V take F16 operands
+        self.f16_activations = False
+        # matmul_prec="f32": every mul_mat asks for F32 compute (ggml_mul_mat_set_prec; on CUDA
+        # F16 operands are then widened, not multiplied in F16 with F16 accumulation)
+        self.mul_mat_prec_f32 = False
 
     # -- low level -------------------------------------------------------------------------
     def _check_size(self, shape: Sequence[int], ggml_type: int, what: str) -> None:
@@ -150,6 +158,8 @@ class Builder:
         if got is not None and got != want:
             # A lowering bug, not a user error: fail loudly rather than compute garbage.
             raise RuntimeError(f"{fn}: ggml produced ne={got}, expected {want} for ONNX shape {tuple(shape)}")
+        if fn == "ggml_mul_mat" and self.mul_mat_prec_f32:
+            self.factory.set_mul_mat_prec_f32(ptr)
         return Tensor(ptr, tuple(int(d) for d in shape), np.dtype(dtype or np.float32), ggml_type)
 
     def supported(self, t: Tensor) -> bool:

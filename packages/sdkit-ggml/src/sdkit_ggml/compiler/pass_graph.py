@@ -100,6 +100,13 @@ class GraphView:
         return out
 
 
+def make_fused(op: str, inputs: list[str], outputs: list[str], name: str, **attrs: object) -> onnx.NodeProto:
+    """A node of sdkit-ggml's own domain (``converters/fused.py`` lowers it)."""
+    node = onnx.helper.make_node(op, inputs, outputs, name=name, domain=FUSED_DOMAIN)
+    node.attribute.extend(onnx.helper.make_attribute(key, value) for key, value in attrs.items())
+    return node
+
+
 def copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
     fresh = onnx.NodeProto()
     fresh.CopyFrom(node)

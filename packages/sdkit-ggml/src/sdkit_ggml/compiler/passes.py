@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from sdkit_ggml.compiler import pass_cleanup, pass_fusions
+from sdkit_ggml.compiler import pass_attention, pass_cleanup, pass_fusions
 
 OFF_ENV = "SDKIT_GGML_PASSES_OFF"
 
@@ -36,7 +36,7 @@ class GraphPass:
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("identity", pass_cleanup.remove_identities, "Identity, x*1, x/1, x+0 and same-type Cast bypassed"),
     GraphPass("transpose", pass_cleanup.fold_transposes, "Transpose of a Transpose composed (or dropped)"),
-    GraphPass("attention", pass_fusions.fuse_attention, "MatMul-Softmax-MatMul to ggml_flash_attn_ext"),
+    GraphPass("attention", pass_attention.fuse_attention, "MatMul-Softmax-MatMul to ggml_flash_attn_ext"),
     GraphPass("group_norm", pass_fusions.fuse_group_norm, "Reshape-InstanceNorm-Reshape-Mul-Add to one norm"),
     GraphPass("silu", pass_fusions.fuse_silu, "x*Sigmoid(x) to ggml_silu"),
     GraphPass("dead", pass_cleanup.remove_dead, "nodes no output depends on dropped"),
@@ -58,7 +58,14 @@ def enabled_passes(off: Iterable[str] | None = None) -> tuple[GraphPass, ...]:
     return tuple(p for p in PASSES if p.name not in skip)
 
 
-def apply_passes(proto: onnx.ModelProto, passes: tuple[GraphPass, ...] | None = None) -> onnx.ModelProto:
+def apply_passes(
+    proto: onnx.ModelProto, passes: tuple[GraphPass, ...] | None = None, *, attention: str = "plain"
+) -> onnx.ModelProto:
+    """``attention``: the attention patterns fused (``lowering_modes.attention_patterns``:
+    "plain", "all" or "none"; check() and the fp32 default take "plain")."""
     for graph_pass in enabled_passes() if passes is None else passes:
-        proto = graph_pass.run(proto)
+        if graph_pass.name == "attention":
+            proto = pass_attention.fuse_attention(proto, attention)
+        else:
+            proto = graph_pass.run(proto)
     return proto

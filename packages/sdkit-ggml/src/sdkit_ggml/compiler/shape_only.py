@@ -36,5 +36,8 @@ class ShapeOnlyContext:
     def set_prec_f32(self, ptr: int) -> None:
         pass
 
+    def set_mul_mat_prec_f32(self, ptr: int) -> None:
+        pass
+
     def free(self) -> None:
         self._types.clear()

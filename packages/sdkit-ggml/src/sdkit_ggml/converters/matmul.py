@@ -5,7 +5,9 @@ A @ B becomes mul_mat(Bᵀ, A). A constant B is transposed once at compile time 
 refit); with precision="fp16" it is stored as F16 (ggml accumulates in F32), with
 precision="q8_0" a constant matrix is stored as Q8_0 (rows of whole 32-weight blocks; others and
 vectors as F16), re-quantized on refit. ggml reads a quantized operand only as mul_mat's first
-(src0) argument, which is where Bᵀ goes. Activations stay F32.
+(src0) argument, which is where Bᵀ goes. Activations stay F32, except on the fp16 compute path
+(``Builder.f16_activations``): a runtime Bᵀ (a product of two activations) is cast to F16, so
+the product is F16 x F16 with F32 accumulation on the CPU and an F16 cuBLAS GEMM on CUDA.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value, attributes
 from sdkit_ggml.converters.table import converter
+from sdkit_ggml.runtime import lib as L
 
 
 def _swap_last(array: np.ndarray) -> np.ndarray:
@@ -33,8 +36,9 @@ AS_ROW = WeightTransform(
 AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda shape: shape)
 
 
-def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
-    """a [..., M, K] times bt [..., N, K] (B already transposed) -> [..., M, N]."""
+def matmul(b: Builder, a: Tensor, bt: Tensor, *, runtime_b: bool = False) -> Tensor:
+    """a [..., M, K] times bt [..., N, K] (B already transposed) -> [..., M, N]. ``runtime_b``:
+    ``bt`` is an activation, cast to F16 on the fp16 compute path."""
     ops.require_float(a, what="MatMul")
     if a.shape[-1] != bt.shape[-1]:
         raise Unsupported(f"MatMul of {list(a.shape)} by a matrix with {bt.shape[-1]} rows")
@@ -45,7 +49,7 @@ def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
             raise Unsupported("MatMul broadcasting over more than 2 batch dims")
         a = ops.reshape(b, a, (batch_size, *a.shape[-2:]))
         bt = ops.reshape(b, bt, (batch_size, *bt.shape[-2:]))
-        return ops.reshape(b, matmul(b, a, bt), (*batch, a.shape[-2], bt.shape[-2]))
+        return ops.reshape(b, matmul(b, a, bt, runtime_b=runtime_b), (*batch, a.shape[-2], bt.shape[-2]))
     a_batch = (1,) * (len(batch) - (a.rank - 2)) + tuple(a.shape[:-2])
     b_batch = (1,) * (len(batch) - (bt.rank - 2)) + tuple(bt.shape[:-2])
     # ggml broadcasts the first operand (bt) over the second (a): a must carry the full batch.
@@ -57,6 +61,8 @@ def matmul(b: Builder, a: Tensor, bt: Tensor) -> Tensor:
         bt = ops.reshape(b, bt, (*b_batch, *bt.shape[-2:]))
     a = ops.reshape(b, a, (*batch, *a.shape[-2:]))
     out = (*batch, a.shape[-2], bt.shape[-2])
+    if runtime_b and b.f16_activations and bt.ggml_type == L.GGML_TYPE_F32:
+        bt = ops.cast(b, bt, L.GGML_TYPE_F16, bt.dtype)
     return b.op("ggml_mul_mat", bt.ptr, a.ptr, shape=out, dtype=a.dtype)
 
 
@@ -89,7 +95,7 @@ def convert_matmul(b: Builder, node: Node) -> list[Value]:
     right = node.value(1)
     b_vector = right.rank == 1 if isinstance(right, Tensor) else np.ndim(right) == 1
     bt = transposed_operand(b, node, 1)
-    y = matmul(b, a, bt)
+    y = matmul(b, a, bt, runtime_b=isinstance(right, Tensor))
     shape = list(y.shape)
     if b_vector:
         shape.pop(-1)
@@ -104,7 +110,7 @@ def convert_gemm(b: Builder, node: Node) -> list[Value]:
     if node.attr("transA", 0):
         a = ops.transpose(b, a, [1, 0])
     bt = transposed_operand(b, node, 1, already_transposed=bool(node.attr("transB", 0)))
-    y = matmul(b, a, bt)
+    y = matmul(b, a, bt, runtime_b=isinstance(node.value(1), Tensor))
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     if alpha != 1.0:
         y = ops.scale(b, y, alpha)
@@ -172,7 +178,7 @@ def einsum(b: Builder, equation: str, operands: list[Tensor]) -> Tensor:
         ops.transpose(b, y, [tb.index(c) for c in batch + right + contract]),
         (size(batch), size(right), size(contract)),
     )
-    product = matmul(b, xa, yb)
+    product = matmul(b, xa, yb, runtime_b=True)
     full = ops.reshape(b, product, [dims[c] for c in batch + left + right])
     order = batch + left + right
     return ops.transpose(b, full, [order.index(c) for c in out])

@@ -130,6 +130,9 @@ class GgmlContext:
     def set_prec_f32(self, ptr: int) -> None:
         self.lib.ggml_flash_attn_ext_set_prec(ptr, L.GGML_PREC_F32)
 
+    def set_mul_mat_prec_f32(self, ptr: int) -> None:
+        self.lib.ggml_mul_mat_set_prec(ptr, L.GGML_PREC_F32)
+
     def free(self) -> None:
         for ctx in self.blocks:
             self.lib.ggml_free(ctx)

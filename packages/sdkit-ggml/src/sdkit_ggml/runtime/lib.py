@@ -140,6 +140,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ggml_norm": (_P, (_P, _P, _F)),
     "ggml_soft_max_ext": (_P, (_P, _P, _P, _F, _F)),
     "ggml_mul_mat": (_P, (_P, _P, _P)),
+    "ggml_mul_mat_set_prec": (None, (_P, _I)),  # (struct ggml_tensor * a, enum ggml_prec prec)
     "ggml_flash_attn_ext": (_P, (_P, _P, _P, _P, _P, _F, _F, _F)),
     "ggml_flash_attn_ext_set_prec": (None, (_P, _I)),
     "ggml_cast": (_P, (_P, _P, _I)),

@@ -1,0 +1,193 @@
+"""Attention fusion: ``softmax(scale * Q K^T [+ mask]) V`` as exported becomes one node of
+sdkit-ggml's own domain, ``Attention(Q, K or Kt, V[, mask[, q_scale[, k_scale]]])``
+(attributes ``scale``, ``k_transposed``), which ``converters/fused.py`` lowers to
+``ggml_flash_attn_ext`` (or, where the device has no kernel for it, to mul_mat, soft_max_ext,
+mul_mat). Which patterns are taken (``lowering_modes.attention_patterns``):
+
+- ``"plain"``: ``MatMul(Q, Kt) -> Mul|Div(scale) [-> Add(zeros)] -> Softmax(last) -> MatMul(., V)``
+  (diffusers' baddbmm attention as torch exports it; Casts to float in between are skipped);
+- ``"all"``: besides, an additive mask or bias ``Add(scores, M)`` with any ``M`` broadcastable
+  to the scores (CLIP's causal mask), and torch SDPA's export ``MatMul(Q * s, Kt * s)`` (each
+  operand scaled by a scalar ``s = sqrt(scale)``, computed from shapes at compile time).
+
+A chain is fused only when its inner values have no other reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from sdkit_ggml.compiler.pass_graph import GraphView, attr, is_op, make_fused
+
+
+def _skip_casts(view: GraphView, name: str, chain: list[int]) -> onnx.NodeProto | None:
+    """The producer of ``name`` looking through single-use Casts to float (recorded in ``chain``)."""
+    node = view.node_of(name)
+    while is_op(node, "Cast") and node is not None and attr(node, "to") == onnx.TensorProto.FLOAT:
+        if view.only_use(str(node.output[0])) is None:
+            return None
+        chain.append(view.producer[str(node.output[0])])
+        node = view.node_of(node.input[0])
+    return node
+
+
+def _scalar(view: GraphView, name: str) -> float | None:
+    value = view.constant(name)
+    if value is None or value.size != 1 or value.dtype.kind != "f":
+        return None
+    return float(value.ravel()[0])
+
+
+def _zeros(view: GraphView, name: str) -> bool:
+    """Whether ``name`` is ``ConstantOfShape(...) * 0`` (baddbmm's beta=0 input)."""
+    node = view.node_of(name)
+    if not is_op(node, "Mul") or node is None:
+        return False
+    for i in (0, 1):
+        source = view.node_of(node.input[i])
+        if is_op(source, "ConstantOfShape") and _scalar(view, str(node.input[1 - i])) == 0.0 and source is not None:
+            fill = attr(source, "value")
+            fill_value = onnx.numpy_helper.to_array(fill) if isinstance(fill, onnx.TensorProto) else np.zeros(1)
+            return bool(np.all(np.isfinite(fill_value)))
+    return False
+
+
+def _scores_product(
+    view: GraphView, node: onnx.NodeProto | None, chain: list[int]
+) -> tuple[onnx.NodeProto, float] | None:
+    """``MatMul(Q, Kt)``, optionally ``* scale`` or ``/ d`` by a constant: the MatMul and the scale."""
+    scale = 1.0
+    if node is not None and node.op_type in ("Mul", "Div") and node.domain in ("", "ai.onnx"):
+        factor = _scalar(view, str(node.input[1]))
+        if factor is None or factor == 0.0 or view.only_use(str(node.input[0])) is None:
+            return None
+        scale = factor if node.op_type == "Mul" else 1.0 / factor
+        chain.append(view.producer[str(node.output[0])])
+        node = view.node_of(node.input[0])
+    if not is_op(node, "MatMul") or node is None:
+        return None
+    return node, scale
+
+
+def _scaled_scores(
+    view: GraphView, name: str, chain: list[int], masks: bool
+) -> tuple[onnx.NodeProto, float, str] | None:
+    """The scores feeding ``name``: ``MatMul(Q, Kt) [* scale]`` with an optional ``+ zeros``
+    or (``masks``) ``+ mask``: the score MatMul, the scale and the mask's name ("" for none)."""
+    node = view.node_of(name)
+    if not is_op(node, "Add") or node is None:
+        product = _scores_product(view, node, chain)
+        return None if product is None else (product[0], product[1], "")
+    add = view.producer[str(node.output[0])]
+    for i in (0, 1):
+        if _zeros(view, str(node.input[1 - i])) and view.only_use(str(node.input[i])) is not None:
+            found = _with_mask(view, str(node.input[i]), [*chain, add], chain, "")
+            if found is not None:
+                return found
+    if not masks:
+        return None
+    for i in (0, 1):
+        if view.only_use(str(node.input[i])) is not None:
+            found = _with_mask(view, str(node.input[i]), [*chain, add], chain, str(node.input[1 - i]))
+            if found is not None:
+                return found
+    return None
+
+
+def _with_mask(
+    view: GraphView, scores: str, trial: list[int], chain: list[int], mask: str
+) -> tuple[onnx.NodeProto, float, str] | None:
+    """The scaled score product ``scores`` with ``mask`` added; ``chain`` takes ``trial``'s
+    nodes only when it matches."""
+    found = _scores_product(view, view.node_of(scores), trial)
+    if found is None:
+        return None
+    chain[:] = trial
+    return found[0], found[1], mask
+
+
+def _softmax_last(view: GraphView, node: onnx.NodeProto) -> bool:
+    axis = int(attr(node, "axis", -1))  # type: ignore[call-overload]
+    rank = view.rank(str(node.input[0]))
+    return axis == -1 or (rank is not None and axis == rank - 1)
+
+
+def _prescaled(view: GraphView, name: str, chain: list[int]) -> tuple[str, str]:
+    """``name`` and "" , or for ``Mul(x, s)`` with a scalar ``s`` (torch SDPA's export scales Q
+    and K^T by sqrt(scale) each) ``x`` and ``s``."""
+    node = view.node_of(name)
+    if not is_op(node, "Mul") or node is None or view.only_use(name) is None:
+        return name, ""
+    for i in (0, 1):
+        factor = str(node.input[1 - i])
+        constant = view.constant(factor)
+        scalar = view.rank(factor) == 0 if constant is None else constant.size == 1 and constant.dtype.kind == "f"
+        if scalar and view.rank(str(node.input[i])) == view.rank(name):
+            chain.append(view.producer[name])
+            return str(node.input[i]), factor
+    return name, ""
+
+
+def _attention_at(view: GraphView, node: onnx.NodeProto, masks: bool) -> tuple[onnx.NodeProto, list[int]] | None:
+    chain: list[int] = []
+    probs = _skip_casts(view, str(node.input[0]), chain)
+    if not is_op(probs, "Softmax") or probs is None or not _softmax_last(view, probs):
+        return None
+    if view.only_use(str(probs.output[0])) is None:
+        return None
+    chain.append(view.producer[str(probs.output[0])])
+    pre = _skip_casts(view, str(probs.input[0]), chain)
+    if pre is None or view.only_use(str(pre.output[0])) is None:
+        return None
+    found = _scaled_scores(view, str(pre.output[0]), chain, masks)
+    if found is None:
+        return None
+    scores, scale, mask = found
+    if view.only_use(str(scores.output[0])) is None:
+        return None
+    chain.append(view.producer[str(scores.output[0])])
+    q, kt, v = str(scores.input[0]), str(scores.input[1]), str(node.input[1])
+    q_scale = k_scale = ""
+    if masks:
+        q, q_scale = _prescaled(view, q, chain)
+        kt, k_scale = _prescaled(view, kt, chain)
+    ranks = {view.rank(q), view.rank(kt), view.rank(v)}
+    if len(ranks) != 1 or ranks.pop() not in (3, 4):
+        return None  # batched 3-D or 4-D attention of one rank only
+    mask_rank = view.rank(mask) if mask else 0
+    if mask_rank is None or mask_rank > (view.rank(q) or 0):
+        return None  # a mask that widens the scores: left as exported
+    fused_inputs = [q, kt, v, mask, q_scale, k_scale]
+    k_transposed = 1
+    transpose = view.node_of(kt)
+    perm = attr(transpose, "perm") if transpose is not None else None
+    rank = view.rank(kt) or 0
+    swap_last = [*range(rank - 2), rank - 1, rank - 2]
+    if is_op(transpose, "Transpose") and transpose is not None and perm == swap_last and view.only_use(kt) is not None:
+        fused_inputs[1] = str(transpose.input[0])
+        k_transposed = 0
+        chain.append(view.producer[kt])
+    while fused_inputs[-1] == "":
+        fused_inputs.pop()
+    name = node.name or str(node.output[0])
+    fused = make_fused("Attention", fused_inputs, [str(node.output[0])], name, scale=scale, k_transposed=k_transposed)
+    return fused, chain
+
+
+def fuse_attention(proto: onnx.ModelProto, patterns: str = "plain") -> onnx.ModelProto:
+    """``patterns``: ``"plain"``, ``"all"`` (masks and SDPA's scaled operands too) or ``"none"``."""
+    if patterns == "none":
+        return proto
+    view = GraphView(proto, ranks=True)
+    for index, node in enumerate(view.nodes):
+        if not is_op(node, "MatMul") or node is None:
+            continue
+        found = _attention_at(view, node, patterns == "all")
+        if found is None:
+            continue
+        fused, chain = found
+        for dropped in chain:
+            view.replace(dropped, None)
+        view.replace(index, fused)
+    return view.model() if view.changed else proto
