@@ -3,10 +3,17 @@ shapes of static tensors) are evaluated once with onnx.reference, never at run t
 
 Torch exports compute reshape targets through Shape -> Gather -> Unsqueeze -> Concat chains;
 with input shapes fixed per call signature these all fold to constants here.
+
+A large ConstantOfShape folds to one value broadcast to its shape (a numpy view, every stride
+0), and elementwise ops whose inputs are all such values fold on one element and broadcast
+again: diffusers' baddbmm attention exports ``zeros[batch * heads, q, k] * beta`` (1 GiB at
+512 px, 32 times in SD 1.5's UNet), which evaluated in full took most of a compile's time and
+2 GiB of memory per attention. The values are the same ones, element for element.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +24,54 @@ from onnx import helper, numpy_helper
 from sdkit_ggml.compiler.context import Unsupported
 
 # Which nodes fold is decided in ``support.py`` (``Route.FOLD``), for compile and check() alike.
+
+# ConstantOfShape results from this many elements on are broadcast views, not arrays.
+UNIFORM_MIN_ELEMENTS = 1 << 12
+# Ops computing each output element from the same-position (broadcast) input elements alone.
+ELEMENTWISE = frozenset(
+    {
+        *("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Neg", "Abs", "Reciprocal", "Sqrt", "Exp", "Log"),
+        *("Erf", "Sigmoid", "Tanh", "Relu", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos"),
+        *("Cast", "CastLike", "Identity", "Where", "Equal", "Less", "LessOrEqual", "Greater"),
+        *("GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "Min", "Max"),
+    }
+)
+
+
+def is_uniform(array: np.ndarray) -> bool:
+    """Whether ``array`` is one value broadcast to a shape of several elements (every stride 0),
+    as the folds below make them: its uniformity known without reading it."""
+    return array.size > 1 and not any(array.strides)
+
+
+def _one_element(array: np.ndarray) -> np.ndarray:
+    """The first element of ``array`` at its rank (a view: a broadcast one is never copied)."""
+    return array[(slice(0, 1),) * array.ndim]
+
+
+def _uniform_fold(
+    node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opsets: Mapping[str, int]
+) -> list[np.ndarray] | None:
+    """The node's results as broadcast views where they are one repeated value, else None."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    present = [np.asarray(a) for a in inputs if a is not None]
+    if node.op_type == "ConstantOfShape" and len(present) == 1:
+        shape = tuple(int(d) for d in present[0].reshape(-1))
+        if any(d < 0 for d in shape) or math.prod(shape) < UNIFORM_MIN_ELEMENTS:
+            return None
+        ones = np.ones(len(shape), dtype=present[0].dtype)
+        return [np.broadcast_to(r, shape) for r in evaluate_node(node, [ones], opsets)]
+    if node.op_type not in ELEMENTWISE or not any(is_uniform(a) for a in present):
+        return None
+    if not all(a.size == 1 or is_uniform(a) for a in present):
+        return None
+    try:
+        shape = np.broadcast_shapes(*(a.shape for a in present))
+    except ValueError:
+        return None  # the full evaluation reports it
+    small = [None if a is None else _one_element(np.asarray(a)) for a in inputs]
+    return [np.broadcast_to(r, shape) for r in evaluate_node(node, small, opsets)]
 
 
 def constant_node_value(node: onnx.NodeProto) -> np.ndarray:
@@ -43,6 +98,9 @@ def evaluate_node(
 
     if node.op_type == "Constant":
         return [constant_node_value(node)]
+    uniform = _uniform_fold(node, inputs, opsets)
+    if uniform is not None:
+        return uniform
     names = list(node.input)
     feeds: dict[str, Any] = {}
     graph_inputs = []
