@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +32,17 @@ if TYPE_CHECKING:
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
 
 
+@dataclass(frozen=True)
+class BuildRecord:
+    """One input signature's graph, built once and reused by every later run with that
+    signature: its seconds per stage (``lower``: ONNX nodes to ggml tensors, constant folding
+    included; ``graph``, ``weights``, ``allocate``: ``Program``'s) and its ggml node count."""
+
+    signature: Signature
+    seconds: dict[str, float]
+    nodes: int
+
+
 class GgmlCompiledModel(CompiledModel):
     def __init__(
         self,
@@ -45,6 +58,7 @@ class GgmlCompiledModel(CompiledModel):
     ) -> None:
         """``conv_timer``: measures a conv shape's strategies under ``conv="auto"``
         (``sdkit_ggml.conv_tuning.ConvTuner``); without one, auto takes im2col."""
+        start = time.perf_counter()
         self.graph = graph
         self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
         self.inputs: list[TensorInfo] = graph.inputs
@@ -56,7 +70,9 @@ class GgmlCompiledModel(CompiledModel):
         self._backend = backend
         self._registry = registry
         self._constants = self._initializers(weights)
+        self.compile_s = time.perf_counter() - start  # graph passes and weight reads
         self._programs: dict[Signature, tuple[Plan, Program]] = {}
+        self.builds: list[BuildRecord] = []  # one per signature built, in order
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         self._lock = threading.Lock()
         mode = conv_mode(options.extra.get("conv"))
@@ -119,8 +135,10 @@ class GgmlCompiledModel(CompiledModel):
             builder = Builder(context, self.options.precision, self._shared_weights)
             builder.conv_choice = self.conv
             builder.device_supports = self._device_supports
+            start = time.perf_counter()
             try:
                 plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
+                lowered = time.perf_counter() - start
                 wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
                 runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
                 program = Program(self._lib, self._backend, runnable, self.threads)
@@ -132,6 +150,7 @@ class GgmlCompiledModel(CompiledModel):
             shareable = builder.weight_derived
             self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
             self._programs[signature] = (plan, program)
+            self.builds.append(BuildRecord(signature, {"lower": lowered, **program.seconds}, program.nodes))
             return program
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -223,4 +242,4 @@ class GgmlCompiledModel(CompiledModel):
             self._shared_weights.clear()
 
 
-__all__ = ["GgmlCompiledModel", "SdkitError"]
+__all__ = ["BuildRecord", "GgmlCompiledModel", "SdkitError"]
