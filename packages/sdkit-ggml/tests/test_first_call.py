@@ -151,3 +151,26 @@ def test_a_pipeline_builds_each_component_once_across_steps_cfg_and_calls() -> N
         pipe.generate(prompt="a photo of a cat", width=48, height=32, steps=2, seed=1, guidance_scale=7.5)
         builds = {name: len(c.compiled.builds) for name, c in pipe.components.items() if c.compiled is not None}
         assert builds == {"text_encoder": 1, "unet": 2, "vae_decoder": 2}  # a new size: one build each
+
+
+def test_nodes_differing_only_in_names_share_one_evaluator() -> None:
+    from sdkit_ggml.compiler.fold import _evaluator
+
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    axes = np.array([0], np.int64)
+    first = helper.make_node("Unsqueeze", ["a", "axes"], ["b"], name="first")
+    second = helper.make_node("Unsqueeze", ["shape_17", "axes_3"], ["t912"], name="second")
+    before = _evaluator.cache_info()
+    (one,) = evaluate_node(first, [x, axes], OPSETS)
+    (two,) = evaluate_node(second, [x + 1, axes], OPSETS)
+    after = _evaluator.cache_info()
+    assert after.hits + after.misses == before.hits + before.misses + 2 and after.hits >= before.hits + 1
+    np.testing.assert_array_equal(one, np.expand_dims(x, 0))
+    np.testing.assert_array_equal(two, np.expand_dims(x + 1, 0))
+    # one value read twice, and an absent optional input
+    (square,) = evaluate_node(helper.make_node("Mul", ["v", "v"], ["w"]), [x, x], OPSETS)
+    np.testing.assert_array_equal(square, x * x)
+    (clipped,) = evaluate_node(
+        helper.make_node("Clip", ["v", "", "hi"], ["w"]), [x, None, np.array(3, np.int64)], OPSETS
+    )
+    np.testing.assert_array_equal(clipped, np.minimum(x, 3))

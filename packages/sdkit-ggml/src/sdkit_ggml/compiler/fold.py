@@ -13,6 +13,7 @@ again: diffusers' baddbmm attention exports ``zeros[batch * heads, q, k] * beta`
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -94,30 +95,56 @@ def evaluate_node(
     node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opsets: Mapping[str, int]
 ) -> list[np.ndarray]:
     """Run one node on constant inputs with onnx.reference."""
-    from onnx.reference import ReferenceEvaluator
-
     if node.op_type == "Constant":
         return [constant_node_value(node)]
     uniform = _uniform_fold(node, inputs, opsets)
     if uniform is not None:
         return uniform
-    names = list(node.input)
-    feeds: dict[str, Any] = {}
-    graph_inputs = []
-    for name, value in zip(names, inputs, strict=False):
-        if name and value is not None and name not in feeds:
-            feeds[name] = value
-            graph_inputs.append(
-                helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype), None)
-            )
-    outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
-    graph = helper.make_graph([node], "fold", graph_inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    canonical, feeds = _canonical(node, inputs)
+    dtypes = tuple((name, np.asarray(value).dtype) for name, value in feeds.items())
     try:
+        evaluator = _evaluator(canonical.SerializeToString(deterministic=True), dtypes, tuple(sorted(opsets.items())))
         # The graph's own arithmetic, warnings included: T5's relative-position buckets take
         # log(0) = -inf and cast it, then mask it out; numpy's RuntimeWarning would reach users.
         with np.errstate(all="ignore"):
-            results = ReferenceEvaluator(model).run(None, feeds)
+            results = evaluator.run(None, feeds)
     except Exception as exc:  # onnx.reference raises many types on bad constants
         raise Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from None
     return [np.asarray(r) for r in results]
+
+
+def _canonical(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> tuple[onnx.NodeProto, dict[str, Any]]:
+    """``node`` with positional value names (``i0``, ``o0``...) and no name, and its feeds:
+    nodes that differ only in names (the many Unsqueeze/Gather/Concat of a torch export's
+    shape arithmetic) share one evaluator."""
+    canonical = onnx.NodeProto()
+    canonical.CopyFrom(node)
+    canonical.ClearField("name")
+    del canonical.input[:]
+    del canonical.output[:]
+    feeds: dict[str, Any] = {}
+    padded = list(inputs) + [None] * (len(node.input) - len(inputs))
+    for index, (name, value) in enumerate(zip(node.input, padded, strict=True)):
+        canonical.input.append(f"i{index}" if name and value is not None else "")
+        if name and value is not None:
+            feeds[f"i{index}"] = value
+    canonical.output.extend(f"o{index}" if name else "" for index, name in enumerate(node.output))
+    return canonical, feeds
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluator(
+    node_bytes: bytes, dtypes: tuple[tuple[str, np.dtype[Any]], ...], opsets: tuple[tuple[str, int], ...]
+) -> Any:
+    """A ReferenceEvaluator of one canonical node for these input dtypes (built once: building
+    one took most of a fold's time)."""
+    from onnx.reference import ReferenceEvaluator
+
+    node = onnx.NodeProto.FromString(node_bytes)
+    graph_inputs = [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None) for name, dtype in dtypes
+    ]
+    outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
+    graph = helper.make_graph([node], "fold", graph_inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    return ReferenceEvaluator(model)
