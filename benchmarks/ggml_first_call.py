@@ -17,7 +17,9 @@ at ``--compute-latent`` (a second signature: its build is logged too): first run
 median of the next ones; CLIP computes at full size.
 
 Part 2, a whole pipeline: ``fixtures/tiny_pipeline/model`` on ggml, ``--tiny-runs`` generate()
-calls (64 px, 20 steps, CFG), the first against the later ones, and the builds per component.
+calls (64 px, 20 steps, CFG), the first against the later ones, and the builds per component;
+then a second load whose components are built at load (``GgmlCompiledModel.prepare`` with the
+shapes the first run used), the same generate() calls after it.
 
 ``--threads 1`` by default: on a shared CPU, ggml's spinning worker threads slow each other
 down far more than they help (the tiny pipeline: 4.3 s per image at 1 thread, 15-24 s at 2).
@@ -129,22 +131,41 @@ def full_size(model: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+def generate_times(pipe: Any, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        pipe.generate(prompt="a photo of a cat", width=64, height=64, steps=20, seed=1)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def tiny_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+    """As a user runs it, then again with every component's graph built at load by
+    ``GgmlCompiledModel.prepare`` for the shapes the first run used (what a pipeline could do
+    for its default size)."""
     from sdkit.pipelines.loading import load_pipeline
 
     start = time.perf_counter()
     pipe = load_pipeline(TINY_PIPELINE, backend="ggml", threads=args.threads)
-    row: dict[str, Any] = {"load_s": time.perf_counter() - start, "generate_s": []}
-    for _ in range(args.tiny_runs):
-        start = time.perf_counter()
-        pipe.generate(prompt="a photo of a cat", width=64, height=64, steps=20, seed=1)
-        row["generate_s"].append(time.perf_counter() - start)
-    row["builds"] = {}
+    row: dict[str, Any] = {"load_s": time.perf_counter() - start, "generate_s": generate_times(pipe, args.tiny_runs)}
+    row["builds"], shapes = {}, {}
     for name, component in pipe.components.items():
         compiled = component.compiled
         if compiled is not None and hasattr(compiled, "builds"):
             row["builds"][name] = [{"seconds": b.seconds, "nodes": b.nodes} for b in compiled.builds]
+            shapes[name] = {n: shape for n, shape, _ in compiled.signatures[0]}
     pipe.close()
+    if shapes:
+        start = time.perf_counter()
+        pipe = load_pipeline(TINY_PIPELINE, backend="ggml", threads=args.threads)
+        for name, input_shapes in shapes.items():
+            compiled = pipe.components[name].compiled
+            if hasattr(compiled, "prepare"):
+                compiled.prepare(input_shapes)
+        row["prepared_load_s"] = time.perf_counter() - start
+        row["prepared_generate_s"] = generate_times(pipe, args.tiny_runs)
+        pipe.close()
     return row
 
 
@@ -163,6 +184,11 @@ def show(rows: list[dict[str, Any]], tiny: dict[str, Any] | None) -> None:
         later = statistics.median(runs[1:]) if len(runs) > 1 else float("nan")
         print(f"tiny pipeline: load {tiny['load_s']:.2f} s, first generate {runs[0]:.2f} s, later median "
               f"{later:.2f} s (first - later {runs[0] - later:.2f} s)")  # fmt: skip
+        if "prepared_generate_s" in tiny:
+            runs = tiny["prepared_generate_s"]
+            later = statistics.median(runs[1:]) if len(runs) > 1 else float("nan")
+            print(f"  built at load (prepare): load {tiny['prepared_load_s']:.2f} s, first generate {runs[0]:.2f} s, "
+                  f"later median {later:.2f} s (first - later {runs[0] - later:.2f} s)")  # fmt: skip
         for name, builds in tiny["builds"].items():
             stages = [{k: round(v, 3) for k, v in b["seconds"].items()} for b in builds]
             print(f"  {name}: {len(builds)} build(s) {stages}")

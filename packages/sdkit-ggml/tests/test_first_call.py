@@ -174,3 +174,23 @@ def test_nodes_differing_only_in_names_share_one_evaluator() -> None:
         helper.make_node("Clip", ["v", "", "hi"], ["w"]), [x, None, np.array(3, np.int64)], OPSETS
     )
     np.testing.assert_array_equal(clipped, np.minimum(x, 3))
+
+
+def test_prepare_builds_without_computing_and_the_first_run_reuses_it() -> None:
+    from sdkit.errors import InputError
+
+    proto = _baddbmm_attention()
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = sdkit.compile(Model.from_proto(proto), backend="ggml", device="cpu")
+    assert compiled.prepare({"q": (2, 16, 8), "k": (2, 24, 8), "v": (2, 24, 8)}) is True
+    assert len(compiled.builds) == 1
+    program = compiled.program_for(_feeds(2, 16, 24))
+    assert program.runs == 0  # built, never computed
+    feeds = _feeds(2, 16, 24)
+    np.testing.assert_allclose(compiled.run(feeds)["out"], session.run(["out"], feeds)[0], rtol=1e-5, atol=1e-6)
+    assert len(compiled.builds) == 1 and program.runs == 1
+    with pytest.raises(InputError, match="a shape for each input"):
+        compiled.prepare({"q": (2, 16, 8)})
+    with pytest.raises(InputError, match="rank"):
+        compiled.prepare({"q": (2, 16), "k": (2, 24, 8), "v": (2, 24, 8)})
+    compiled.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,26 @@ class GgmlCompiledModel(CompiledModel):
         checked = check_feeds(self.inputs, feeds)
         specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
         return self._program(specs, checked)
+
+    def prepare(self, input_shapes: Mapping[str, Sequence[int]]) -> bool:
+        """Build the graph for these input shapes now, without computing (a warm-up before the
+        first run, e.g. at a pipeline's load): the first run with them then only computes. False
+        where the graph's structure depends on an input's values (a shape or axes given as an
+        input): that signature is built at its first run, with the values."""
+        names = [i.name for i in self.inputs]
+        wrong = sorted(set(input_shapes) ^ set(names))
+        if wrong:
+            raise InputError(f"prepare: a shape for each input, {', '.join(names)}; got {sorted(input_shapes)}")
+        feeds = {i.name: np.zeros(tuple(int(d) for d in input_shapes[i.name]), dtype=i.dtype) for i in self.inputs}
+        checked = check_feeds(self.inputs, feeds)  # missing, wrong-rank or fixed-dim shapes: InputError
+        if self._value_inputs:
+            return False
+        specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
+        try:
+            self._program(specs, {})
+        except NeedsValue:
+            return False
+        return True
 
     def _program(
         self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
