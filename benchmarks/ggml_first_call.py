@@ -1,7 +1,7 @@
 """sdkit-ggml's first call per input shape: where its time goes, and a whole first generate().
 
     python benchmarks/ggml_first_call.py [--models clip,unet,vae] [--compute-latent 8] [--threads 1]
-                                         [--profile] [--tiny-runs 3] [--out first_call.json]
+                                         [--device cpu] [--profile] [--tiny-runs 3] [--out first_call.json]
 
 Part 1, full size: the shipped weightless SD 1.5 graphs (``sdkit.families.shipped``: ``clip_l``,
 ``sd1_unet``, ``vae_decoder``) filled with random weights (views of one shared random pool: no
@@ -92,6 +92,7 @@ def last_build(compiled: Any) -> dict[str, float]:
 
 
 def full_size(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    from sdkit.device import Device
     from sdkit.families.shipped import load_graph
     from sdkit.options import make_options
     from sdkit_ggml.backend import GgmlBackend
@@ -101,7 +102,8 @@ def full_size(model: str, args: argparse.Namespace) -> dict[str, Any]:
     backend = GgmlBackend()
     options = make_options({"precision": args.precision, "threads": args.threads}, backend.extra_options)
     start = time.perf_counter()
-    compiled = backend.compile(graph, weights, backend.devices()[0], options)
+    device = next(d for d in backend.devices() if d == Device.parse(args.device))
+    compiled = backend.compile(graph, weights, device, options)
     row: dict[str, Any] = {"model": GRAPHS[model], "compile_s": time.perf_counter() - start}
     feeds = feeds_for(model, 64)
     start = time.perf_counter()
@@ -147,7 +149,7 @@ def tiny_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     from sdkit.pipelines.loading import load_pipeline
 
     start = time.perf_counter()
-    pipe = load_pipeline(TINY_PIPELINE, backend="ggml", threads=args.threads)
+    pipe = load_pipeline(TINY_PIPELINE, backend="ggml", device=args.device, threads=args.threads)
     row: dict[str, Any] = {"load_s": time.perf_counter() - start, "generate_s": generate_times(pipe, args.tiny_runs)}
     row["builds"], shapes = {}, {}
     for name, component in pipe.components.items():
@@ -158,7 +160,7 @@ def tiny_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     pipe.close()
     if shapes:
         start = time.perf_counter()
-        pipe = load_pipeline(TINY_PIPELINE, backend="ggml", threads=args.threads)
+        pipe = load_pipeline(TINY_PIPELINE, backend="ggml", device=args.device, threads=args.threads)
         for name, input_shapes in shapes.items():
             compiled = pipe.components[name].compiled
             if hasattr(compiled, "prepare"):
@@ -198,6 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="clip,unet,vae")
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--device", default="cpu", help="a ggml device: cpu, cuda:0...")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--compute-latent", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
