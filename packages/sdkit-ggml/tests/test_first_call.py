@@ -194,3 +194,18 @@ def test_prepare_builds_without_computing_and_the_first_run_reuses_it() -> None:
     with pytest.raises(InputError, match="rank"):
         compiled.prepare({"q": (2, 16), "k": (2, 24, 8), "v": (2, 24, 8)})
     compiled.close()
+
+
+def test_a_constant_of_shape_over_the_memory_budget_is_still_refused() -> None:
+    from sdkit.limits import set_memory_budget
+    from sdkit_ggml.compiler.context import Unsupported
+
+    node = helper.make_node("ConstantOfShape", ["shape"], ["c"])
+    set_memory_budget("1M")
+    try:
+        (fits,) = evaluate_node(node, [np.array([256, 256], np.int64)], OPSETS)  # 256 KB
+        assert is_uniform(fits)
+        with pytest.raises(Unsupported, match="constant folding failed"):
+            evaluate_node(node, [np.array([1 << 30, 1 << 30, 1 << 20], np.int64)], OPSETS)  # 2^80 elements
+    finally:
+        set_memory_budget(None)

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from sdkit.limits import memory_budget, shape_bytes
 from sdkit_ggml.compiler.context import Unsupported
 
 # Which nodes fold is decided in ``support.py`` (``Route.FOLD``), for compile and check() alike.
@@ -62,7 +63,10 @@ def _uniform_fold(
         if any(d < 0 for d in shape) or math.prod(shape) < UNIFORM_MIN_ELEMENTS:
             return None
         ones = np.ones(len(shape), dtype=present[0].dtype)
-        return [np.broadcast_to(r, shape) for r in evaluate_node(node, [ones], opsets)]
+        values = evaluate_node(node, [ones], opsets)
+        if any(shape_bytes(shape, r.itemsize) > memory_budget() for r in values):
+            return None  # evaluated in full, it fails as it always did (no view of what cannot exist)
+        return [np.broadcast_to(r, shape) for r in values]
     if node.op_type not in ELEMENTWISE or not any(is_uniform(a) for a in present):
         return None
     if not all(a.size == 1 or is_uniform(a) for a in present):
