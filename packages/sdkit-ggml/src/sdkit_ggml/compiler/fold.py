@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,9 @@ from sdkit_ggml.compiler.context import Unsupported
 
 # Which nodes fold is decided in ``support.py`` (``Route.FOLD``), for compile and check() alike.
 
+# A cached evaluator is shared by every compile in the process: one fold runs at a time (compiles
+# on several threads would otherwise share an op instance mid-run).
+_EVALUATING = threading.Lock()
 # ConstantOfShape results from this many elements on are broadcast views, not arrays.
 UNIFORM_MIN_ELEMENTS = 1 << 12
 # Ops computing each output element from the same-position (broadcast) input elements alone.
@@ -110,7 +114,7 @@ def evaluate_node(
         evaluator = _evaluator(canonical.SerializeToString(deterministic=True), dtypes, tuple(sorted(opsets.items())))
         # The graph's own arithmetic, warnings included: T5's relative-position buckets take
         # log(0) = -inf and cast it, then mask it out; numpy's RuntimeWarning would reach users.
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), _EVALUATING:
             results = evaluator.run(None, feeds)
     except Exception as exc:  # onnx.reference raises many types on bad constants
         raise Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from None
