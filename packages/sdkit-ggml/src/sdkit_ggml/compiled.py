@@ -58,7 +58,6 @@ class GgmlCompiledModel(CompiledModel):
     ) -> None:
         """``conv_timer``: measures a conv shape's strategies under ``conv="auto"``
         (``sdkit_ggml.conv_tuning.ConvTuner``); without one, auto takes im2col."""
-        start = time.perf_counter()
         self.graph = graph
         self._proto = apply_passes(graph.proto)  # what is lowered, for every signature and refit
         self.inputs: list[TensorInfo] = graph.inputs
@@ -70,7 +69,6 @@ class GgmlCompiledModel(CompiledModel):
         self._backend = backend
         self._registry = registry
         self._constants = self._initializers(weights)
-        self.compile_s = time.perf_counter() - start  # graph passes and weight reads
         self._programs: dict[Signature, tuple[Plan, Program]] = {}
         self.builds: list[BuildRecord] = []  # one per signature built, in order
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
