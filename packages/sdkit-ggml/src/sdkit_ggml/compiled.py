@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +37,17 @@ if TYPE_CHECKING:
     from sdkit_ggml.runtime.lib import GgmlLib
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """One input signature's graph, built once and reused by every later run with that
+    signature: its seconds per stage (``lower``: ONNX nodes to ggml tensors, constant folding
+    included; ``graph``, ``weights``, ``allocate``: ``Program``'s) and its ggml node count."""
+
+    signature: Signature
+    seconds: dict[str, float]
+    nodes: int
 
 
 class GgmlCompiledModel(CompiledModel):
@@ -71,6 +84,7 @@ class GgmlCompiledModel(CompiledModel):
         # One program per signature, built once (sdkit.engine_cache); its lock also guards
         # _shared_weights, which builds update.
         self._programs: EngineCache[Signature, tuple[Plan, Program]] = EngineCache()
+        self.builds: list[BuildRecord] = []  # one per signature built, in order
         self._shared_weights: dict[tuple[str, str], Tensor] = {}
         mode = conv_mode(options.extra.get("conv"))
         self.conv = ConvChooser(mode, lib.has("ggml_conv_2d_direct"), conv_timer if mode == "auto" else None)
@@ -106,6 +120,26 @@ class GgmlCompiledModel(CompiledModel):
         specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
         return self._program(specs, checked)
 
+    def prepare(self, input_shapes: Mapping[str, Sequence[int]]) -> bool:
+        """Build the graph for these input shapes now, without computing (a warm-up before the
+        first run, e.g. at a pipeline's load): the first run with them then only computes. False
+        where the graph's structure depends on an input's values (a shape or axes given as an
+        input): that signature is built at its first run, with the values."""
+        names = [i.name for i in self.inputs]
+        wrong = sorted(set(input_shapes) ^ set(names))
+        if wrong:
+            raise InputError(f"prepare: a shape for each input, {', '.join(names)}; got {sorted(input_shapes)}")
+        feeds = {i.name: np.zeros(tuple(int(d) for d in input_shapes[i.name]), dtype=i.dtype) for i in self.inputs}
+        checked = check_feeds(self.inputs, feeds)  # missing, wrong-rank or fixed-dim shapes: InputError
+        if self._value_inputs:
+            return False
+        specs = {i.name: (tuple(checked[i.name].shape), checked[i.name].dtype) for i in self.inputs}
+        try:
+            self._program(specs, {})
+        except NeedsValue:
+            return False
+        return True
+
     def _program(
         self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], feeds: Mapping[str, np.ndarray]
     ) -> Program:
@@ -124,10 +158,13 @@ class GgmlCompiledModel(CompiledModel):
         signature: Signature = tuple((n, tuple(s), str(d)) for n, (s, d) in specs.items()) + tuple(
             (n, tuple(v.shape), v.tobytes().hex()) for n, v in values.items()
         )
-        return self._programs.get_or_build(signature, lambda _: self._new_program(specs, values))[1]
+        return self._programs.get_or_build(signature, lambda key: self._new_program(key, specs, values))[1]
 
     def _new_program(
-        self, specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]], values: dict[str, np.ndarray]
+        self,
+        signature: Signature,
+        specs: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]],
+        values: dict[str, np.ndarray],
     ) -> tuple[Plan, Program]:
         """Lower the graph for one signature (under the program cache's lock)."""
         context = GgmlContext(self._lib, capacity_for(self._proto))
@@ -136,8 +173,10 @@ class GgmlCompiledModel(CompiledModel):
         builder.f16_activations = self.f16_activations
         builder.mul_mat_prec_f32 = self.matmul_prec == "f32"
         builder.device_supports = self._device_supports
+        start = time.perf_counter()
         try:
             plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
+            lowered = time.perf_counter() - start
             wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
             runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
             program = Program(self._lib, self._backend, runnable, self.threads)
@@ -148,6 +187,7 @@ class GgmlCompiledModel(CompiledModel):
         # only those computed from weights alone (other folded values depend on input shapes).
         shareable = builder.weight_derived
         self._shared_weights.update({k: v for k, v in builder.weight_cache.items() if k[0] in shareable})
+        self.builds.append(BuildRecord(signature, {"lower": lowered, **program.seconds}, program.nodes))
         return plan, program
 
     def execute(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -243,4 +283,4 @@ class GgmlCompiledModel(CompiledModel):
             built[1].close()
 
 
-__all__ = ["GgmlCompiledModel"]
+__all__ = ["BuildRecord", "GgmlCompiledModel"]

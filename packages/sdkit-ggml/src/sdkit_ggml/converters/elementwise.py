@@ -8,6 +8,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
+from sdkit_ggml.compiler.fold import is_uniform
 from sdkit_ggml.converters.integer import integer_binary, is_integer
 from sdkit_ggml.converters.nan_safe import exact_max, exact_min, keep_nan, relu
 from sdkit_ggml.converters.table import converter
@@ -45,8 +46,8 @@ def _with_uniform_constant(b: Builder, node: Node) -> Tensor | None:
         array = b.fixed_value(node, index)
         if array is None or not isinstance(other, Tensor) or array.size == 0:
             continue
-        first = array.reshape(-1)[0]
-        if not bool((array == first).all()) or array.dtype.kind != "f":
+        first = array.flat[0]  # a broadcast constant (fold.is_uniform) is never copied or scanned
+        if array.dtype.kind != "f" or not (is_uniform(array) or bool((array == first).all())):
             continue
         out_shape = ops.broadcast_shape(other.shape, array.shape)
         if (node.op, float(first), index) in _NEUTRAL and not np.signbit(first):

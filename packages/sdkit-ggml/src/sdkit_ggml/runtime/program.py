@@ -7,6 +7,7 @@ The runtime knows nothing of ONNX nodes or converters: the compiler hands it a `
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,12 @@ class Program:
         self.threads = threads
         self.weight_buffer: int | None = None
         self.gallocr: int | None = None
+        # Seconds each stage of this constructor took (graph, weights, allocate), and the
+        # runs so far with the first one's seconds: where a signature's first call goes.
+        self.seconds: dict[str, float] = {}
+        self.runs = 0
+        self.first_run_s: float | None = None
+        start = time.perf_counter()
         context = graph.context
         self.graph = context.new_graph()
         for tensor in graph.outputs.values():
@@ -95,15 +102,20 @@ class Program:
         refused = unsupported_nodes(lib, backend, self.graph)
         if refused:
             raise UnsupportedModelError("ggml", refused)
+        self.seconds["graph"] = time.perf_counter() - start
+        start = time.perf_counter()
         if graph.weights:
             self.weight_buffer = lib.ggml_backend_alloc_ctx_tensors(context.wctx, backend)
             if not self.weight_buffer:
                 raise SdkitError("ggml could not allocate the weight buffer (out of device memory?)")
             self.upload(graph.weights)
+        self.seconds["weights"] = time.perf_counter() - start
+        start = time.perf_counter()
         self.gallocr = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(backend))
         if not lib.ggml_gallocr_alloc_graph(self.gallocr, self.graph):
             self.close()
             raise SdkitError("ggml could not allocate the compute buffer (out of device memory?)")
+        self.seconds["allocate"] = time.perf_counter() - start
 
     @property
     def nodes(self) -> int:
@@ -154,6 +166,14 @@ class Program:
         return checked
 
     def run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+        start = time.perf_counter()
+        results = self._run(feeds, threads)
+        if self.first_run_s is None:
+            self.first_run_s = time.perf_counter() - start
+        self.runs += 1
+        return results
+
+    def _run(self, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
         feeds = self.checked_indices(feeds)
         for name, tensor in self.built.inputs.items():
             data = to_storage(feeds[name], tensor, f"input {name!r}")
