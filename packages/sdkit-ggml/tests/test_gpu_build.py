@@ -174,3 +174,20 @@ def test_unversioned_names_added_for_every_library(tmp_path: Path) -> None:
     native_build.add_unversioned_names(tmp_path)
     assert (tmp_path / "libggml-cuda.so").read_text() == "libggml-cuda.so.0.9.4"
     assert (tmp_path / "libggml.so").is_file() and (tmp_path / "libggml-base.so").read_text() == "libggml-base.so"
+
+
+def test_check_stops_after_the_preflight_and_the_sources(
+    no_tools: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(gpu_build, "missing_general_tools", list)
+    monkeypatch.setattr(native_build, "missing_general_tools", list)
+    monkeypatch.setattr(native_build.importlib.metadata, "version", lambda name: "0.20.2.post1")
+    root = fake_toolkit(no_tools / "cuda", with_cublas=True)
+    unpacked = no_tools / "libggml_python-0.20.2.post1"
+    touch(unpacked / "ggml" / "CMakeLists.txt")
+    touch(unpacked / "ggml" / "src" / "ggml.c")
+    argv = ["--cuda", "--cuda-root", str(root), "--cuda-arch", "90", "--sources", str(unpacked), "--check"]
+    assert native_build.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ready to build ggml of libggml-python 0.20.2.post1 with:")
+    assert "-DGGML_CUDA=ON" in out and "-DCMAKE_CUDA_ARCHITECTURES=90" in out

@@ -137,6 +137,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES (default: this machine's GPUs, nvidia-smi)")
     parser.add_argument("--cuda-root", type=Path, help="the CUDA toolkit (the folder holding bin/nvcc)")
     parser.add_argument("--cublas", type=Path, help="a cuBLAS prefix (include/, lib/), e.g. the nvidia-cublas wheel's")
+    parser.add_argument("--check", action="store_true", help="the pre-flight and the sources only: print the flags")
     parser.add_argument("--vulkan-sdk", type=Path, help="a prefix with include/vulkan and share/cmake/SPIRV-Headers")
     return parser.parse_args(argv)
 
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             sources = local_sources(args.sources, version, Path(tmp) / "src")
         else:
             sources = ggml_sources(download_sdist(version, Path(tmp)), Path(tmp) / "src")
+        if args.check:
+            print(f"ready to build {sources.name} of libggml-python {version} with: {' '.join(flags)}")
+            return 0
         build(sources, dest, flags, args.jobs)
     features, devices = features_of(dest)
     write_record(dest, version, flags, gpus)
