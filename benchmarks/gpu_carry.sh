@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Gather what benchmarks/gpu_check.sh needs on a GPU machine without a package index, into one
+# folder (default gpu_carry/, git-ignored): sdkit's wheels (python3 dev.py wheels), the runtime
+# dependencies a bare CUDA + PyTorch + onnxruntime machine may lack (as wheels for its Python),
+# libggml-python's sdist (the ggml sources native_build --cuda compiles) and, with SDCPP=1,
+# stable-diffusion-cpp-python's sdist. Run here, where pip can reach the index:
+#
+#   PYVER=3.12 benchmarks/gpu_carry.sh [gpu_carry]
+#
+# PYVER: the GPU machine's Python (binary wheels are per version). TORCH_PEERS=1 adds diffusers
+# and transformers for the PyTorch rows (about 20 MB more).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEST="${1:-gpu_carry}"
+PYVER="${PYVER:-3.12}"
+GGML_VERSION="${GGML_VERSION:-0.20.2.post1}"
+mkdir -p "$DEST/wheels"
+python3 dev.py wheels
+cp dist/*.whl "$DEST/wheels/"
+binary=(--only-binary=:all: --no-deps --python-version "$PYVER" --implementation cp
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+        --platform any --dest "$DEST/wheels")
+# sdkit-core's and sdkit-ggml's dependencies, and pytest's (--no-deps: each named here).
+deps=(platformdirs pluggy tqdm pyyaml safetensors tokenizers pillow onnx numpy protobuf typing_extensions
+      ml_dtypes "libggml-python==$GGML_VERSION" pytest iniconfig packaging pygments)
+if [ "${TORCH_PEERS:-0}" = 1 ]; then
+  deps+=(diffusers transformers huggingface_hub regex filelock requests urllib3 idna certifi charset_normalizer
+         fsspec hf_xet importlib_metadata zipp)
+fi
+python3 -m pip download "${binary[@]}" "${deps[@]}"
+python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" "libggml-python==$GGML_VERSION"
+if [ "${SDCPP:-0}" = 1 ]; then
+  python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" stable-diffusion-cpp-python
+  python3 -m pip download "${binary[@]}" scikit-build-core pathspec
+fi
+du -sh "$DEST"
