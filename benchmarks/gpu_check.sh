@@ -12,7 +12,8 @@
 # CMAKE_ARGS=-DSD_CUDA=ON; `pytest -m gpu` over every package; gpu_whole_image.py (SD 1.5 512 px
 # and SDXL 1024 px, VAE 512/1024 px). DRY_RUN=1 installs the same way, runs the build's
 # pre-flight and source check only (`native_build --check`), the gpu tests (they skip without a
-# GPU) and the whole-image script at --tiny size on the CPU.
+# GPU) and the whole-image script at --tiny size on the CPU. MODELS=sd1 leaves SDXL out and
+# WHOLE_IMAGE_S bounds the benchmark (330 s); its JSON is written after each model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY="$(realpath "${1:-gpu_carry}")"
@@ -58,7 +59,8 @@ step gpu_tests "$PY" -m pytest -m gpu "${GPU_TESTS[@]}" -q -p no:cacheprovider -
 if [ "$DRY_RUN" = 1 ]; then
   step whole_image "$PY" benchmarks/gpu_whole_image.py --tiny --runs 2 --max-warmup 3 --out "$OUT/whole_image.json"
 else
-  step whole_image timeout 330 "$PY" benchmarks/gpu_whole_image.py --runs 3 --max-warmup 4 \
+  step whole_image timeout "${WHOLE_IMAGE_S:-330}" "$PY" benchmarks/gpu_whole_image.py --models "${MODELS:-sd1,sdxl}" \
+    --runs 3 --max-warmup 4 --timeout 240 \
     --scratch "$OUT/scratch" --out "$OUT/whole_image.json"
 fi
 "$PY" - "$OUT" "$START" <<'PY'

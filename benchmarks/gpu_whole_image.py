@@ -388,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"model": model, "engine": engine, "size": size, "steps": args.steps, **measured})
         print_rows(model, rows)
         report["rows"].extend(rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))  # after each model: a timeout keeps the rest
     print(f"\nwritten: {args.out}")
     return 0
 
