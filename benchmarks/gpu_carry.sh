@@ -17,20 +17,19 @@ GGML_VERSION="${GGML_VERSION:-0.20.2.post1}"
 mkdir -p "$DEST/wheels"
 python3 dev.py wheels
 cp dist/*.whl "$DEST/wheels/"
-binary=(--only-binary=:all: --no-deps --python-version "$PYVER" --implementation cp
+binary=(--only-binary=:all: --python-version "$PYVER" --implementation cp
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
-        --platform any --dest "$DEST/wheels")
-# sdkit-core's and sdkit-ggml's dependencies, and pytest's (--no-deps: each named here).
-deps=(platformdirs pluggy tqdm pyyaml safetensors tokenizers pillow onnx numpy protobuf typing_extensions
-      ml_dtypes "libggml-python==$GGML_VERSION" pytest iniconfig packaging pygments)
+        --platform any --dest "$DEST/wheels" --find-links dist)
+# Everything sdkit-core, sdkit-ggml and pytest need, resolved by pip (tokenizers brings huggingface-hub
+# and its own); what the GPU machine already has is simply not used there.
+wanted=(sdkit-core sdkit-ggml "libggml-python==$GGML_VERSION" pytest)
 if [ "${TORCH_PEERS:-0}" = 1 ]; then
-  deps+=(diffusers transformers huggingface_hub regex filelock requests urllib3 idna certifi charset_normalizer
-         fsspec hf_xet importlib_metadata zipp)
+  wanted+=(diffusers transformers)
 fi
-python3 -m pip download "${binary[@]}" "${deps[@]}"
+python3 -m pip download "${binary[@]}" "${wanted[@]}"
 python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" "libggml-python==$GGML_VERSION"
 if [ "${SDCPP:-0}" = 1 ]; then
   python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" stable-diffusion-cpp-python
-  python3 -m pip download "${binary[@]}" scikit-build-core pathspec
+  python3 -m pip download "${binary[@]}" scikit-build-core
 fi
 du -sh "$DEST"
