@@ -8,7 +8,8 @@
 #   PYVER=3.12 benchmarks/gpu_carry.sh [gpu_carry]
 #
 # PYVER: the GPU machine's Python (binary wheels are per version). TORCH_PEERS=1 adds diffusers
-# and transformers for the PyTorch rows (about 20 MB more).
+# and transformers for the PyTorch rows (about 20 MB more). SDCPP=1 adds stable-diffusion-cpp-python's
+# sdist (built there with CMAKE_ARGS=-DSD_CUDA=ON). OMIT="numpy pillow" drops wheels it already has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-gpu_carry}"
@@ -30,6 +31,11 @@ python3 -m pip download "${binary[@]}" "${wanted[@]}"
 python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" "libggml-python==$GGML_VERSION"
 if [ "${SDCPP:-0}" = 1 ]; then
   python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" stable-diffusion-cpp-python
-  python3 -m pip download "${binary[@]}" scikit-build-core
+  python3 -m pip download "${binary[@]}" "scikit-build-core[pyproject]"
 fi
+# OMIT="numpy pillow onnx": leave out wheels the GPU machine already has (a device call carries
+# 64 MiB; stable-diffusion-cpp-python's sdist alone is about 21 MB).
+for name in ${OMIT:-}; do
+  rm -f "$DEST/wheels/$name"-[0-9]*.whl
+done
 du -sh "$DEST"

@@ -50,8 +50,10 @@ else
 fi
 SDCPP_SDIST="$(ls "$CARRY"/stable_diffusion_cpp_python-*.tar.gz 2>/dev/null | head -1)"
 if [ "${SDCPP:-0}" = 1 ] && [ -n "$SDCPP_SDIST" ] && [ "$DRY_RUN" != 1 ]; then
-  CMAKE_ARGS="-DSD_CUDA=ON" step sdcpp timeout 300 "$PY" -m pip install --no-index --find-links "$CARRY/wheels" \
-    --no-build-isolation "$SDCPP_SDIST"
+  ARCH="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')"
+  step sdcpp_deps "$PY" -m pip install --no-index --find-links "$CARRY/wheels" scikit-build-core
+  CMAKE_ARGS="-DSD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH" step sdcpp timeout "${SDCPP_S:-300}" \
+    "$PY" -m pip install --no-index --find-links "$CARRY/wheels" --no-build-isolation "$SDCPP_SDIST"
 fi
 step devices "$PY" -c "import sdkit.selection as s; print([str(d) for d in s.get_backend('ggml').devices()])"
 mapfile -t GPU_TESTS < <(grep -rl "pytest.mark.gpu" packages/*/tests --include="test_*.py")

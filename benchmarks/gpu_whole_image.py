@@ -308,6 +308,7 @@ def engines_for(model: str, devices: list[str], args: argparse.Namespace) -> lis
     wanted = args.engines.split(",") if args.engines else None
     gpus = [d for d in devices if d != "cpu"] or (["cpu"] if args.tiny else [])
     found = ["torch-fp16", "torch-fp32"] + [f"sdkit-{d}-{p}" for d in gpus for p in ("fp32", "fp16")]
+    found += [e for e in wanted or [] if e.startswith("sdkit-") and e not in found]  # named: e.g. sdkit-cpu-fp32
     if not args.tiny:
         found.append("sdcpp")
     return [e for e in found if wanted is None or e in wanted]
