@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sdkit.options import Options
 
 TENSORRT_HINT = (
-    'TensorRT 10/11 for this GPU (pip install "sdkit-trt[tensorrt]"), or backend \'ggml\' on cuda:N '
+    "TensorRT 10/11 for this GPU (pip install \"sdkit-trt[tensorrt]\"), or backend 'ggml' on cuda:N "
     "(python -m sdkit_ggml.runtime.native_build --cuda)"
 )
 DRIVER_HINT = "install the NVIDIA driver (r580 or newer for CUDA 13 builds of TensorRT-RTX)"
