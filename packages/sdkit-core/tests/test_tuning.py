@@ -261,3 +261,60 @@ def test_a_backend_that_fails_is_recorded_not_raised(timed_plugins: Any) -> None
     choice = sdkit.choose_backend(_relu())
     assert choice.backend == "fastlow"
     assert dict(choice.rejected)["slowhigh"].startswith("failed: RuntimeError: plugin bug (tuned ")
+
+
+def _two_devices(timed: Any, monkeypatch: pytest.MonkeyPatch, gpu_cost: float) -> None:
+    """``slowhigh`` lists ``cuda:0`` and ``cpu`` (as ggml does with a CUDA build); on ``cuda:0``
+    a run costs ``gpu_cost`` instead of its 3 s."""
+    from sdkit.device import Device
+    from sdkit.plugins import get_plugins
+
+    cls = get_plugins().backends.get("slowhigh")
+    assert cls is not None
+    compile_on = cls.compile
+    monkeypatch.setattr(cls, "devices", lambda self: [Device("cuda", 0, "Fake GPU"), Device("cpu")])
+
+    def compile_timed(self: Any, graph: Any, weights: Any, device: Any, options: Any) -> Any:
+        compiled = compile_on(self, graph, weights, Device("cpu"), options)
+        compiled.device = device
+        if device.kind == "cuda":
+            execute = compiled.execute
+
+            def faster(feeds: Any) -> Any:
+                out = execute(feeds)
+                timed.clock.now -= timed.cost["slowhigh"] - gpu_cost
+                return out
+
+            compiled.execute = faster
+        return compiled
+
+    monkeypatch.setattr(cls, "compile", compile_timed)
+
+
+def test_a_tune_without_a_device_compares_each_device_of_a_backend(
+    timed_plugins: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_devices(timed_plugins, monkeypatch, gpu_cost=0.25)
+    timed_plugins.scale["wrong"] = 1.0  # every fake agrees here: the choice is speed alone
+    assert default_backends(None) == ["wrong", "slowhigh@cuda:0", "slowhigh@cpu", "fastlow"]
+    assert default_backends("cpu") == ["wrong", "slowhigh", "fastlow"]  # a device asked for: one each
+    result = tune(_relu(), settings=_settings(timed_plugins))
+    medians = {m.backend: m.median_s for m in result.record.results}
+    assert medians == pytest.approx({"wrong": 0.5, "slowhigh@cuda:0": 0.25, "slowhigh@cpu": 3.0, "fastlow": 1.0})
+    assert result.record.result("slowhigh@cuda:0").device == "cuda:0"
+    assert result.choice is not None and result.choice.name == "slowhigh@cuda:0"
+    # auto now takes the backend and the device it was fastest on, and says why the rest lost
+    choice = sdkit.choose_backend(_relu())
+    assert (choice.backend, str(choice.device)) == ("slowhigh", "cuda:0")
+    assert choice.reason.startswith("measured fastest: 0.25 s median")
+    why = dict(choice.rejected)
+    assert why["slowhigh@cpu"] == "measured slower: 3 s median, 12.00x slowhigh@cuda:0's"
+    assert why["wrong"] == "measured slower: 0.5 s median, 2.00x slowhigh@cuda:0's"
+
+
+def test_the_cpu_device_is_chosen_where_it_measured_faster(timed_plugins: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _two_devices(timed_plugins, monkeypatch, gpu_cost=9.0)
+    tune(_relu(), settings=_settings(timed_plugins, backends=("slowhigh@cuda:0", "slowhigh@cpu")))
+    choice = sdkit.choose_backend(_relu())
+    assert (choice.backend, str(choice.device)) == ("slowhigh", "cpu")
+    assert dict(choice.rejected)["slowhigh@cuda:0"].startswith("measured slower: 9 s median")

@@ -132,3 +132,13 @@ def test_a_machine_build_that_does_not_load_gives_way_to_the_wheel(cache: Path) 
     with pytest.warns(RuntimeWarning, match="does not load"):
         loaded = lib._load_or_fall_back(dest)
     assert loaded.directory == lib._package_dir()
+
+
+def test_sdkit_backends_names_the_gpu_backends_of_the_machine_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdkit_ggml.runtime.buildinfo import build_note
+
+    loaded = lib.load_library()
+    monkeypatch.setattr(native, "native_dir", lambda: loaded.directory)
+    monkeypatch.setattr(native, "gpu_backends_of", lambda dest: ["cuda", "vulkan"])
+    note = build_note(loaded)
+    assert note.startswith(" (built for this machine: ") and note.endswith(", CUDA, VULKAN)")

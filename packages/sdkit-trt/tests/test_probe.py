@@ -167,3 +167,23 @@ def test_sdkit_compile_names_the_missing_pieces(sdkit_isolated: Path) -> None:
     assert not info.available
     assert info.priority == 90
     assert info.devices == []
+
+
+def test_hopper_without_any_tensorrt_says_the_nvidia_extra_would_not_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An H100/H200 (compute capability 9.0): TensorRT-RTX, what `pip install sdkit[nvidia]` brings, cannot
+    # build for it, so `sdkit backends` names the GPU and its compute capability instead of suggesting it.
+    fake_install(monkeypatch, {"cuda.bindings"}, DriverReport((13, 0), (driver.Gpu(0, "NVIDIA H200", (9, 0), 2**37),)))
+    availability = TensorRTBackend().probe()
+    assert not availability.ok
+    assert "TensorRT-RTX (the [nvidia] extra) does not support cuda:0 NVIDIA H200 (compute capability 9.0" in (
+        availability.reason
+    )
+    assert "builds for compute capability 7.5, 8.0, 8.6, 8.9, 12.0, 12.1" in availability.reason
+    assert "ggml" in availability.install_hint and "[nvidia]" not in availability.install_hint
+
+
+def test_a_supported_gpu_without_tensorrt_gets_the_nvidia_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_install(monkeypatch, {"cuda.bindings"}, DriverReport((13, 0), (RTX_3060,)))
+    availability = TensorRTBackend().probe()
+    assert "does not support" not in availability.reason
+    assert availability.install_hint == f"pip install {requirement('nvidia')}"

@@ -26,9 +26,18 @@ from sdkit.options import PRECISIONS, make_options
 from sdkit.plugins import get_plugins
 
 
+def split_candidate(name: str) -> tuple[str, str | None]:
+    """``"ggml@cuda:0"`` -> ``("ggml", "cuda:0")``, ``"ggml"`` -> ``("ggml", None)``: a tune may
+    measure one backend on each of its devices, and the automatic choice then takes the device
+    with the backend."""
+    backend, _, device = name.partition("@")
+    return backend, device or None
+
+
 def get_backend(name: str) -> Backend:
     """The instance of a registered backend, by name (one per plugin set: ``reset_plugins()``
-    forgets it)."""
+    forgets it); a candidate's ``@device`` is ignored."""
+    name = split_candidate(name)[0]
     plugins = get_plugins()
     cls = plugins.backends.get(name)
     if cls is None:
@@ -82,12 +91,14 @@ class Choice:
     report: SupportReport | None = None
     rejected: list[tuple[str, str]] = field(default_factory=list)
     reason: str = ""  # why this backend: explicit, preferred, measured fastest, priority
+    name: str = ""  # the candidate chosen: the backend's name, or "name@device" as a tune measured it
 
 
 @dataclass(frozen=True)
 class Measured:
     """Stored timings of one model at its shapes, as the automatic choice uses them (made from
-    ``sdkit.timings`` by ``sdkit.tuning``): the median seconds of each backend that ran and agreed
+    ``sdkit.timings`` by ``sdkit.tuning``): the median seconds of each backend (or ``backend@device``,
+    ``split_candidate``) that ran and agreed
     with the first backend, why each other measured backend is out, and where the numbers come
     from (said in the reasons)."""
 
@@ -115,10 +126,15 @@ def candidates(measured: Measured | None = None) -> list[str]:
     rest = sorted((n for n in classes if n not in preferred), key=lambda n: (-classes[n].priority, n))
     if measured is None:
         return preferred + rest
-    fastest = sorted(
-        (n for n in rest if n in measured.medians and not fallback(classes[n])), key=lambda n: measured.medians[n]
-    )
-    return preferred + fastest + [n for n in rest if n not in fastest and n not in measured.failed]
+
+    def timed_here(n: str) -> bool:  # a measured candidate of a registered, non-fallback backend
+        backend = split_candidate(n)[0]
+        return backend in classes and backend not in preferred and not fallback(classes[backend])
+
+    fastest = sorted((n for n in measured.medians if timed_here(n)), key=lambda n: measured.medians[n])
+    per_device = {split_candidate(n)[0] for n in [*measured.medians, *measured.failed] if "@" in n}
+    tail = [n for n in rest if n not in fastest and n not in measured.failed and n not in per_device]
+    return preferred + fastest + tail
 
 
 def requested_precision(options: Mapping[str, Any]) -> str | None:
@@ -152,7 +168,12 @@ def qualify(
 ) -> tuple[Choice | None, str]:
     """``(Choice, "")`` when backend ``name`` is installed, offers ``precision``, its probe
     succeeds, it has the device and (given a graph) its ``check()`` is clean; else
-    ``(None, why not)``."""
+    ``(None, why not)``. ``name`` may pin a device (``"ggml@cuda:0"``, as a tune measured it)."""
+    pinned = split_candidate(name)[1]
+    if pinned is not None:
+        if device is not None and not Device.parse(device).matches(Device.parse(pinned)):
+            return None, f"measured on {pinned}, not on the device asked for ({device})"
+        device = pinned
     try:
         candidate = get_backend(name)
     except BackendUnavailableError as exc:  # preferred, but its plugin is not installed
@@ -174,7 +195,7 @@ def qualify(
             return None, f"check failed: {exc}"
         if not report.ok:
             return None, report.summary()
-    return Choice(candidate, picked, report), ""
+    return Choice(candidate, picked, report, name=name), ""
 
 
 def choose(
@@ -226,7 +247,7 @@ def _passed_over(name: str, measured: Measured, already: set[str]) -> list[tuple
     for other, median in sorted(measured.medians.items(), key=lambda item: item[1]):
         if other == name or other in already:
             continue
-        cls = get_plugins().backends.get(other)
+        cls = get_plugins().backends.get(split_candidate(other)[0])
         if cls is not None and fallback(cls):
             result.append((other, f"a fallback, never chosen for speed (measured {median:.4g} s median)"))
         elif mine is not None:

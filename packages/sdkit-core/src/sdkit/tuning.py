@@ -149,10 +149,24 @@ def default_backends(device: str | Device | None, precision: str | None = None) 
     checked against) is the one ``auto`` would take untuned. Fallbacks (the reference backend)
     are left out, as they can take hours on a real UNet; name ``reference`` first in
     ``backends`` for an exact baseline. Only where no other backend can run is the fallback
-    measured. ``precision``: only the backends that offer it."""
+    measured. ``precision``: only the backends that offer it. Without a ``device``, a backend
+    with several devices is measured on each (``per_device``)."""
     usable = [name for name in candidates() if qualify(name, None, device, precision)[0] is not None]
-    fast = [name for name in usable if not fallback(get_backend(name))]
-    return fast or usable
+    fast = [name for name in usable if not fallback(get_backend(name))] or usable
+    if device is not None:
+        return fast
+    return [entry for name in fast for entry in per_device(name)]
+
+
+def per_device(name: str) -> list[str]:
+    """``name@device`` for each device of a backend that lists several (ggml's ``cuda:0``,
+    ``vulkan:0`` and ``cpu``: a tune without a device compares them, and ``auto`` then takes the
+    fastest backend *and* device), else ``[name]``."""
+    try:
+        devices = get_backend(name).devices()
+    except Exception:  # a plugin's device listing failing: measured on its first device, as before
+        return [name]
+    return [f"{name}@{d}" for d in devices] if len(devices) > 1 else [name]
 
 
 @dataclass
@@ -257,7 +271,7 @@ def tune(
         result.store_error = str(exc)
         if settings.warn:
             warnings.warn(f"sdkit: the timings were not stored: {exc}", stacklevel=2)
-    if keep and best is not None and result.choice is not None and best[0] == result.choice.backend.name:
+    if keep and best is not None and result.choice is not None and best[0] == result.choice.name:
         result.compiled = best[1]
     elif best is not None:
         best[1].close()

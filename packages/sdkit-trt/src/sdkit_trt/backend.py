@@ -17,6 +17,7 @@ from sdkit_trt.runtime import (
     cuda_bindings_available,
     find_runtimes,
     import_runtime,
+    rtx_unsupported,
     runtime_for,
     sms_from_module,
 )
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from sdkit.model import Graph, WeightSet
     from sdkit.options import Options
 
+TENSORRT_HINT = (
+    "TensorRT 10/11 for this GPU (pip install \"sdkit-trt[tensorrt]\"), or backend 'ggml' on cuda:N "
+    "(python -m sdkit_ggml.runtime.native_build --cuda)"
+)
 DRIVER_HINT = "install the NVIDIA driver (r580 or newer for CUDA 13 builds of TensorRT-RTX)"
 # Operators the ONNX-TensorRT support matrix lists as unsupported (docs/operators.md of
 # onnx/onnx-tensorrt). A pre-flight only: the parser, at compile time, has the last word.
@@ -65,14 +70,17 @@ class TensorRTBackend(Backend):
         problems: list[str] = []
         hint = ""
         problems.extend(notes)
+        report = probe_driver()
         if not runtimes:
             if not notes:
                 problems.append("neither tensorrt_rtx (TensorRT-RTX) nor tensorrt 10/11 is installed")
-            hint = INSTALL_HINT
+            rtx_refuses = rtx_unsupported(report.gpus)
+            if rtx_refuses:  # the [nvidia] extra would not help: say so, by GPU and compute capability
+                problems.append(rtx_refuses)
+            hint = TENSORRT_HINT if rtx_refuses else INSTALL_HINT
         if not cuda_bindings_available():
             problems.append("cuda-bindings is not installed")
             hint = INSTALL_HINT
-        report = probe_driver()
         if report.error:
             problems.append(report.error)
             hint = hint or DRIVER_HINT

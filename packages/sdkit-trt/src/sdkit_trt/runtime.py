@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -110,6 +111,18 @@ def find_runtimes() -> tuple[list[RuntimeInfo], list[str]]:
         else:
             found.append(info)
     return found, notes
+
+
+def rtx_unsupported(gpus: Sequence[Gpu]) -> str:
+    """With no TensorRT installed: the GPUs TensorRT-RTX (the ``[nvidia]`` extra) cannot build
+    for, by name and compute capability ("" when it supports them all, or there is none)."""
+    rtx = RuntimeInfo(RTX_MODULE, "")
+    refused = [f"cuda:{gpu.ordinal} {gpu.describe()}" for gpu in gpus if rtx.why_not(gpu)]
+    if not refused:
+        return ""
+    listed = ", ".join(f"{s // 10}.{s % 10}" for s in sorted(RTX_KNOWN_SMS))
+    gpus_named = "; ".join(refused)
+    return f"TensorRT-RTX (the [nvidia] extra) does not support {gpus_named}: it builds for compute capability {listed}"
 
 
 def cuda_bindings_available() -> bool:

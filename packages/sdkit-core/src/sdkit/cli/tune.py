@@ -126,7 +126,7 @@ def _status(results: list[TuneResult]) -> int:
 
 def _verdict(backend: str, result: TuneResult) -> str:
     measurement = result.record.result(backend)
-    if result.choice is not None and backend == result.choice.backend.name:
+    if result.choice is not None and backend == (result.choice.name or result.choice.backend.name):
         return f"chosen: {result.choice.reason}"
     if measurement is not None and not measurement.ok:
         return measurement.verdict(result.record.tolerance, result.record.first)

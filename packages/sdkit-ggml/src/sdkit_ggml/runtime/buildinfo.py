@@ -83,12 +83,13 @@ def missing_isa(features: dict[str, str], flags: set[str]) -> list[str]:
 def build_note(lib: GgmlLib) -> str:
     """What ``sdkit backends`` / ``doctor`` add after the library folder: which kind of build is
     loaded and, for the portable one, the command that makes a faster one for this CPU."""
-    from sdkit_ggml.runtime.native import REBUILD, native_dir
+    from sdkit_ggml.runtime.native import REBUILD, gpu_backends_of, native_dir
 
     features = backend_features(lib)
     kernels = ", ".join(name for name in ("LLAMAFILE", "OPENMP") if features.get(name) == "1") or "no llamafile sgemm"
     if native_dir() == lib.directory:
-        return f" (built for this machine: {kernels})"
+        gpus = "".join(f", {name.upper()}" for name in gpu_backends_of(lib.directory))
+        return f" (built for this machine: {kernels}{gpus})"
     if features and features.get("LLAMAFILE") != "1" and "SDKIT_GGML_LIB_DIR" not in os.environ:
         return f" ({kernels}: `{REBUILD}` builds ~1.7x faster CPU kernels for this machine)"
     return f" ({kernels})" if features else ""

@@ -54,8 +54,9 @@ def isa_flags(flags: frozenset[str] | set[str]) -> set[str]:
     return {flag for flag in flags if flag.startswith(_ISA_PREFIXES)}
 
 
-def write_record(dest: Path, version: str, cmake_flags: list[str]) -> None:
-    """Say what the build in ``dest`` was made for (read back by :func:`native_dir`)."""
+def write_record(dest: Path, version: str, cmake_flags: list[str], gpu_backends: list[str] | None = None) -> None:
+    """Say what the build in ``dest`` was made for (read back by :func:`native_dir`) and which
+    GPU backends it has (``cuda``, ``vulkan``: informative, ggml registers their devices)."""
     info = cpu_info()
     record = {
         "libggml_python": version,
@@ -63,8 +64,19 @@ def write_record(dest: Path, version: str, cmake_flags: list[str]) -> None:
         "machine": info.machine,
         "isa_flags": sorted(isa_flags(info.flags)),
         "cmake": cmake_flags,
+        "gpu_backends": list(gpu_backends or []),
     }
     (dest / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def gpu_backends_of(dest: Path) -> list[str]:
+    """The GPU backends the record in ``dest`` says the build has (``[]`` when none or unreadable)."""
+    try:
+        record = json.loads((dest / RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    found = record.get("gpu_backends", []) if isinstance(record, dict) else []
+    return [str(name) for name in found] if isinstance(found, list) else []
 
 
 def mismatch(record: dict[str, Any], version: str) -> str:
