@@ -48,7 +48,11 @@ def _zeros(view: GraphView, name: str, extended: bool) -> bool:
         return False
     for i in (0, 1):
         source = view.node_of(node.input[i])
-        if is_op(source, "ConstantOfShape") and _scalar(view, str(node.input[1 - i]), extended) == 0.0 and source is not None:
+        if (
+            is_op(source, "ConstantOfShape")
+            and _scalar(view, str(node.input[1 - i]), extended) == 0.0
+            and source is not None
+        ):
             fill = attr(source, "value")
             fill_value = onnx.numpy_helper.to_array(fill) if isinstance(fill, onnx.TensorProto) else np.zeros(1)
             return bool(np.all(np.isfinite(fill_value)))
