@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             names += shipped.names()
         if not args.shipped_only:
             names += sorted(str(p.relative_to(ROOT)) for d in FIXTURE_DIRS for p in (ROOT / d).rglob("*.onnx"))
-    print(f"| graph | attention patterns | fused, fp32 auto | fused, fp16 / on |\n|---|---|---|---|")
+    print("| graph | attention patterns | fused, fp32 auto | fused, fp16 / on |\n|---|---|---|---|")
     for name in names:
         path = str(ROOT / name) if name.endswith(".onnx") and not Path(name).is_absolute() else name
         found, plain, every = counts(load(path))
