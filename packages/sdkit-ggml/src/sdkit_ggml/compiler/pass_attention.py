@@ -8,7 +8,12 @@ mul_mat). Which patterns are taken (``lowering_modes.attention_patterns``):
   (diffusers' baddbmm attention as torch exports it; Casts to float in between are skipped);
 - ``"all"``: besides, an additive mask or bias ``Add(scores, M)`` with any ``M`` broadcastable
   to the scores (CLIP's causal mask), and torch SDPA's export ``MatMul(Q * s, Kt * s)`` (each
-  operand scaled by a scalar ``s = sqrt(scale)``, computed from shapes at compile time).
+  operand scaled by a scalar ``s = sqrt(scale)``, computed from shapes at compile time);
+  and the forms of the shipped family graphs' exports: a scale or zero beta written as
+  ``Cast(Constant)`` (read through Cast and Identity), SDPA's runtime ``s`` proven to hold one
+  element (``_one_element_rank``), and ranks from Transpose perms where shape inference lost
+  them (Flux's Q/K/V after RoPE). ``"plain"`` matches exactly what it matched before these, so
+  the fp32 default's results stay bit for bit.
 
 A chain is fused only when its inner values have no other reader.
 """
