@@ -69,6 +69,23 @@ def _sd1_unet() -> tuple[Model, dict[str, np.ndarray]]:
     return _model("sd1/graphs/unet.onnx", "sd1/weights/unet.safetensors"), feeds
 
 
+def _sdxl_unet() -> tuple[Model, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(31)
+    feeds = {
+        "sample": rng.standard_normal((2, 4, 8, 8)).astype(np.float32),
+        "timestep": np.array([999.0, 501.0], np.float32),
+        "encoder_hidden_states": rng.standard_normal((2, 7, 80)).astype(np.float32),
+        "text_embeds": rng.standard_normal((2, 32)).astype(np.float32),
+        "time_ids": np.array([[64, 64, 0, 0, 64, 64]] * 2, np.float32),
+    }
+    return _model("sdxl/graphs/unet.onnx", "sdxl/weights/unet.safetensors"), feeds
+
+
+def _vae_decoder() -> tuple[Model, dict[str, np.ndarray]]:
+    feeds = {"latent_sample": np.random.default_rng(31).standard_normal((1, 4, 6, 8)).astype(np.float32)}
+    return _model("sd1/graphs/vae_decoder.onnx", "sd1/weights/vae_decoder.safetensors"), feeds
+
+
 def _flux() -> tuple[Model, dict[str, np.ndarray]]:
     rng = np.random.default_rng(31)
     n, image, text = 2, 12, 5
@@ -85,7 +102,12 @@ def _flux() -> tuple[Model, dict[str, np.ndarray]]:
     return _model("flux_dynamic/transformer.onnx", "flux_dynamic/weights.safetensors"), feeds
 
 
-CASES = {"sd1_unet (Cast scale and beta)": (_sd1_unet, 12), "flux (SDPA, rank 4 after RoPE)": (_flux, 7)}
+CASES = {
+    "sd1_unet (Cast scale and beta)": (_sd1_unet, 12),
+    "sdxl_unet (Cast scale and beta)": (_sdxl_unet, 24),
+    "vae_decoder (mid-block, Cast scale and beta)": (_vae_decoder, 1),
+    "flux (SDPA, rank 4 after RoPE)": (_flux, 7),
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
