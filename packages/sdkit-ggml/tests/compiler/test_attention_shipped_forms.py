@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import sdkit
 from sdkit.families import shipped
@@ -134,7 +135,7 @@ SHIPPED = [
     ("clip_l", 12, 0, 12),
     ("flux_schnell_transformer", 57, 0, 57),
     ("sd3_medium_transformer", 24, 24, 24),
-    ("t5xxl_encoder", 24, 0, 0),  # position bias + mask: two additive terms, left as exported
+    ("t5xxl_encoder", 24, 0, 24),  # (scores + position bias) + padding mask
 ]
 
 
@@ -143,3 +144,45 @@ def test_fused_counts_on_shipped_graphs(name: str, softmaxes: int, plain: int, e
     proto = shipped.load_graph(name).proto
     assert sum(1 for n in proto.graph.node if n.op_type == "Softmax") == softmaxes
     assert (_fused(proto, "plain"), _fused(proto, "all")) == (plain, every)
+
+
+def _t5_attention(masked: float) -> tuple[Model, dict[str, np.ndarray]]:
+    """T5's encoder attention as the shipped ``t5xxl_encoder`` has it (no tiny graph of this
+    export exists: the tiny T5 fixture adds bias and mask before the scores): ``softmax((Q K^T
+    + bias) + Where(keep, 0, masked)) V``, rank 4, the bias [1, H, L, L] and the padding mask
+    [N, 1, 1, L] graph inputs."""
+    n, h, length, d = 2, 4, 9, 16
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Add", ["scores", "bias"], ["biased"]),
+        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", f, [], [0.0])),
+        helper.make_node("Constant", [], ["low"], value=helper.make_tensor("low", f, [], [masked])),
+        helper.make_node("Where", ["keep", "zero", "low"], ["mask"]),
+        helper.make_node("Add", ["biased", "mask"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["out"]),
+    ]
+    shapes = {"q": (n, h, length, d), "k": (n, h, length, d), "v": (n, h, length, d), "bias": (1, h, length, length)}
+    inputs = [helper.make_tensor_value_info(name, f, shape) for name, shape in shapes.items()]
+    inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, (n, 1, 1, length)))
+    graph = helper.make_graph(nodes, "t5_attention", inputs, [helper.make_tensor_value_info("out", f, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(31)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    keep = np.ones((n, 1, 1, length), bool)
+    keep[1, ..., length - 3 :] = False  # the second prompt padded
+    feeds["keep"] = keep
+    return Model.from_proto(proto), feeds
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_t5_bias_and_padding_mask(precision: str) -> None:
+    """Fused as ``scores + (bias + mask)`` under "all" (equal after softmax for a 0 / finfo.min
+    mask), never under "plain"; a mask value that is not masked-or-zero is left as exported."""
+    model, feeds = _t5_attention(float(np.finfo(np.float32).min))
+    assert (_fused(model.graph.proto, "plain"), _fused(model.graph.proto, "all")) == (0, 1)
+    assert _check(model, feeds, precision, "on") <= TOLERANCE[precision]
+    soft, _ = _t5_attention(-1.0)
+    assert _fused(soft.graph.proto, "all") == 0

@@ -12,7 +12,8 @@ mul_mat). Which patterns are taken (``lowering_modes.attention_patterns``):
   and the forms of the shipped family graphs' exports: a scale or zero beta written as
   ``Cast(Constant)`` (read through Cast and Identity), SDPA's runtime ``s`` proven to hold one
   element (``_one_element_rank``), and ranks from Transpose perms where shape inference lost
-  them (Flux's Q/K/V after RoPE). ``"plain"`` matches exactly what it matched before these, so
+  them (Flux's Q/K/V after RoPE), and T5's ``(scores + bias) + hard mask`` as
+  ``scores + (bias + mask)`` (``_biased_hard_mask``). ``"plain"`` matches exactly what it matched before these, so
   the fp32 default's results stay bit for bit.
 
 A chain is fused only when its inner values have no other reader.
@@ -81,11 +82,57 @@ def _scores_product(
     return node, scale
 
 
+# A mask value at or below this is "masked": adding it to any score of sane size (|x| < 1e22,
+# below half its ulp) gives the value itself, and softmax weighs it 0 beside any unmasked key.
+_MASKED = -1e30
+
+
+def _hard_mask(view: GraphView, name: str) -> bool:
+    """Whether ``name`` is ``Where(c, a, b)`` with ``a``, ``b`` one-element float constants,
+    each 0 or masked (``<= -1e30``, -inf): transformers' T5 mask ``Where(keep, 0, finfo.min)``."""
+    node = view.node_of(name)
+    if not is_op(node, "Where") or node is None or len(node.input) != 3:
+        return False
+    values = [view.folded_constant(str(i)) for i in node.input[1:]]
+    return all(
+        v is not None and v.size == 1 and v.dtype.kind == "f" and (v.item() == 0.0 or v.item() <= _MASKED)
+        for v in values
+    )
+
+
+def _biased_hard_mask(
+    view: GraphView, outer: onnx.NodeProto, chain: list[int], extra: list[tuple[int, onnx.NodeProto]]
+) -> tuple[onnx.NodeProto, float, str] | None:
+    """``(scores + bias) + mask`` with a hard mask (T5: the position bias, then the padding
+    mask) as ``scores + (bias + mask)``: the outer Add becomes ``Add(bias, mask)`` (recorded in
+    ``extra``), the fused node's mask. Equal after softmax: where the mask is 0 both sides add
+    the same two terms to the score, and where it is masked both give the mask value itself."""
+    slot = view.producer[str(outer.output[0])]
+    for i in (0, 1):
+        inner_name, hard = str(outer.input[i]), str(outer.input[1 - i])
+        inner = view.node_of(inner_name)
+        if not is_op(inner, "Add") or inner is None or view.only_use(inner_name) is None or not _hard_mask(view, hard):
+            continue
+        for j in (0, 1):
+            scores, bias = str(inner.input[j]), str(inner.input[1 - j])
+            ranks = (view.rank(bias), view.rank(hard))
+            if view.only_use(scores) is None or ranks[0] is None or ranks[1] is None:
+                continue
+            mask = f"{outer.output[0]}_bias_and_mask"
+            found = _with_mask(view, scores, [*chain, view.producer[inner_name]], chain, mask, True)
+            if found is not None:
+                view.note_rank(mask, max(ranks[0], ranks[1]))
+                extra.append((slot, onnx.helper.make_node("Add", [bias, hard], [mask], name=mask)))
+                return found
+    return None
+
+
 def _scaled_scores(
-    view: GraphView, name: str, chain: list[int], masks: bool
+    view: GraphView, name: str, chain: list[int], masks: bool, extra: list[tuple[int, onnx.NodeProto]]
 ) -> tuple[onnx.NodeProto, float, str] | None:
     """The scores feeding ``name``: ``MatMul(Q, Kt) [* scale]`` with an optional ``+ zeros``
-    or (``masks``) ``+ mask``: the score MatMul, the scale and the mask's name ("" for none)."""
+    or (``masks``) ``+ mask`` or ``+ bias + hard mask``: the score MatMul, the scale and the
+    mask's name ("" for none); a node the mask needs goes to ``extra`` (its slot, the node)."""
     node = view.node_of(name)
     if not is_op(node, "Add") or node is None:
         product = _scores_product(view, node, chain, masks)
@@ -103,7 +150,7 @@ def _scaled_scores(
             found = _with_mask(view, str(node.input[i]), [*chain, add], chain, str(node.input[1 - i]), masks)
             if found is not None:
                 return found
-    return None
+    return _biased_hard_mask(view, node, chain, extra)
 
 
 def _with_mask(
@@ -191,7 +238,11 @@ def _prescaled(view: GraphView, name: str, chain: list[int]) -> tuple[str, str]:
     return name, ""
 
 
-def _attention_at(view: GraphView, node: onnx.NodeProto, masks: bool) -> tuple[onnx.NodeProto, list[int]] | None:
+def _attention_at(
+    view: GraphView, node: onnx.NodeProto, masks: bool, extra: list[tuple[int, onnx.NodeProto]]
+) -> tuple[onnx.NodeProto, list[int]] | None:
+    """The fused node for the attention ending in MatMul ``node`` and the nodes it replaces;
+    a node its mask needs goes to ``extra``."""
     chain: list[int] = []
     probs = _skip_casts(view, str(node.input[0]), chain)
     if not is_op(probs, "Softmax") or probs is None or not _softmax_last(view, probs):
@@ -202,7 +253,7 @@ def _attention_at(view: GraphView, node: onnx.NodeProto, masks: bool) -> tuple[o
     pre = _skip_casts(view, str(probs.input[0]), chain)
     if pre is None or view.only_use(str(pre.output[0])) is None:
         return None
-    found = _scaled_scores(view, str(pre.output[0]), chain, masks)
+    found = _scaled_scores(view, str(pre.output[0]), chain, masks, extra)
     if found is None:
         return None
     scores, scale, mask = found
@@ -245,11 +296,14 @@ def fuse_attention(proto: onnx.ModelProto, patterns: str = "plain") -> onnx.Mode
     for index, node in enumerate(view.nodes):
         if not is_op(node, "MatMul") or node is None:
             continue
-        found = _attention_at(view, node, patterns == "all")
+        extra: list[tuple[int, onnx.NodeProto]] = []
+        found = _attention_at(view, node, patterns == "all", extra)
         if found is None:
             continue
         fused, chain = found
         for dropped in chain:
             view.replace(dropped, None)
+        for slot, added in extra:  # in the slot of a node the chain replaced
+            view.replace(slot, added)
         view.replace(index, fused)
     return view.model() if view.changed else proto

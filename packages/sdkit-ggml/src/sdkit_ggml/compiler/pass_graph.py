@@ -93,6 +93,10 @@ class GraphView:
     def rank(self, name: str) -> int | None:
         return self._ranks.get(name)
 
+    def note_rank(self, name: str, rank: int) -> None:
+        """The rank of a value a pass adds."""
+        self._ranks[name] = rank
+
     def rename_uses(self, old: str, new: str) -> None:
         """Every node reading ``old`` reads ``new`` instead (``old`` is not a graph output)."""
         for index in self.consumers.pop(old, []):
