@@ -94,6 +94,47 @@ def attention_graph(shape: tuple[int, ...], causal: bool) -> tuple[Any, dict[str
     return proto, {n: rng.standard_normal(v).astype(np.float32) for n, v in dims.items()}
 
 
+def shipped_attention_graph(latent: int = 32, batch: int = 2) -> tuple[Any, dict[str, np.ndarray]]:
+    """The first self-attention of the shipped SD 1.5 UNet graph (``sdkit.families.shipped``),
+    cut out as exported: Q, K (before its Transpose) and V [batch*8, latent^2, 40] in, the
+    ``Cast(Constant)`` scale and ``ConstantOfShape * Cast(0)`` beta of diffusers' baddbmm."""
+    import onnx
+
+    from sdkit.families import shipped
+
+    proto = shipped.load_graph("sd1_unet").proto
+    readers: dict[str, list[Any]] = {}
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    for n in proto.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    pv = readers[readers[softmax.output[0]][0].output[0]][0]  # Softmax -> Cast -> MatMul(P, V)
+    node = producer[softmax.input[0]]  # Add(Mul(MatMul(Q, Kt), scale), zeros)
+    scores = producer[producer[node.input[0]].input[0]]
+    q, kt = scores.input
+    k = producer[kt].input[0]
+    inputs = [q, k, pv.input[1]]
+    keep, todo = set(), [pv.output[0]]
+    while todo:  # every node between the three inputs and the output
+        node = producer.get(todo.pop())
+        if node is not None and id(node) not in keep:
+            keep.add(id(node))
+            todo += [i for i in node.input if i and i not in inputs]
+    graph = onnx.helper.make_graph(
+        [n for n in proto.graph.node if id(n) in keep],
+        "sd1_unet_attention",
+        [onnx.helper.make_tensor_value_info(i, onnx.TensorProto.FLOAT, ["n", "l", 40]) for i in inputs],
+        [onnx.helper.make_tensor_value_info(pv.output[0], onnx.TensorProto.FLOAT, None)],
+    )
+    cut = onnx.helper.make_model(graph, opset_imports=proto.opset_import)
+    cut.ir_version = proto.ir_version
+    rng = np.random.default_rng(0)
+    dims = (batch * 8, latent * latent, 40)
+    feeds = {name: rng.standard_normal(dims).astype(np.float32) for name in (q, k, pv.input[1])}
+    return cut, feeds
+
+
 def _batch2(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([v, v * 0.5 if v.dtype.kind == "f" else v]) if v.ndim else v for k, v in feeds.items()}
 
@@ -104,6 +145,9 @@ def load_case(name: str) -> tuple[str, Any, dict[str, np.ndarray]]:
         shape, title = ATTENTION[name]
         proto, feeds = attention_graph(shape, causal=name == "attn_clip")
         return title, proto, feeds
+    if name == "attn_shipped":
+        proto, feeds = shipped_attention_graph()
+        return "SD 1.5 self-attention as the shipped sd1_unet exports it, 256 px, batch 2", proto, feeds
     if name in SMALL:
         graph, title = SMALL[name]
         feeds = cases.sd_graphs.example_inputs(graph)

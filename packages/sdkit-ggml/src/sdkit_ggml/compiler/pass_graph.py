@@ -15,6 +15,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+_T = onnx.TensorProto
+# Cast targets whose conversion numpy's astype performs as ONNX defines it
+_NUMERIC_CASTS = frozenset(
+    {_T.FLOAT, _T.DOUBLE, _T.FLOAT16, _T.INT8, _T.INT16, _T.INT32, _T.INT64, _T.UINT8, _T.UINT16, _T.UINT32, _T.UINT64}
+)
+
 # The domain of sdkit-ggml's fused nodes (converters/fused.py).
 FUSED_DOMAIN = "ai.sdkit.ggml"
 FUSED_OPSET = 1
@@ -63,8 +69,33 @@ class GraphView:
                 return np.asarray(numpy_helper.to_array(attr.t))
         return None
 
+    def folded_constant(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` when it is a ``Constant`` seen through ``Identity`` and numeric
+        ``Cast`` nodes (the TorchScript exporter writes a Python scalar as ``Cast(Constant)``),
+        each Cast applied as ONNX defines it (numpy's ``astype``: round to nearest)."""
+        casts: list[np.dtype] = []
+        node = self.node_of(name)
+        while node is not None and (is_op(node, "Identity") or is_op(node, "Cast")):
+            if node.op_type == "Cast":
+                target = int(attr(node, "to", 0))  # type: ignore[call-overload]
+                if target not in _NUMERIC_CASTS:
+                    return None
+                casts.append(onnx.helper.tensor_dtype_to_np_dtype(target))
+            name = str(node.input[0])
+            node = self.node_of(name)
+        value = self.constant(name)
+        if value is None or value.dtype.kind not in "fiub":
+            return None
+        for dtype in reversed(casts):
+            value = value.astype(dtype)
+        return value
+
     def rank(self, name: str) -> int | None:
         return self._ranks.get(name)
+
+    def note_rank(self, name: str, rank: int) -> None:
+        """The rank of a value a pass adds."""
+        self._ranks[name] = rank
 
     def rename_uses(self, old: str, new: str) -> None:
         """Every node reading ``old`` reads ``new`` instead (``old`` is not a graph output)."""
