@@ -173,6 +173,7 @@ class GgmlCompiledModel(CompiledModel):
         builder.f16_activations = self.f16_activations
         builder.mul_mat_prec_f32 = self.matmul_prec == "f32"
         builder.device_supports = self._device_supports
+        builder.has_function = self._lib.has
         start = time.perf_counter()
         try:
             plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
