@@ -136,7 +136,7 @@ def test_clip_pooled_index_pattern(rng: np.random.Generator) -> None:
 def test_integer_inputs_beyond_f32s_exact_range_are_refused_per_run() -> None:
     model = node_model("Equal", [("a", IDS), ("b", IDS)])
     compiled = sdkit.compile(model, backend="ggml")
-    with pytest.raises(InputError, match="2\\*\\*24|values must lie in"):
+    with pytest.raises(InputError, match="values must lie in"):
         compiled.run({"a": IDS + (1 << 24), "b": IDS})
 
 
@@ -162,4 +162,4 @@ def test_computed_integers_of_unknown_range_are_refused(refuses: Check) -> None:
 
 def test_constants_beyond_f32s_exact_range_are_refused(refuses: Check) -> None:
     big = np.array((1 << 24) + 1, np.int64)
-    refuses("Equal", [("a", IDS), ("b", big, "const")], match="2\\*\\*24", by_check=False)
+    refuses("Equal", [("a", IDS), ("b", big, "const")], match=r"2\*\*24", by_check=False)

@@ -40,4 +40,4 @@ def test_integer_selection_beyond_f32s_exact_range_is_refused(refuses: Check) ->
     # integer comparisons and Where run in F32 where exact (converters/test_integer.py)
     a = np.array([1, 2, 3], np.int64)
     far = ("far", np.array(1 << 40, np.int64), "const")
-    refuses("Where", [("c", np.array([True, False, True])), ("x", a), far], match="2\\*\\*24", by_check=False)
+    refuses("Where", [("c", np.array([True, False, True])), ("x", a), far], match=r"2\*\*24", by_check=False)

@@ -3,9 +3,10 @@
 ggml has no comparison kernels; ggml_step (1 where x > 0) gives exact 0/1 results from
 differences of finite values. Integers (I32 storage) are compared and selected in F32 where
 their interval proves them exact (converters/integer.py): the rounded difference of two exact
-values is zero exactly when they are equal and keeps their order's sign. Where is c*x + (1-c)*y: exact for finite x and y; a constant
-all-infinite branch (attention masks' -inf) becomes -+log(1-c) instead, which is exact too.
-An infinite value inside a runtime tensor in the branch not taken would still give NaN.
+values is zero exactly when they are equal and keeps their order's sign.
+Where is c*x + (1-c)*y: exact for finite x and y; a constant all-infinite branch (attention
+masks' -inf) becomes -+log(1-c) instead, which is exact too. An infinite value inside a
+runtime tensor in the branch not taken would still give NaN.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
-from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.converters.integer import exact_float
+from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
