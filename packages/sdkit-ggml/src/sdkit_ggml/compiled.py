@@ -173,12 +173,17 @@ class GgmlCompiledModel(CompiledModel):
         builder.f16_activations = self.f16_activations
         builder.mul_mat_prec_f32 = self.matmul_prec == "f32"
         builder.device_supports = self._device_supports
+        builder.has_function = self._lib.has
         start = time.perf_counter()
         try:
             plan = build_plan(self._proto, self._constants, specs, self._registry, builder, value_inputs=values)
             lowered = time.perf_counter() - start
-            wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1}
-            runnable = BuiltGraph(context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps)
+            # an input also computed on as integers is never wrapped: its negatives are refused
+            ranged = builder.input_ranges
+            wraps = {name for name, dims in builder.index_dims.items() if len(dims) == 1 and name not in ranged}
+            runnable = BuiltGraph(
+                context, plan.inputs, plan.outputs, builder.weights, builder.index_bounds, wraps, dict(ranged)
+            )
             program = Program(self._lib, self._backend, runnable, self.threads)
         except BaseException:
             context.free()

@@ -25,18 +25,20 @@ ort = pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture
-def cuda_like(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def cuda_like(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> list[str]:
     """The CPU backend answering ``ggml_backend_supports_op`` as ggml-cuda 0.20 does for the
-    ops above; returns the op names it was asked about and refused."""
+    ops above (and for the op names an indirect parametrization adds); returns the op names it
+    was asked about and refused."""
     lib = L.load_library()
     real = lib.functions["ggml_backend_supports_op"]
     contiguous = next(h.ggml_is_contiguous for h in lib.handles if hasattr(h, "ggml_is_contiguous"))
     contiguous.restype, contiguous.argtypes = ctypes.c_bool, [ctypes.c_void_p]
     refused: list[str] = []
+    refuse_also: list[str] = getattr(request, "param", [])
 
     def supports(backend: int, node: int) -> bool:
         op = (lib.ggml_op_desc(node) or b"").decode()
-        if op in ("POOL_1D", "FLASH_ATTN_EXT"):
+        if op in ("POOL_1D", "FLASH_ATTN_EXT", *refuse_also):
             ok = False
         elif op == "IM2COL":
             src = TensorNode.from_address(node).src
@@ -88,3 +90,18 @@ def test_pools_as_2d_pools(cuda_like: list[str], op: str, attributes: dict[str, 
     got = sdkit.compile(model, backend="ggml", device="cpu").run({"x": x})
     assert max(compare_with_reference(got, model, {"x": x}).values()) <= 1e-6
     assert "POOL_1D" in cuda_like
+
+
+@pytest.mark.parametrize("cuda_like", [[], ["CONV_2D_DW"]], indirect=True)
+def test_depthwise_conv_without_its_kernel(cuda_like: list[str]) -> None:
+    # 96 groups, one kernel per channel: GGML_OP_CONV_2D_DW where the device has it, else the
+    # batched im2col + mul_mat; both against onnxruntime
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 96, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((96, 1, 3, 3)).astype(np.float32)
+    model = one_node_model("Conv", {"x": x}, {"group": 96, "pads": [1, 1, 1, 1]}, initializers={"w": w})
+    compiled = sdkit.compile(model, backend="ggml", device="cpu")
+    got = compiled.run({"x": x})
+    want = ort.InferenceSession(model.graph.to_onnx(model.weights).SerializeToString()).run(None, {"x": x})
+    assert float(np.max(np.abs(next(iter(got.values())) - want[0]))) <= 1e-5
+    assert ("CONV_2D_DW" in cuda_like) == bool(cuda_like)  # asked and refused only when refusing it

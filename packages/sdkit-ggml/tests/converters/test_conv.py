@@ -84,6 +84,39 @@ def test_conv1d_batched_with_a_runtime_kernel(like_reference: Check, f32: Check)
     like_reference("Conv", [("x", f32(2, 3, 9)), ("w", f32(4, 3, 3))], {"pads": [1, 2]}, atol=ATOL)
 
 
+GROUPED = [
+    # (groups, in channels, out channels, attributes): per-group lowering up to 64 groups,
+    # batched beyond, depthwise (groups == in == out channels) through GGML_OP_CONV_2D_DW
+    (1, 3, 4, {"pads": [1, 1, 1, 1]}),
+    (2, 4, 6, {"strides": [2, 1], "pads": [0, 1, 2, 1]}),
+    (64, 128, 64, {"pads": [1, 1, 1, 1]}),
+    (65, 130, 195, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (112, 224, 112, {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    (112, 112, 112, {"pads": [1, 1, 1, 1]}),  # depthwise, multiplier 1
+    (96, 96, 96, {"strides": [2, 2], "dilations": [2, 2], "pads": [0, 1, 2, 1]}),  # depthwise, asymmetric pads
+    (96, 96, 192, {"strides": [1, 2], "pads": [1, 0, 1, 0]}),  # depthwise, multiplier 2
+]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize(("groups", "cin", "cout", "attributes"), GROUPED)
+def test_grouped_conv2d_any_group_count(
+    groups: int, cin: int, cout: int, attributes: dict[str, Any], batch: int, like_reference: Check, f32: Check
+) -> None:
+    operands = [("x", f32(batch, cin, 7, 6)), ("w", f32(cout, cin // groups, 3, 3), "const"), ("b", f32(cout), "const")]
+    like_reference("Conv", operands, {"group": groups, **attributes}, atol=ATOL, oracle="onnxruntime")
+
+
+def test_grouped_conv1d_over_64_groups(like_reference: Check, f32: Check) -> None:
+    operands = [("x", f32(1, 130, 9)), ("w", f32(130, 2, 3), "const")]
+    like_reference("Conv", operands, {"group": 65, "pads": [1, 2]}, atol=ATOL, oracle="onnxruntime")
+
+
+def test_grouped_conv_with_a_runtime_kernel(like_reference: Check, f32: Check) -> None:
+    operands = [("x", f32(1, 80, 5, 5)), ("w", f32(80, 1, 3, 3))]
+    like_reference("Conv", operands, {"group": 80}, atol=ATOL, oracle="onnxruntime")
+
+
 def test_conv_refusals(refuses: Check, f32: Check) -> None:
     refuses("Conv", [("x", f32(1, 2, 4, 4, 4)), ("w", f32(2, 2, 1, 1, 1), "const")], match="only 1-D and 2-D")
     refuses("Conv", [("x", f32(1, 3, 4, 4)), ("w", f32(4, 1, 1, 1), "const")], {"group": 2}, match="groups")
@@ -121,3 +154,19 @@ def test_conv_transpose1d(like_reference: Check, f32: Check) -> None:
 
 def test_conv_transpose_refusals(refuses: Check, f32: Check) -> None:
     refuses("ConvTranspose", [("x", f32(1, 2, 3, 3, 3)), ("w", f32(2, 2, 1, 1, 1), "const")], match="only 1-D and 2-D")
+
+
+@pytest.mark.parametrize(
+    ("cout", "per_group", "expected"),
+    [(112, 1, {"CONV_2D_DW"}), (224, 1, {"IM2COL", "MUL_MAT"}), (112, 2, {"IM2COL", "MUL_MAT"})],
+)
+def test_many_group_convs_take_a_fixed_number_of_nodes(
+    cout: int, per_group: int, expected: set[str], one_node_graph: Check, f32: Check
+) -> None:
+    x = f32(1, 112 * per_group, 6, 5)
+    model = one_node_graph("Conv", [("x", x), ("w", f32(cout, per_group, 3, 3), "const")], {"group": 112})
+    compiled = sdkit.compile(model, backend="ggml", device="cpu")
+    program = compiled.program_for({"x": x})
+    lib = program.lib
+    ops = {lib.ggml_op_desc(lib.ggml_graph_node(program.graph, i)).decode() for i in range(program.nodes)}
+    assert ops - {"RESHAPE", "VIEW", "CONT", "PERMUTE"} == expected

@@ -112,6 +112,12 @@ class Builder:
         self.index_bounds: dict[str, int] = {}
         # ... and every dim each one indexes: negative indices wrap only where that is one dim
         self.index_dims: dict[str, set[int]] = {}
+        # Integer inputs computed in F32 (converters/integer.py): input name -> the interval
+        # their values must lie in, checked before compute (F32 holds integers exactly there).
+        self.input_ranges: dict[str, tuple[int, int]] = {}
+        # Whether the loaded library binds an optional ggml function (runtime/lib.py); check(),
+        # which loads no library, assumes it does.
+        self.has_function: Callable[[str], bool] = lambda _name: True
         # Which lowering a 2-D conv shape gets (compiler/conv_strategy.py); None: im2col
         # (check(), which has no device to time on, and builds that do not choose).
         self.conv_choice: Callable[[ConvShape], str] | None = None

@@ -31,9 +31,15 @@ def _to_integer(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:
             # Storage is I32: a narrowing Cast would have to wrap values, which ggml cannot do.
             raise Unsupported(f"Cast from {x.dtype} to {target}: values are not proven to fit, and ggml cannot wrap")
         return ops.retype(x, target)
-    if x.dtype != BOOL:
-        raise Unsupported(f"Cast from {x.dtype} to {target}: ggml's float->int conversion rounding differs from ONNX")
-    return ops.cast(b, x, L.GGML_TYPE_I32, target)
+    if x.dtype == BOOL:
+        return ops.with_bounds(ops.cast(b, x, L.GGML_TYPE_I32, target), (0, 1))
+    if target.itemsize < 4:
+        raise Unsupported(f"Cast from {x.dtype} to {target}: values are not proven to fit, and ggml cannot wrap")
+    # ONNX (and onnxruntime) truncate toward zero; ggml's F32->I32 conversion is a C cast on
+    # the CPU but not defined as one everywhere, so the values are made whole first. Values
+    # outside int32 are undefined in ONNX too. The result's interval is unknown: integer ops
+    # that need one refuse it.
+    return ops.cast(b, ops.unary(b, "ggml_trunc", x), L.GGML_TYPE_I32, target)
 
 
 def cast(b: Builder, x: Tensor, target: np.dtype[np.generic]) -> Tensor:

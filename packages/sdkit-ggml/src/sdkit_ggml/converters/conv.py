@@ -19,11 +19,15 @@ from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder, WeightTransform
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
 from sdkit_ggml.compiler.conv_strategy import ConvShape
+from sdkit_ggml.converters.conv_groups import many_group_conv2d
 from sdkit_ggml.converters.pad import pad_constant
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
 
-MAX_GROUPS = 64  # grouped convs are lowered one group at a time
+# Up to this many groups, a grouped conv is lowered one group at a time (each group's conv
+# takes the direct kernel or a chunked im2col); beyond, in a fixed number of nodes
+# (converters/conv_groups.py). ConvTranspose lowers at most this many.
+MAX_GROUPS = 64
 # im2col of a big feature map (1.2 GB for the SD VAE's last convs at 512 px) is built in chunks
 # of at most this many MB (issue 17: peak memory at or below onnxruntime's).
 CHUNK_ENV = "SDKIT_GGML_IM2COL_CHUNK_MB"
@@ -218,8 +222,10 @@ def convolution(
     dilations: list[int],
     before: list[int],
     after: list[int],
+    groups_in_kernel: int = 1,
 ) -> Tensor:
-    """A 1-D or 2-D grouped convolution with asymmetric padding (padded explicitly)."""
+    """A 1-D or 2-D grouped convolution with asymmetric padding (padded explicitly): one
+    kernel per group, or one kernel holding ``groups_in_kernel`` groups."""
     one_d = x.rank == 3
     if one_d:
         x = ops.reshape(b, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -237,7 +243,12 @@ def convolution(
         if one_d:
             kernel = ops.reshape(b, kernel, (kernel.shape[0], kernel.shape[1], 1, kernel.shape[2]))
         stride, pad, dilation = (strides[0], strides[1]), (before[0], before[1]), (dilations[0], dilations[1])
-        outputs.append(conv2d(b, part, kernel, stride=stride, pad=pad, dilation=dilation))
+        if groups_in_kernel > 1:
+            outputs.append(
+                many_group_conv2d(b, part, kernel, groups_in_kernel, stride=stride, pad=pad, dilation=dilation)
+            )
+        else:
+            outputs.append(conv2d(b, part, kernel, stride=stride, pad=pad, dilation=dilation))
     y = outputs[0] if groups == 1 else ops.concat(b, outputs, 1)
     if bias is not None:
         y = ops.binary(b, "ggml_add", y, ops.reshape(b, bias, (1, bias.size, 1, 1)))
@@ -308,6 +319,12 @@ def convert_conv(b: Builder, node: Node) -> list[Value]:
     before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
     if x.shape[1] % groups or weight.shape[0] % groups:
         raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
-    kernels = group_kernels(b, node, groups, AS_FLOAT32)
+    in_kernel = groups if groups > MAX_GROUPS else 1
+    kernels = group_kernels(b, node, groups // in_kernel, AS_FLOAT32)
     bias = b.tensor(node, 2) if node.has(2) else None
-    return [convolution(b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after)]
+    return [
+        convolution(
+            b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after,
+            groups_in_kernel=in_kernel,
+        )
+    ]  # fmt: skip

@@ -1,9 +1,13 @@
-"""Integer arithmetic on runtime tensors, for index computations (CLIP's pooled-token gather).
+"""Integer arithmetic and comparisons on runtime tensors, for index computations (CLIP's
+pooled-token gather: ``argmax((input_ids == eos_token_id).int())``).
 
 ggml's CPU binary kernels are float-only, so integers are computed in F32 and cast back to
-I32. That is exact only while every value stays below 2**24 in magnitude, so each integer
-tensor carries a value interval known at compile time (from its dtype, an ArgMax, or
-constants) and an op whose result interval is not provably exact is reported unsupported.
+I32. That is exact only while every value stays within 2**24 in magnitude, so each integer
+tensor carries a value interval known at compile time (from its dtype, an ArgMax, a Cast from
+bool, or constants) and an op whose operands or result are not provably exact is reported
+unsupported. An integer graph input (token ids) has no such interval from its dtype; it gets
+one checked at run time instead: its values must lie within 2**24 in magnitude (an InputError
+before compute otherwise, as out-of-range Gather indices get).
 """
 
 from __future__ import annotations
@@ -35,6 +39,26 @@ def value_bounds(value: Value) -> tuple[int, int] | None:
         info = np.iinfo(value.dtype)
         return int(info.min), int(info.max)
     return None
+
+
+def exact_bounds(b: Builder, value: Value, what: str) -> tuple[int, int]:
+    """``value``'s interval, proven within F32's exact integers: from the value itself, or for
+    a graph input from a range check of its feeds before each run."""
+    bounds = value_bounds(value)
+    name = b.input_names.get(value.ptr) if isinstance(value, Tensor) else None
+    if bounds is None and name:
+        bounds = b.input_ranges.setdefault(name, (-EXACT_LIMIT, EXACT_LIMIT))
+    if bounds is None:
+        raise Unsupported(f"{what} on integer values of unknown range (ggml computes integers in F32)")
+    if max(abs(bounds[0]), abs(bounds[1])) > EXACT_LIMIT:
+        raise Unsupported(f"{what} on integers in [{bounds[0]}, {bounds[1]}]: F32 holds them exactly within 2**24 only")
+    return bounds
+
+
+def exact_float(b: Builder, node: Node, index: int) -> tuple[Tensor, tuple[int, int]]:
+    """Integer input ``index`` of ``node`` as F32 (exact, see ``exact_bounds``) and its interval."""
+    value = _operand(b, node, index)
+    return _as_float(b, value), exact_bounds(b, value, node.op)
 
 
 def _combine(op: str, x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:

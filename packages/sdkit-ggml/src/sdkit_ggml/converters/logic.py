@@ -1,9 +1,12 @@
 """Comparisons, boolean logic and Where, on bools stored as F32 0/1.
 
 ggml has no comparison kernels; ggml_step (1 where x > 0) gives exact 0/1 results from
-differences of finite values. Where is c*x + (1-c)*y: exact for finite x and y; a constant
-all-infinite branch (attention masks' -inf) becomes -+log(1-c) instead, which is exact too.
-An infinite value inside a runtime tensor in the branch not taken would still give NaN.
+differences of finite values. Integers (I32 storage) are compared and selected in F32 where
+their interval proves them exact (converters/integer.py): the rounded difference of two exact
+values is zero exactly when they are equal and keeps their order's sign.
+Where is c*x + (1-c)*y: exact for finite x and y; a constant all-infinite branch (attention
+masks' -inf) becomes -+log(1-c) instead, which is exact too. An infinite value inside a
+runtime tensor in the branch not taken would still give NaN.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import BOOL, Node, Tensor, Unsupported, Value
+from sdkit_ggml.converters.integer import exact_float
 from sdkit_ggml.converters.table import converter
+from sdkit_ggml.runtime import lib as L
 
 
 def _step(b: Builder, x: Tensor) -> Tensor:
@@ -48,9 +53,15 @@ def _masked(b: Builder, node: Node, index: int, mask: Tensor) -> Tensor:
     return ops.binary(b, "ggml_mul", b.tensor(node, index), mask)
 
 
+def _compared(b: Builder, node: Node) -> tuple[Tensor, Tensor]:
+    if any(node.value(i).dtype.kind in "iu" for i in (0, 1)):
+        return exact_float(b, node, 0)[0], exact_float(b, node, 1)[0]
+    return _float_inputs(b, node)
+
+
 @converter(["Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"], since_version=7)
 def convert_compare(b: Builder, node: Node) -> list[Value]:
-    x, y = _float_inputs(b, node)
+    x, y = _compared(b, node)
     if node.op == "Less":
         result = _step(b, ops.binary(b, "ggml_sub", y, x))
     elif node.op == "Greater":
@@ -88,9 +99,17 @@ def convert_where(b: Builder, node: Node) -> list[Value]:
         cond_t = b.constant(np.asarray(cond, dtype=np.float32), dtype=np.dtype(np.float32))
     else:
         cond_t = ops.retype(cond, np.dtype(np.float32))
-    for index in (1, 2):
-        if node.value(index).dtype.kind in "iu":
-            raise Unsupported("Where on integer tensors: ggml selects float tensors only")
+    if node.value(1).dtype.kind in "iu":
+        return [_integer_where(b, node, cond_t)]
     picked = _masked(b, node, 1, cond_t)
     other = _masked(b, node, 2, _not(b, cond_t))
     return [ops.retype(ops.binary(b, "ggml_add", picked, other), node.value(1).dtype)]
+
+
+def _integer_where(b: Builder, node: Node, cond: Tensor) -> Tensor:
+    """c*x + (1-c)*y in F32 on exact integers (one term is 0), cast back to I32."""
+    (x, bx), (y, by) = exact_float(b, node, 1), exact_float(b, node, 2)
+    picked = ops.binary(b, "ggml_mul", x, cond)
+    other = ops.binary(b, "ggml_mul", y, _not(b, cond))
+    result = ops.cast(b, ops.binary(b, "ggml_add", picked, other), L.GGML_TYPE_I32, node.value(1).dtype)
+    return ops.with_bounds(result, (min(bx[0], by[0]), max(bx[1], by[1])))

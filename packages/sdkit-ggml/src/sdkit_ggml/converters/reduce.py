@@ -10,6 +10,7 @@ import numpy as np
 from sdkit_ggml.compiler import ops
 from sdkit_ggml.compiler.builder import Builder
 from sdkit_ggml.compiler.context import Node, Tensor, Unsupported, Value
+from sdkit_ggml.converters.integer import exact_float
 from sdkit_ggml.converters.shape import axes_of
 from sdkit_ggml.converters.table import converter
 from sdkit_ggml.runtime import lib as L
@@ -134,8 +135,8 @@ def reduce_rows(b: Builder, op: str, rows: Tensor, n: int) -> Tensor:
 @converter(["ArgMax", "ArgMin"], since_version=1)
 def convert_argmax(b: Builder, node: Node) -> list[Value]:
     x = b.tensor(node, 0)
-    if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 below 2**24
-        x = ops.cast(b, x, L.GGML_TYPE_F32, np.dtype(np.float32))
+    if x.ggml_type == L.GGML_TYPE_I32:  # token ids (CLIP's pooled output): exact in F32 within 2**24
+        x = exact_float(b, node, 0)[0]
     ops.require_float(x, what=node.op)
     axis = int(node.attr("axis", 0)) % x.rank
     rows, _, _ = _rows_last(b, x, [axis])

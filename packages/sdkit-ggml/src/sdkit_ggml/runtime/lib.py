@@ -200,6 +200,9 @@ _CPU_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
 _OPTIONAL_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     # GGML_OP_CONV_2D: im2col tile by tile into the work buffer, then mul_mat in the kernel's type
     "ggml_conv_2d_direct": (_P, (_P, _P, _P, _I, _I, _I, _I, _I, _I)),
+    # GGML_OP_CONV_2D_DW: depthwise (groups == channels, one kernel per channel), F32 sums;
+    # (ctx, kernel [KW,KH,1,C], data [W,H,C,N], stride0, stride1, pad0, pad1, dilation0, dilation1)
+    "ggml_conv_2d_dw_direct": (_P, (_P, _P, _P, _I, _I, _I, _I, _I, _I)),
 }
 
 

@@ -72,6 +72,8 @@ class BuiltGraph:
     # Those whose negative indices count from the end (ONNX), wrapped before upload: inputs
     # that index one dim size only (another size would wrap them differently).
     index_wraps: set[str] = field(default_factory=set)
+    # Integer inputs computed in F32: input name -> the interval their values must lie in.
+    value_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class Program:
@@ -154,6 +156,13 @@ class Program:
         """Feeds with every index input range-checked (ggml asserts on a bad index) and its
         negative indices wrapped, as ONNX's Gather defines them."""
         checked = dict(feeds)
+        for name, (low, high) in self.built.value_ranges.items():
+            values = np.asarray(feeds[name])
+            if values.size and (values.min() < low or values.max() > high):
+                raise InputError(
+                    f"input {name!r}: values must lie in [{low}, {high}] (ggml compares integers in F32,"
+                    f" exact there), got [{values.min()}, {values.max()}]"
+                )
         for name, bound in self.built.index_bounds.items():
             values = np.asarray(feeds[name])
             low = -bound if name in self.built.index_wraps else 0
