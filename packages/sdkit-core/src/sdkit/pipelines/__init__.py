@@ -15,7 +15,7 @@ shared denoising loop, loaders), the folder layout, the RNG contract and the mem
 
 from __future__ import annotations
 
-from sdkit.pipelines.base import GenerationPlan, Pipeline
+from sdkit.pipelines.base import Pipeline
 from sdkit.pipelines.chroma import ChromaPipeline
 from sdkit.pipelines.components import Component, LoadSettings
 from sdkit.pipelines.config import PipelineConfig
@@ -27,7 +27,7 @@ from sdkit.pipelines.flow_request import FlowRequest
 from sdkit.pipelines.flux import FluxPipeline
 from sdkit.pipelines.images import GenerationParameters, save_png
 from sdkit.pipelines.loading import PipelineLoader, load_pipeline
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
 from sdkit.pipelines.sdxl import StableDiffusionXLPipeline

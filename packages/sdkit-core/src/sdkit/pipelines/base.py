@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +35,7 @@ from sdkit.pipelines.adapters import AdapterMethods, Adapters, LoraSpec
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.features import Feature, refuse_undeclared, requested_features
 from sdkit.pipelines.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.rng import NoiseStream, seed_list
 from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
@@ -47,23 +47,6 @@ if TYPE_CHECKING:
     from sdkit.pipelines.components import Component, WeightSwap
     from sdkit.pipelines.denoise import DenoiseLoop
     from sdkit.schedulers import Scheduler
-
-
-@dataclass
-class GenerationPlan:
-    """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
-    shape, the per-image seeds and the scheduler with its timesteps set. ``parameters``: PNG
-    labels the stages add as they run (A1111's names, e.g. ``Pad conds``), written after the
-    common ones."""
-
-    request: GenerationRequest
-    width: int
-    height: int
-    latent_shape: tuple[int, ...]
-    seeds: list[int]
-    scheduler: Scheduler
-    image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
-    parameters: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from sdkit.pipelines.base import GenerationPlan
 from sdkit.pipelines.flux import PackedLatentsPipeline
+from sdkit.pipelines.request import GenerationPlan
 
 
 def transformer_mask(tokenizer_mask: np.ndarray, image_tokens: int) -> np.ndarray:

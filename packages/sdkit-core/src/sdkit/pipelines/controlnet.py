@@ -30,11 +30,11 @@ import numpy as np
 
 from sdkit.backend import CompiledModel
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.files import read_json_object
 from sdkit.model import refuse_unsafe_or_missing
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.denoise import DenoiserInputs, Step, StepHook, timestep_feed
 from sdkit.pipelines.execution import fixed_batch
-from sdkit.pipelines.layout import read_json_object
 from sdkit.pipelines.sources import OnnxFileSource
 
 if TYPE_CHECKING:

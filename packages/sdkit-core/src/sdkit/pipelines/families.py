@@ -21,10 +21,10 @@ from typing import Any
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Checkpoint, Detected, Family, MappedCheckpoint, detect, map_detected, shipped
 from sdkit.families.clip_tokenizer import TokenizerSource
+from sdkit.files import read_optional_json_object
 from sdkit.pipelines.adapters import base_sources
 from sdkit.pipelines.base import OpenedCheckpoint
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.layout import read_optional_json_object
 from sdkit.pipelines.sources import ModelSource
 from sdkit.plugins import get_plugins
 from sdkit.plugins.registries import import_object

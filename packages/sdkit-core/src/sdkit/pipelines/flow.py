@@ -38,7 +38,7 @@ import numpy as np
 
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines import vae
-from sdkit.pipelines.base import GenerationPlan, Pipeline, vae_tile
+from sdkit.pipelines.base import Pipeline, vae_tile
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, DenoiserInputs, StepCallback
@@ -47,7 +47,7 @@ from sdkit.pipelines.features import Feature
 from sdkit.pipelines.flow_request import FlowRequest
 from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
 from sdkit.pipelines.hires_fix import parameters as hires_parameters
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.t5_tokenizer import T5Tokenizer, T5Tokens
 from sdkit.pipelines.text_encoding import TextEncoder

@@ -21,13 +21,12 @@ from typing import ClassVar
 import numpy as np
 
 from sdkit.errors import ModelFormatError
-from sdkit.pipelines.base import GenerationPlan
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiserInputs
 from sdkit.pipelines.flow import TRANSFORMER_INPUTS, FlowPipeline
 from sdkit.pipelines.flow_latents import image_ids, pack, text_ids, unpack
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.text_encoding import encode_prompts
 
 PACKED_INPUTS = DenoiserInputs(

@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from sdkit.pipelines.base import GenerationPlan
 from sdkit.pipelines.hires import HiresPlan, hires_plan, latent_upscale, truncate_latents, upscaler
-from sdkit.pipelines.request import HIRES_DEFAULTS, GenerationRequest, StepCallback
+from sdkit.pipelines.request import HIRES_DEFAULTS, GenerationPlan, GenerationRequest, StepCallback
 
 
 @dataclass

@@ -27,7 +27,6 @@ UNet. An SDXL folder is one whose ``model_index.json`` names an XL pipeline clas
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,29 +35,13 @@ from typing import Any
 
 from sdkit.errors import ModelFormatError
 from sdkit.families.family import Family, FolderSpec, listed
-from sdkit.files import inside_model_folder
+from sdkit.files import inside_model_folder, read_json_object, read_optional_json_object
 from sdkit.model import refuse_unsafe_or_missing
 
 
 def is_pipeline_dir(path: Path) -> bool:
     """The cheap sniff: a directory holding ``model_index.json``."""
     return path.is_dir() and (path / "model_index.json").is_file()
-
-
-def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
-    """A JSON file holding an object, or one ModelFormatError."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"{what} {path} cannot be read: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{what} {path} does not hold a JSON object")
-    return data
-
-
-def read_optional_json_object(path: Path, what: str = "config") -> dict[str, Any]:
-    """``read_json_object``, or an empty dict when the file is absent."""
-    return read_json_object(path, what) if path.is_file() else {}
 
 
 @dataclass(frozen=True)

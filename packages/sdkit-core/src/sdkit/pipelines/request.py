@@ -1,4 +1,5 @@
-"""``GenerationRequest``: one generation, checked once, in canonical form.
+"""``GenerationRequest``: one generation, checked once, in canonical form; ``GenerationPlan``: that
+request bound to a pipeline (size, latent shape, seeds, scheduler), the input of every stage.
 
     request = GenerationRequest.create(prompt="a castle", sampler="DPM++ 2M Karras", steps=25, seed=1)
     request.sampler, request.schedule      # ("dpmpp_2m", "karras"): resolved once, here
@@ -41,7 +42,7 @@ import dataclasses
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -56,6 +57,8 @@ from sdkit.schedulers import resolve
 
 if TYPE_CHECKING:
     from PIL import Image
+
+    from sdkit.schedulers import Scheduler
 
 StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
 OUTPUT_TYPES = ("pil", "np")
@@ -362,3 +365,20 @@ def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, 
     if not out.get("hr_resize_x") and not out.get("hr_resize_y") and out.get("hr_scale", 2.0) < 1.0:
         raise InputError(f"hr_scale must be at least 1, got {values['hr_scale']!r}")
     return out
+
+
+@dataclass
+class GenerationPlan:
+    """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
+    shape, the per-image seeds and the scheduler with its timesteps set. ``parameters``: PNG
+    labels the stages add as they run (A1111's names, e.g. ``Pad conds``), written after the
+    common ones."""
+
+    request: GenerationRequest
+    width: int
+    height: int
+    latent_shape: tuple[int, ...]
+    seeds: list[int]
+    scheduler: Scheduler
+    image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
+    parameters: dict[str, str] = field(default_factory=dict)

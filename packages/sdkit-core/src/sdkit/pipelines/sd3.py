@@ -22,10 +22,10 @@ from typing import ClassVar
 import numpy as np
 
 from sdkit.errors import ModelFormatError
-from sdkit.pipelines.base import GenerationPlan
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.flow import FlowPipeline
+from sdkit.pipelines.request import GenerationPlan
 from sdkit.pipelines.text_encoding import encode_prompts
 
 CLIP_ENCODERS = ("text_encoder", "text_encoder_2")

@@ -35,12 +35,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError
-from sdkit.pipelines.base import GenerationPlan, vae_tile
+from sdkit.pipelines.base import vae_tile
 from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.denoise import DenoiseLoop, StepCallback
 from sdkit.pipelines.features import Feature
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.sdxl_request import XLRequest
 from sdkit.pipelines.stable_diffusion import DiffusionPlan, StableDiffusionPipeline, note_prompt_weighting

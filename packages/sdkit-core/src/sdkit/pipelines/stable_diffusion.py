@@ -18,7 +18,7 @@ import numpy as np
 from sdkit.device import Device
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import vae
-from sdkit.pipelines.base import GenerationPlan, Pipeline, vae_tile
+from sdkit.pipelines.base import Pipeline, vae_tile
 from sdkit.pipelines.components import Component, MemoryPolicy
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.control_units import ControlUnit
@@ -35,7 +35,7 @@ from sdkit.pipelines.features import Feature
 from sdkit.pipelines.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
 from sdkit.pipelines.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
-from sdkit.pipelines.request import GenerationRequest
+from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.rng import NoiseStream
 from sdkit.pipelines.text_encoding import TextEncoder, encode_prompts, uses_emphasis
 from sdkit.pipelines.tokenizer import ClipTokenizerBase, make_tokenizer

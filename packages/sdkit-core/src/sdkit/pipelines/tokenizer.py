@@ -23,7 +23,7 @@ from sdkit.families.clip_tokenizer import (
     TokenizerSource,
     configure_clip,
 )
-from sdkit.pipelines.layout import read_optional_json_object
+from sdkit.files import read_optional_json_object
 
 __all__ = [
     "ClipTokenizer",
