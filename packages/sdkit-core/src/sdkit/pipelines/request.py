@@ -49,9 +49,9 @@ import numpy as np
 
 from sdkit.errors import InputError, OptionError, did_you_mean
 from sdkit.pipelines.control_units import ControlUnit, control_units
-from sdkit.pipelines.hires import canonical_upscaler
-from sdkit.pipelines.images import open_init_image
-from sdkit.pipelines.masks import open_mask
+from sdkit.pipelines.imaging.hires_plan import canonical_upscaler
+from sdkit.pipelines.imaging.images import open_init_image
+from sdkit.pipelines.imaging.masks import open_mask
 from sdkit.plugins import get_plugins
 from sdkit.schedulers import resolve
 
@@ -124,15 +124,15 @@ class GenerationRequest:
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    ``sdkit.pipelines.text.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
     vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
-    (``sdkit.pipelines.vae``): large images in bounded memory.
+    (``sdkit.pipelines.stages.vae``): large images in bounded memory.
 
     Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
-    hr_resize_y), hr_upscaler (``sdkit.pipelines.hires.UPSCALERS``: "Latent", "Latent
+    hr_resize_y), hr_upscaler (``sdkit.pipelines.imaging.hires_plan.UPSCALERS``: "Latent", "Latent
     (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
     denoising_strength (the second pass's; img2img's is ``strength``). See
-    ``sdkit.pipelines.hires_fix``.
+    ``sdkit.pipelines.features.hires_fix``.
     """
 
     prompt: str
