@@ -9,8 +9,12 @@ model family, from single files and from diffusers ONNX folders alike.
     request = sdkit.pipelines.GenerationRequest.create("a photo of an astronaut", seed=1)
     [image] = pipe.run(request)
 
-See ``PIPELINES.md`` in sdkit-core for the structure (request, config, component sources, the
-shared denoising loop, loaders), the folder layout, the RNG contract and the memory policies.
+Sub-packages by role: ``loaders`` (a path to a pipeline), ``models`` (the pipeline classes),
+``features`` (ControlNet, inpainting, hires fix, LoRA/embeddings/VAE files), ``text`` (tokenizers,
+prompt weights, encoding), ``stages`` (components, the denoising loop, the VAE), ``imaging`` (image
+and latent maths); ``request``, ``control_units`` and ``config`` are what they all speak. This
+module re-exports the public names. See ``PIPELINES.md`` in sdkit-core for the structure, the
+folder layout, the RNG contract and the memory policies, and ``LAYERS.md`` for the import layers.
 """
 
 from __future__ import annotations
