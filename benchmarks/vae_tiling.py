@@ -40,9 +40,9 @@ CHILD = r"""
 import json, os, resource, sys, time
 import numpy as np
 from pathlib import Path
+from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.stages import vae
 from sdkit.pipelines.stages.components import Component
-from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.stages.sources import OnnxFileSource
 graph, backend, policy, size, tile, threads, out = sys.argv[1:8]
 baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
