@@ -18,7 +18,7 @@ Rows, each engine in a process of its own (the next one starts with the GPU empt
 Per row: compile seconds (ggml: load + graph build + first run), median and min of ``--repeat``
 runs after one warm-up, ratio to torch-fp16, and device memory (ggml: its weight and compute
 buffers; torch: ``max_memory_allocated``). ``--vae-sizes`` adds the VAE decoder at large sizes,
-untiled against tiled (``sdkit.pipelines.vae.decode`` with 512 px tiles, as ``--vae-tiling``),
+untiled against tiled (``sdkit.pipelines.stages.vae.decode`` with 512 px tiles, as ``--vae-tiling``),
 on ggml-fp32 on the GPU: seconds and the process's device memory as NVML reports it after the
 decode (buffers, CUDA pool and context). The JSON report goes to ``--out``.
 """
@@ -169,10 +169,10 @@ def worker_torch(case_name: str, precision: str, repeat: int) -> dict[str, Any]:
 def worker_vae_large(size: int, tiled: bool, out: str) -> dict[str, Any]:
     import cases
 
-    from sdkit.pipelines import vae
-    from sdkit.pipelines.components import Component
     from sdkit.pipelines.config import PipelineConfig
-    from sdkit.pipelines.sources import OnnxFileSource
+    from sdkit.pipelines.stages import vae
+    from sdkit.pipelines.stages.components import Component
+    from sdkit.pipelines.stages.sources import OnnxFileSource
 
     path = cases.model_path(cases.CASES["vae512"])
     latents = np.random.default_rng(0).standard_normal((1, 4, size // 8, size // 8)).astype(np.float32) * 0.18215

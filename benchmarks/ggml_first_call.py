@@ -146,7 +146,7 @@ def tiny_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     """As a user runs it, then again with every component's graph built at load by
     ``GgmlCompiledModel.prepare`` for the shapes the first run used (what a pipeline could do
     for its default size)."""
-    from sdkit.pipelines.loading import load_pipeline
+    from sdkit.pipelines.loaders.loading import load_pipeline
 
     start = time.perf_counter()
     pipe = load_pipeline(TINY_PIPELINE, backend="ggml", device=args.device, threads=args.threads)

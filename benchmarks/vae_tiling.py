@@ -4,7 +4,7 @@
 
 The decoder is the full-size SD 1.5 VAE decoder with seeded random weights
 (``fixtures/sd_graphs.py``, ``sd15_vae_decoder``; written once into ``fixtures/cache``). It runs
-through ``sdkit.pipelines.vae.decode``, the stage the pipelines call, as a ``Component`` under
+through ``sdkit.pipelines.stages.vae.decode``, the stage the pipelines call, as a ``Component`` under
 each memory policy, whole or with ``tile`` (512 px tiles, 128 px overlap: what
 ``vae_tiling=True`` / ``--vae-tiling`` does). Each (size, mode) runs in a fresh process (peak RSS
 is a per-process high-water mark): ``peak_mb`` is ``ru_maxrss``, ``baseline_mb`` the RSS after
@@ -40,10 +40,10 @@ CHILD = r"""
 import json, os, resource, sys, time
 import numpy as np
 from pathlib import Path
-from sdkit.pipelines import vae
-from sdkit.pipelines.components import Component
 from sdkit.pipelines.config import PipelineConfig
-from sdkit.pipelines.sources import OnnxFileSource
+from sdkit.pipelines.stages import vae
+from sdkit.pipelines.stages.components import Component
+from sdkit.pipelines.stages.sources import OnnxFileSource
 graph, backend, policy, size, tile, threads, out = sys.argv[1:8]
 baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 size = int(size)
@@ -71,7 +71,7 @@ def measure(graph: Path, backend: str, policy: str, size: int, tile: int, thread
 
 def compare(tiled: np.ndarray, whole: np.ndarray, size: int, tile: int) -> dict[str, float]:
     """max/mean |tiled - untiled| and the seam measures (``sdkit.testing.seams``) of two [H, W, 3] images."""
-    from sdkit.pipelines.vae import tile_overlap
+    from sdkit.pipelines.stages.vae import tile_overlap
     from sdkit.testing.seams import blend_edges, seam_report
 
     edges = blend_edges(size, tile, tile_overlap(tile, 8))
@@ -84,8 +84,8 @@ def taef2_gradient(size: int, tile: int, backend: str, threads: int) -> dict[str
     where a seam would show."""
     import sdkit
     from sdkit.model import load_onnx
-    from sdkit.pipelines.tiling import tiled_decode
-    from sdkit.pipelines.vae import tile_overlap
+    from sdkit.pipelines.stages.tiling import tiled_decode
+    from sdkit.pipelines.stages.vae import tile_overlap
     from sdkit.testing.seams import gradient_image
 
     def compiled(name: str) -> tuple[object, str, str]:

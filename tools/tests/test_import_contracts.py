@@ -68,7 +68,11 @@ def test_the_untouched_copy_passes(copy: Path) -> None:
 
 CASES = {
     # a low layer of core reaching up, lazily inside a function
-    "core-layer-up": ("sdkit/errors.py", "def _wrong():\n    from sdkit.pipelines import loading\n", {"core-layers"}),
+    "core-layer-up": (
+        "sdkit/errors.py",
+        "def _wrong():\n    from sdkit.pipelines.loaders import loading\n",
+        {"core-layers"},
+    ),
     # one backend plugin importing another
     "plugin-to-plugin": ("sdkit_openvino/tensors.py", "import sdkit_ggml.compiled\n", {"plugins-independent"}),
     # a backend plugin on core's upper layers
@@ -85,6 +89,13 @@ CASES = {
     ),
     # a new module that no layer names (the layers contracts are exhaustive)
     "unplaced-module": ("sdkit/pipelines/unplaced.py", "X = 1\n", {"pipelines-layers"}),
+    "unplaced-pipelines-stage": ("sdkit/pipelines/stages/unplaced.py", "X = 1\n", {"pipelines-stages-layers"}),
+    # a shared stage reaching up into the pipeline classes (lazily)
+    "pipelines-stage-up": (
+        "sdkit/pipelines/stages/rng.py",
+        "def _wrong():\n    from sdkit.pipelines.models import base\n",
+        {"pipelines-layers"},
+    ),
     "unplaced-ggml-module": ("sdkit_ggml/unplaced.py", "X = 1\n", {"ggml-layers"}),
 }
 

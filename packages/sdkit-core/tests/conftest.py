@@ -44,8 +44,8 @@ TEXT_ENCODERS: dict[str, list[tuple[str, str, str]]] = {
     "sdxl_refiner": [("text_encoder_2", "openclip", "conditioner.embedders.0.model.")],
 }
 PIPELINES = {
-    "sdxl": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
-    "sdxl_refiner": "sdkit.pipelines.sdxl:StableDiffusionXLPipeline",
+    "sdxl": "sdkit.pipelines.models.sdxl:StableDiffusionXLPipeline",
+    "sdxl_refiner": "sdkit.pipelines.models.sdxl:StableDiffusionXLPipeline",
 }
 
 
@@ -98,7 +98,7 @@ def tiny_family(family: str) -> Family:
         tokenizers=tokenizers,
         text_outputs=_text_outputs(family, encoders),
         prediction_type=scheduler.get("prediction_type", "epsilon"),
-        pipeline=PIPELINES.get(family, "sdkit.pipelines.stable_diffusion:StableDiffusionPipeline"),
+        pipeline=PIPELINES.get(family, "sdkit.pipelines.models.stable_diffusion:StableDiffusionPipeline"),
         vae_graphs=(folder / "graphs" / "vae_encoder.onnx", folder / "graphs" / "vae_decoder.onnx"),
         xl=family.startswith("sdxl"),
     )

@@ -137,7 +137,7 @@ def test_small_and_mixed_constants_fold_as_arrays() -> None:
 
 @pytest.mark.skipif(not TINY.is_dir(), reason="fixtures/tiny_pipeline is not in this checkout")
 def test_a_pipeline_builds_each_component_once_across_steps_cfg_and_calls() -> None:
-    from sdkit.pipelines.loading import load_pipeline
+    from sdkit.pipelines.loaders.loading import load_pipeline
 
     with load_pipeline(TINY, backend="ggml", device="cpu", threads=1) as pipe:
         for _ in range(2):

@@ -117,7 +117,7 @@ class InputError(SdkitError):
 
 class UnsupportedFeatureError(InputError):
     """A request asks a pipeline for a feature its family does not declare (hires fix, a mask,
-    VAE tiling... on a pipeline without them; ``sdkit.pipelines.features``): refused by the plan,
+    VAE tiling... on a pipeline without them; ``sdkit.pipelines.features.feature``): refused by the plan,
     before anything compiles or runs, never silently dropped. ``features``: the names of the
     features refused; ``family``: the pipeline family's name."""
 

@@ -7,6 +7,8 @@ anything is allocated, nothing unpickled, everything opened read-only.
   size and the memory budget before numpy allocates, and object arrays (pickles) are refused.
 - ``check_safetensors_header(path)``: a ``.safetensors`` header's declared tensors must fit the
   file and the budget, before a reader allocates or maps them.
+- ``read_json_object(path)``: a JSON file holding an object (a folder's config files), or one
+  ``ModelFormatError``; ``read_optional_json_object`` gives ``{}`` for an absent file.
 """
 
 from __future__ import annotations
@@ -150,3 +152,19 @@ def check_safetensors_header(path: str | os.PathLike[str], *, budget: bool = Tru
     if budget:
         check_bytes(total, f"{path.name} (the tensors its header declares)")
     return header
+
+
+def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
+    """A JSON file holding an object, or one ModelFormatError."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFormatError(f"{what} {path} cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{what} {path} does not hold a JSON object")
+    return data
+
+
+def read_optional_json_object(path: Path, what: str = "config") -> dict[str, Any]:
+    """``read_json_object``, or an empty dict when the file is absent."""
+    return read_json_object(path, what) if path.is_file() else {}

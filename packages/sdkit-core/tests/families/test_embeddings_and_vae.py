@@ -23,8 +23,8 @@ from sdkit.families.clip_tokenizer import ClipTokenizerBase
 from sdkit.families.embeddings import TOKEN_TABLE, open_embedding
 from sdkit.families.vae_file import vae_weights
 from sdkit.model import Model, WeightSet
-from sdkit.pipelines.adapters import Adapters, GrownTableSource, resized_graph
-from sdkit.pipelines.tokenizer import make_tokenizer
+from sdkit.pipelines.features.lora_embeddings_vae import Adapters, GrownTableSource, resized_graph
+from sdkit.pipelines.text.clip_tokenizer import make_tokenizer
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
 TOLERANCE = 1e-4

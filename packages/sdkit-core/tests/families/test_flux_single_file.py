@@ -27,8 +27,8 @@ import pytest
 from safetensors.numpy import save_file
 
 import sdkit
-import sdkit.pipelines.families
-import sdkit.pipelines.single_file
+import sdkit.pipelines.loaders.families
+import sdkit.pipelines.loaders.single_file
 from sdkit.errors import ModelFormatError, OptionError
 from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
@@ -61,7 +61,7 @@ def tiny_family(model: str, guidance: bool) -> Family:
         tiny_graphs(model),
         ARCH,
         guidance=guidance,
-        pipeline="sdkit.pipelines.flux:FluxPipeline",
+        pipeline="sdkit.pipelines.models.flux:FluxPipeline",
         clip_tokenizer=TINY_FLOW / model / "tokenizer",
     )
 
@@ -110,8 +110,8 @@ def mapped(file: str) -> MappedCheckpoint:
 @pytest.fixture
 def tiny_flux(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny Flux families registered before the installed ones (as a plugin would add them)."""
-    installed = sdkit.pipelines.families.registered_families()
-    monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
+    installed = sdkit.pipelines.loaders.families.registered_families()
+    monkeypatch.setattr(sdkit.pipelines.loaders.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
 @pytest.mark.parametrize("file", FILES)
@@ -381,7 +381,7 @@ def test_full_width_files_are_flux_dev_or_schnell(
     path = tmp_path / "flux1.safetensors"
     bfl_header(path, guidance, prefix, dtype)
     checkpoint = Checkpoint.open(path)
-    families = sdkit.pipelines.families.registered_families()
+    families = sdkit.pipelines.loaders.families.registered_families()
     assert detect(checkpoint, families).family.name == family
     text = "\n".join(describe(checkpoint, families).lines())
     assert ("FLUX.1 dev" if guidance else "FLUX.1 schnell") in text

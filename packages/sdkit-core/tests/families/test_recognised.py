@@ -16,7 +16,7 @@ import pytest
 import sdkit
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Checkpoint, describe, detect
-from sdkit.pipelines.families import registered_families
+from sdkit.pipelines.loaders.families import registered_families
 from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 

@@ -25,7 +25,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import sdkit
-import sdkit.pipelines.families
+import sdkit.pipelines.loaders.families
 from sdkit.errors import ModelFormatError
 from sdkit.families import Checkpoint, CheckpointTensor, Family, MappedCheckpoint, describe, detect, load_checkpoint
 from sdkit.families.chroma import ChromaArch, chroma_family
@@ -74,7 +74,7 @@ SD3 = sd3_family(
         TINY_FLUX / "vae_encoder.onnx",
     ),
     SD3_ARCH,
-    pipeline="sdkit.pipelines.sd3:StableDiffusion3Pipeline",
+    pipeline="sdkit.pipelines.models.sd3:StableDiffusion3Pipeline",
     clip_tokenizers=(TINY_FLOW / "sd3" / "tokenizer", TINY_FLOW / "sd3" / "tokenizer_2"),
 )
 CHROMA: Family = chroma_family(
@@ -88,7 +88,7 @@ CHROMA: Family = chroma_family(
         vae_encoder=TINY_FLUX / "vae_encoder.onnx",
     ),
     CHROMA_ARCH,
-    pipeline="sdkit.pipelines.chroma:ChromaPipeline",
+    pipeline="sdkit.pipelines.models.chroma:ChromaPipeline",
 )
 FAMILIES = [SD3, CHROMA]
 T5, AE = TINY_FLUX / "t5xxl.safetensors", TINY_FLUX / "ae.safetensors"
@@ -136,8 +136,8 @@ def mapped(file: str) -> MappedCheckpoint:
 @pytest.fixture
 def tiny_families(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny SD3 and Chroma families registered before the installed ones (as a plugin would)."""
-    installed = sdkit.pipelines.families.registered_families()
-    monkeypatch.setattr(sdkit.pipelines.families, "registered_families", lambda: [*FAMILIES, *installed])
+    installed = sdkit.pipelines.loaders.families.registered_families()
+    monkeypatch.setattr(sdkit.pipelines.loaders.families, "registered_families", lambda: [*FAMILIES, *installed])
 
 
 @pytest.mark.parametrize("file", FILES)
@@ -626,7 +626,7 @@ def test_full_size_files_are_detected_and_ask_for_what_they_lack(
     shapes = sd3_keys(getattr(sd3, arch)) if arch else chroma_keys()
     path = header_only(tmp_path / name, shapes, prefix)
     checkpoint = Checkpoint.open(path)
-    families = sdkit.pipelines.families.registered_families()
+    families = sdkit.pipelines.loaders.families.registered_families()
     assert detect(checkpoint, families).family.name == family
     described = describe(checkpoint, families)
     text = "\n".join(described.lines())

@@ -17,7 +17,7 @@ import pytest
 import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.families import Family
-from sdkit.pipelines.adapters import prompt_loras
+from sdkit.pipelines.features.lora_embeddings_vae import prompt_loras
 from sdkit.testing.goldens import require_backend
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 import sdkit
-from sdkit.cli.adapters import lora_argument
+from sdkit.cli.lora_embeddings_vae_options import lora_argument
 from sdkit.cli.main import main
 
 SD1 = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1"

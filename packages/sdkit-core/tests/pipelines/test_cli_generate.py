@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from sdkit.cli.main import main
-from sdkit.pipelines.images import GenerationParameters
+from sdkit.pipelines.imaging.images import GenerationParameters
 
 
 def test_generate_writes_png_with_parameters(

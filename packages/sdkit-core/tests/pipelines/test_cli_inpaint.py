@@ -13,7 +13,7 @@ from PIL import Image
 from sdkit.cli.inpaint_options import parse_control
 from sdkit.cli.main import main
 from sdkit.errors import InputError
-from sdkit.pipelines.components import Component
+from sdkit.pipelines.stages.components import Component
 from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"

@@ -10,7 +10,7 @@ import pytest
 
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines import PipelineConfig
-from sdkit.pipelines.diffusers_folder import folder_config, read_folder
+from sdkit.pipelines.loaders.diffusers_folder import folder_config, read_folder
 
 
 def test_the_tiny_folder(tiny_dir: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import sdkit
 from sdkit.errors import InputError, ModelFormatError, OptionError
-from sdkit.pipelines.controlnet import ActiveControl, ControlNet, ControlNetHook, read_controlnet
+from sdkit.pipelines.features.controlnet import ActiveControl, ControlNet, ControlNetHook, read_controlnet
 from sdkit.testing.goldens import GoldenSet, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
@@ -167,8 +167,8 @@ def test_controlnets_on_a_pipeline_class_without_them(tiny_dir: Path) -> None:
     class Plain(sdkit.pipelines.Pipeline):
         pass
 
-    from sdkit.pipelines.components import LoadSettings
-    from sdkit.pipelines.loading import attach_controlnets
+    from sdkit.pipelines.loaders.loading import attach_controlnets
+    from sdkit.pipelines.stages.components import LoadSettings
 
     with pytest.raises(OptionError, match="takes no ControlNets"):
         attach_controlnets(Plain(None, {}), [NETS / "sd15_a"], LoadSettings())  # type: ignore[arg-type]

@@ -19,13 +19,13 @@ import pytest
 import sdkit
 from sdkit.errors import InputError, SdkitError, UnsupportedFeatureError
 from sdkit.pipelines import GenerationRequest
-from sdkit.pipelines.chroma import ChromaPipeline
-from sdkit.pipelines.features import Feature, refuse_undeclared, requested_features
-from sdkit.pipelines.flow_request import FlowRequest
-from sdkit.pipelines.flux import FluxPipeline
-from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
-from sdkit.pipelines.sdxl import StableDiffusionXLPipeline
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
+from sdkit.pipelines.features.feature import Feature, refuse_undeclared, requested_features
+from sdkit.pipelines.models.chroma import ChromaPipeline
+from sdkit.pipelines.models.flow_request import FlowRequest
+from sdkit.pipelines.models.flux import FluxPipeline
+from sdkit.pipelines.models.sd3 import StableDiffusion3Pipeline
+from sdkit.pipelines.models.sdxl import StableDiffusionXLPipeline
+from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
 
 FLOW = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
 FLOW_FAMILIES = {"sd3": "SD3", "flux_dev": "FLUX.1", "flux_schnell": "FLUX.1", "chroma": "Chroma"}
@@ -179,7 +179,7 @@ def test_the_command_line_refuses_in_one_line_before_loading(
 def test_flow_pipelines_refuse_a_refiner(flow_pipes: Any, name: str) -> None:
     """An SDXL request with a refiner handed to a flow pipeline: the refiner is named as an
     undeclared feature (not merely an unknown field), before anything runs."""
-    from sdkit.pipelines.sdxl_request import XLRequest
+    from sdkit.pipelines.models.sdxl_request import XLRequest
 
     refiner_folder = FLOW.parent / "tiny_xl" / "sdxl_refiner"
     if not (refiner_folder / "model_index.json").is_file():
@@ -194,7 +194,7 @@ def test_flow_pipelines_refuse_a_refiner(flow_pipes: Any, name: str) -> None:
 
 def test_sd_pipelines_refuse_a_refiner() -> None:
     """SD 1.x/2.x declares no refiner: an SDXL request with one is refused by the feature's name."""
-    from sdkit.pipelines.sdxl_request import XLRequest
+    from sdkit.pipelines.models.sdxl_request import XLRequest
 
     tiny_xl = FLOW.parent / "tiny_xl"
     if not (tiny_xl / "sd15" / "model_index.json").is_file():

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.pipelines.flow_latents import pack
+from sdkit.pipelines.models.flux_latents import pack
 from sdkit.testing.goldens import require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"

@@ -24,8 +24,8 @@ import pytest
 
 import sdkit
 from sdkit.model import Model
-from sdkit.pipelines.components import Component
-from sdkit.pipelines.sources import ModelSource
+from sdkit.pipelines.stages.components import Component
+from sdkit.pipelines.stages.sources import ModelSource
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
 pytestmark = pytest.mark.skipif(not (ROOT / "golden.json").is_file(), reason="fixtures/tiny_flow missing")

@@ -19,12 +19,12 @@ import pytest
 
 import sdkit
 from sdkit.errors import InputError, OptionError, UnsupportedFeatureError
-from sdkit.pipelines.chroma import ChromaPipeline
-from sdkit.pipelines.flow_latents import pack
-from sdkit.pipelines.flux import FluxPipeline
-from sdkit.pipelines.loading import pipeline_class_for
-from sdkit.pipelines.rng import NoiseStream
-from sdkit.pipelines.sd3 import StableDiffusion3Pipeline
+from sdkit.pipelines.loaders.loading import pipeline_class_for
+from sdkit.pipelines.models.chroma import ChromaPipeline
+from sdkit.pipelines.models.flux import FluxPipeline
+from sdkit.pipelines.models.flux_latents import pack
+from sdkit.pipelines.models.sd3 import StableDiffusion3Pipeline
+from sdkit.pipelines.stages.rng import NoiseStream
 from sdkit.testing.goldens import GoldenSet, StepRecorder, require_backend
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"

@@ -2,7 +2,7 @@
 as the SD pipelines' tiling is (``test_vae_tiling.py``): the oracle is onnxruntime running the
 same 16-channel VAE graphs tile by tile, the latents unscaled and shifted as diffusers'
 ``latents / scaling_factor + shift_factor`` with the numbers read from the folder's
-``vae_decoder/config.json``, blended by ``sdkit.pipelines.tiling`` (its blend math has its own
+``vae_decoder/config.json``, blended by ``sdkit.pipelines.stages.tiling`` (its blend math has its own
 tests, ``test_tiling.py``), within 1e-5. Untiled, the same stages are diffusers' (the goldens of
 ``test_flow_pipelines.py``); tiled, sdkit's blend is not diffusers' ``enable_tiling`` blend (the
 SD pipelines' tiled images, which must stay bit-identical, use it too), so the oracle is the
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.pipelines import vae
-from sdkit.pipelines.flow_latents import pack
-from sdkit.pipelines.rng import NoiseStream
-from sdkit.pipelines.tiling import tiled_decode, tiled_encode
+from sdkit.pipelines.models.flux_latents import pack
+from sdkit.pipelines.stages import vae
+from sdkit.pipelines.stages.rng import NoiseStream
+from sdkit.pipelines.stages.tiling import tiled_decode, tiled_encode
 
 ort = pytest.importorskip("onnxruntime")
 FLOW = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.pipelines.images import float_to_pil
+from sdkit.pipelines.imaging.images import float_to_pil
 from sdkit.schedulers import scheduler_names
 
 TOLERANCE = 1e-3  # max |diff| on [0, 1] pixels

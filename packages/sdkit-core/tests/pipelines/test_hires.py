@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError
-from sdkit.pipelines.hires import hires_plan, latent_upscale, truncate_latents
+from sdkit.pipelines.imaging.hires_plan import hires_plan, latent_upscale, truncate_latents
 
 
 def test_plan_scale() -> None:

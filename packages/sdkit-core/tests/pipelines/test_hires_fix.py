@@ -15,7 +15,7 @@ from PIL import Image
 import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines import GenerationRequest
-from sdkit.pipelines.hires import latent_upscale
+from sdkit.pipelines.imaging.hires_plan import latent_upscale
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
 SD15 = ROOT / "sd15"

@@ -19,7 +19,7 @@ import pytest
 
 import sdkit
 from sdkit.errors import UnsupportedModelError
-from sdkit.pipelines.inpainting import plan_mask
+from sdkit.pipelines.features.inpainting import plan_mask
 from sdkit.pipelines.request import GenerationRequest
 from sdkit.testing.goldens import GoldenSet, StepRecorder, require_backend
 

@@ -15,7 +15,7 @@ from PIL import Image, ImageOps
 import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import GenerationRequest
-from sdkit.pipelines.masks import blur_mask, crop_region, expand_crop_region, open_mask
+from sdkit.pipelines.imaging.masks import blur_mask, crop_region, expand_crop_region, open_mask
 from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"
@@ -160,7 +160,7 @@ def test_paste_back_is_a1111s_overlay(sd15: Any, images: dict[str, np.ndarray]) 
 
 
 def test_only_masked_generates_the_crop_and_pastes_it_back(sd15: Any, images: dict[str, np.ndarray]) -> None:
-    """``inpaint_full_res``: A1111's crop region (``sdkit.pipelines.masks``, tested against its
+    """``inpaint_full_res``: A1111's crop region (``sdkit.pipelines.imaging.masks``, tested against its
     worked example), the crop inpainted at the generation size as an ordinary request, and the
     paste into the original as diffusers' ``apply_overlay(..., crop_coords)`` does it."""
     init, mask = images["init_image"], small_mask()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdkit.errors import ModelFormatError
-from sdkit.pipelines.diffusers_folder import read_folder
+from sdkit.pipelines.loaders.diffusers_folder import read_folder
 
 
 @pytest.mark.parametrize("relative", ["unet/model.onnx", "tokenizer/vocab.json", "vae_decoder/config.json"])

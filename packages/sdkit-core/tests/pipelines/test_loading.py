@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from sdkit.pipelines import PipelineLoader, StableDiffusionPipeline
-from sdkit.pipelines.diffusers_folder import folder_config, folder_sources, read_folder
+from sdkit.pipelines.loaders.diffusers_folder import folder_config, folder_sources, read_folder
 from sdkit.plugins import hookimpl
 
 

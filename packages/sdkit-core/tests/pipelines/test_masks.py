@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError
-from sdkit.pipelines.masks import binarize_mask, blur_mask, crop_region, expand_crop_region, latent_mask
+from sdkit.pipelines.imaging.masks import binarize_mask, blur_mask, crop_region, expand_crop_region, latent_mask
 from sdkit.testing.goldens import GoldenSet
 
 TINY_XL = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"

@@ -34,9 +34,9 @@ from sdkit.errors import ModelFormatError
 from sdkit.families import Family
 from sdkit.families.builtin import SD_FOLDER
 from sdkit.families.flux import FLUX_DEV, FLUX_FOLDER
-from sdkit.pipelines.diffusers_folder import folder_config, read_folder
-from sdkit.pipelines.loading import pipeline_class_for
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
+from sdkit.pipelines.loaders.diffusers_folder import folder_config, read_folder
+from sdkit.pipelines.loaders.loading import pipeline_class_for
+from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
 from sdkit.plugins import Plugins, manager
 from sdkit.testing.goldens import GoldenSet
 
@@ -47,8 +47,8 @@ CLASS_NAME = "PluginDiffusionPipeline"
 # The plugin's hook module, as a third party would write it: the family object and its pipeline
 # class, registered through the hook; the family names its class by "module:attr" reference.
 PLUGIN = f"""
-from sdkit.pipelines.flux import FluxPipeline
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
+from sdkit.pipelines.models.flux import FluxPipeline
+from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
 from sdkit.plugins import hookimpl
 
 class PluginSdPipeline(StableDiffusionPipeline):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError, MissingDependencyError
-from sdkit.pipelines import preprocessors
-from sdkit.pipelines.preprocessors import invert, preprocess, threshold, tile_resample
+from sdkit.pipelines.imaging import controlnet_preprocessors
+from sdkit.pipelines.imaging.controlnet_preprocessors import invert, preprocess, threshold, tile_resample
 
 HAS_CV2 = importlib.util.find_spec("cv2") is not None
 
@@ -78,7 +78,7 @@ def test_missing_opencv_names_the_install_command(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(builtins, "__import__", no_cv2)
     with pytest.raises(MissingDependencyError, match=r'pip install "sdkit-core\[control\]"'):
-        preprocessors.canny(square())
+        controlnet_preprocessors.canny(square())
 
 
 def test_bad_input() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.pipelines.prompt_chunks import prompt_chunks
+from sdkit.pipelines.text.prompt_chunks import prompt_chunks
 from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl"

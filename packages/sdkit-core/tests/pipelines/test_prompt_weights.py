@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError
-from sdkit.pipelines.prompt_chunks import PromptChunk, SpecialTokens, encode_chunks, pad_chunks, prompt_chunks
-from sdkit.pipelines.prompt_weights import apply_emphasis, parse_prompt_attention
+from sdkit.pipelines.text.prompt_chunks import PromptChunk, SpecialTokens, encode_chunks, pad_chunks, prompt_chunks
+from sdkit.pipelines.text.prompt_weights import apply_emphasis, parse_prompt_attention
 
 TOKENIZER = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_pipeline" / "model" / "tokenizer"
 
@@ -85,7 +85,7 @@ def test_emphasis_restores_the_mean() -> None:
 def tokenizer():  # type: ignore[no-untyped-def]
     if not (TOKENIZER / "vocab.json").is_file():
         pytest.skip("tiny tokenizer fixture missing")
-    from sdkit.pipelines.tokenizer import ClipTokenizer
+    from sdkit.pipelines.text.clip_tokenizer import ClipTokenizer
 
     return ClipTokenizer(TOKENIZER)
 

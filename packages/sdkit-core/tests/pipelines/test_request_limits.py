@@ -12,7 +12,7 @@ import pytest
 
 from sdkit.cli.main import main
 from sdkit.errors import InputError, ResourceLimitError
-from sdkit.pipelines.images import open_init_image
+from sdkit.pipelines.imaging.images import open_init_image
 
 
 def _png_header(path: Path, width: int, height: int) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 import sdkit
 from sdkit.errors import InputError
-from sdkit.pipelines.rng import NoiseStream, seed_list
+from sdkit.pipelines.stages.rng import NoiseStream, seed_list
 
 # Guidance 1 (no CFG: one UNet batch) and few steps keep these tests cheap on the reference backend.
 SMALL = {"width": 32, "height": 32, "steps": 2, "sampler": "euler_a", "guidance_scale": 1.0, "output_type": "np"}

@@ -14,9 +14,9 @@ import pytest
 import sdkit
 from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.pipelines import GenerationRequest, StableDiffusionPipeline, StableDiffusionXLPipeline, XLRequest
-from sdkit.pipelines.diffusers_folder import folder_config, read_folder
-from sdkit.pipelines.loading import pipeline_class_for
-from sdkit.pipelines.sdxl import time_ids
+from sdkit.pipelines.loaders.diffusers_folder import folder_config, read_folder
+from sdkit.pipelines.loaders.loading import pipeline_class_for
+from sdkit.pipelines.models.sdxl import time_ids
 from sdkit.schedulers import create_scheduler
 from sdkit.testing.goldens import GoldenSet
 

@@ -120,7 +120,7 @@ def test_loading_a_file_detects_its_family_once(
     tiny_families: dict[str, Family], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The header is read for the family once per load, and the shipped graphs checked once."""
-    from sdkit.pipelines import families as pipeline_families
+    from sdkit.pipelines.loaders import families as pipeline_families
 
     calls: dict[str, int] = {"detect": 0, "require_graphs": 0}
 

@@ -23,8 +23,8 @@ from PIL import Image
 import sdkit
 from sdkit.errors import InputError, UnsupportedFamilyError, UnsupportedModelError
 from sdkit.families import Family, FamilyComponent, builtin
-from sdkit.pipelines import families as pipeline_families
-from sdkit.pipelines.stable_diffusion import StableDiffusionPipeline
+from sdkit.pipelines.loaders import families as pipeline_families
+from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
 
 FOLDER = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1_inpaint"
 TOLERANCE = 1e-3

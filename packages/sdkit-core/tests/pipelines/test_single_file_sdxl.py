@@ -25,7 +25,7 @@ from sdkit.cli.main import main
 from sdkit.errors import UnsupportedModelError
 from sdkit.families import Family
 from sdkit.pipelines import StableDiffusionPipeline, StableDiffusionXLPipeline
-from sdkit.pipelines.loading import pipeline_class_for
+from sdkit.pipelines.loaders.loading import pipeline_class_for
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
 TOLERANCE = 1e-3

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError, ModelFormatError
-from sdkit.pipelines.t5_tokenizer import SHIPPED, SPIECE_SHA256, T5Tokenizer
-from sdkit.pipelines.tokenizer import PromptTruncatedWarning
+from sdkit.pipelines.text.clip_tokenizer import PromptTruncatedWarning
+from sdkit.pipelines.text.t5_tokenizer import SHIPPED, SPIECE_SHA256, T5Tokenizer
 
 REPO = Path(__file__).resolve().parents[4]
 GOLDEN = REPO / "fixtures" / "t5_tokenizer" / "golden.json"

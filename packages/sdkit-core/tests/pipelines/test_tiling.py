@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sdkit.errors import InputError
-from sdkit.pipelines.tiling import axis_weights, tile_starts, tiled_decode, tiled_encode, tiled_map
+from sdkit.pipelines.stages.tiling import axis_weights, tile_starts, tiled_decode, tiled_encode, tiled_map
 
 
 def nearest_up8(latent: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Seam-free tiling with a real VAE: the real TAEF2 decoder (``models/taef2``, trained weights)
 decodes a smooth gradient whole and in tiles, run by onnxruntime tile by tile and blended by
-``sdkit.pipelines.tiling`` with the overlap ``vae_tiling`` uses (``vae.tile_overlap``).
+``sdkit.pipelines.stages.tiling`` with the overlap ``vae_tiling`` uses (``vae.tile_overlap``).
 
 Oracles: the untiled decode of the same latents, and the image's own line steps. A seam is a
 pixel row or column that jumps; on a gradient no line should stand out, so the largest step at
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.pipelines.tiling import tiled_decode
-from sdkit.pipelines.vae import tile_overlap
+from sdkit.pipelines.stages.tiling import tiled_decode
+from sdkit.pipelines.stages.vae import tile_overlap
 from sdkit.testing.assets import taef2_dir
 from sdkit.testing.seams import blend_edges, gradient_image, seam_report
 

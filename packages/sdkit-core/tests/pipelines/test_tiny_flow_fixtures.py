@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sdkit.pipelines.flow_latents import image_ids, pack, unpack
+from sdkit.pipelines.models.flux_latents import image_ids, pack, unpack
 from sdkit.testing.goldens import GoldenSet
 
 ROOT = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sdkit.errors import ModelFormatError
-from sdkit.pipelines.tokenizer import ClipTokenizer, PromptTruncatedWarning
+from sdkit.pipelines.text.clip_tokenizer import ClipTokenizer, PromptTruncatedWarning
 
 
 @pytest.fixture(scope="module")

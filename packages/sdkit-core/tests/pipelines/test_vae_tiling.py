@@ -1,6 +1,6 @@
 """VAE tiling wired into the pipelines (``vae_tiling``, ``--vae-tiling``): the tiled stages
 against an independent oracle, onnxruntime running the same VAE graphs tile by tile and
-``sdkit.pipelines.tiling`` blending them (its blend math has its own tests, ``test_tiling.py``),
+``sdkit.pipelines.stages.tiling`` blending them (its blend math has its own tests, ``test_tiling.py``),
 within 1e-5; and against the untiled stages, the gap reported (a real VAE differs near tile
 borders: less context, per-tile GroupNorm statistics)."""
 
@@ -15,7 +15,7 @@ import pytest
 import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines import GenerationRequest
-from sdkit.pipelines.tiling import tiled_decode, tiled_encode
+from sdkit.pipelines.stages.tiling import tiled_decode, tiled_encode
 
 ort = pytest.importorskip("onnxruntime")
 SD15 = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_xl" / "sd15"
@@ -80,8 +80,8 @@ def test_generate_with_vae_tiling_decodes_the_same_latents_in_tiles(pipe: Any) -
 def test_img2img_encodes_in_tiles(pipe: Any) -> None:
     """The encoder's posterior parameters come from tiles: the img2img result with ``strength`` 1
     ignores the image, so compare the encoder stage itself, then a real img2img against it."""
-    from sdkit.pipelines import vae
-    from sdkit.pipelines.rng import NoiseStream
+    from sdkit.pipelines.stages import vae
+    from sdkit.pipelines.stages.rng import NoiseStream
 
     image = np.linspace(-1, 1, 3 * SIZE * SIZE, dtype=np.float32).reshape(1, 3, SIZE, SIZE)
     encoder = session("vae_encoder")

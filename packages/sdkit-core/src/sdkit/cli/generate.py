@@ -18,16 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from sdkit.cli import adapters
+from sdkit.cli import lora_embeddings_vae_options
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
 from sdkit.cli.progress import interactive
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
-from sdkit.pipelines.loading import pipeline_class_for
+from sdkit.pipelines.loaders.loading import pipeline_class_for
+from sdkit.pipelines.models.sdxl_request import XLRequest
 from sdkit.pipelines.request import GenerationRequest
-from sdkit.pipelines.sdxl_request import XLRequest
 
 HELP = "generate images with a Stable Diffusion, SDXL, SD3, Flux or Chroma pipeline (img2img: --init-image)"
 
@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default=None, help="device for every component, or per component like --backend")
     parser.add_argument("--memory", choices=("keep", "offload"), default="keep", help="memory policy (default: keep)")
-    adapters.add_arguments(parser)
+    lora_embeddings_vae_options.add_arguments(parser)
     add_option_arguments(parser)
     add_sdxl_arguments(parser)
 
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     bar = StepBar()
     request = build_request(args, bar)
     base = output_base(args.output, request.seed)
-    loras = adapters.check(args)
+    loras = lora_embeddings_vae_options.check(args)
     start = time.perf_counter()
     settings = {
         "backend": per_component_argument(args.backend, "--backend") or "auto",
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         **options_from(args),
     }
     controlnets = control_fields(args)[1] or None
-    files = adapters.component_files(args)
+    files = lora_embeddings_vae_options.component_files(args)
     pipe = sdkit.load_pipeline(
         args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings, **files
     )
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)
         request = request.replace(refiner=refiner)
     pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
-    adapters.apply(pipe, args, loras)  # merged into the weights before they compile: no refit
+    lora_embeddings_vae_options.apply(pipe, args, loras)  # merged into the weights before they compile: no refit
     for loaded in (pipe, refiner):
         if loaded is not None:
             loaded.prepare()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import InputError
-from sdkit.pipelines.controlnet import read_controlnet
+from sdkit.pipelines.features.controlnet import read_controlnet
 
 CONTROL_HELP = (
     "ControlNet unit IMAGE:MODEL[:SCALE[:START[:END]]][:PREPROCESSOR] (MODEL: a ControlNet folder; "

@@ -5,9 +5,9 @@
             [--hr-resize-x W] [--hr-resize-y H]      (A1111's hires fix, txt2img only)
 
 The VAE decodes (and, for img2img and inpainting, encodes) in overlapping tiles of
-``--vae-tile-size`` image pixels blended seam-free (``sdkit.pipelines.vae``), so a 2048 px image
+``--vae-tile-size`` image pixels blended seam-free (``sdkit.pipelines.stages.vae``), so a 2048 px image
 decodes in the memory of a 512 px one. ``--hires`` is A1111's hires fix
-(``sdkit.pipelines.hires_fix``), its flags A1111's API fields (``enable_hr``, ``hr_scale``,
+(``sdkit.pipelines.features.hires_fix``), its flags A1111's API fields (``enable_hr``, ``hr_scale``,
 ``hr_upscaler``, ``hr_second_pass_steps``, ``hr_resize_x/y``, ``denoising_strength``).
 """
 

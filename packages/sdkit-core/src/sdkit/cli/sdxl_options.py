@@ -1,7 +1,7 @@
 """``sdkit generate``'s SDXL flags (second prompts, micro-conditioning, refiner) and their checks.
 
 Everything here runs before a model loads: the pipeline class comes from the model's config files
-(``sdkit.pipelines.loading.pipeline_class_for``), so ``--prompt-2`` on an SD 1.x model or a
+(``sdkit.pipelines.loaders.loading.pipeline_class_for``), so ``--prompt-2`` on an SD 1.x model or a
 ``--refiner`` that is not SDXL fails in a second with one line.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import InputError
-from sdkit.pipelines.base import Pipeline
-from sdkit.pipelines.loading import pipeline_class_for
+from sdkit.pipelines.loaders.loading import pipeline_class_for
+from sdkit.pipelines.models.base import Pipeline
 from sdkit.pipelines.request import PROMPT_WEIGHTINGS
 
 SIZE_HELP = "WIDTHxHEIGHT (A1111's Size order; diffusers' (height, width) inside)"

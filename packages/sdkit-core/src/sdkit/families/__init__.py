@@ -10,7 +10,7 @@ vocabulary, and how a user's single-file checkpoint fills those graphs.
   ``WeightSet``s per component; ``describe`` (``inspect``): what any file is, for ``sdkit inspect``.
 
 A family with a ``FolderSpec`` (``Family.folder``) also reads diffusers/optimum ONNX folders
-(``sdkit.pipelines.diffusers_folder``): the built-in SD 1.x, SDXL, SD3, Flux and Chroma ones do, and
+(``sdkit.pipelines.loaders.diffusers_folder``): the built-in SD 1.x, SDXL, SD3, Flux and Chroma ones do, and
 a plugin's family registered the same way loads from a single file and from a folder.
 
 This package sits below ``sdkit.plugins`` and ``sdkit.pipelines``: it names pipeline classes by

@@ -22,7 +22,7 @@ from sdkit.families.stable_diffusion import TextEncoderArch, sd_family
 # switches the variants (a refiner's aesthetic time ids; an inpainting UNet's 9-channel sample,
 # PipelineConfig.inpainting, which also makes the pipeline require an init image and a mask).
 # SD 1.x inpainting runs on sd_family's default, StableDiffusionPipeline.
-SDXL_PIPELINE = "sdkit.pipelines.sdxl:StableDiffusionXLPipeline"
+SDXL_PIPELINE = "sdkit.pipelines.models.sdxl:StableDiffusionXLPipeline"
 SDXL_REFINER_PIPELINE = SDXL_PIPELINE
 SDXL_INPAINT_PIPELINE = SDXL_PIPELINE  # its 9-channel UNet graph is not shipped yet: refused at load
 

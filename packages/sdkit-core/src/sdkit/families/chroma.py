@@ -45,7 +45,7 @@ from sdkit.families.keymaps import TensorSource
 
 # The full-size family's pipeline: the folder pipeline, as the tiny test family's (its graphs ship:
 # chroma_transformer, t5xxl_encoder, flux_vae_decoder, flux_vae_encoder).
-CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.chroma:ChromaPipeline"
+CHROMA_SINGLE_FILE_PIPELINE = "sdkit.pipelines.models.chroma:ChromaPipeline"
 _APPROXIMATOR = re.compile(r"^distilled_guidance_layer\.(layers|norms)\.(\d+)\.(.+)$")
 _LAYER = {"linear_1": "in_layer", "linear_2": "out_layer"}
 

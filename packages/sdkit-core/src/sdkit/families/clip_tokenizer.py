@@ -13,7 +13,7 @@ its PROVENANCE.md). The token ids are built as CLIP's own ``SimpleTokenizer`` an
 
 The BPE itself is the ``tokenizers`` library's, configured as CLIP's (normalizer, pre-tokenizer,
 ``</w>`` suffix: ``configure_clip``). ``ClipTokenizerBase`` turns prompts into the text encoder's
-fixed-length windows; ``sdkit.pipelines.tokenizer.ClipTokenizer`` is the same on a diffusers
+fixed-length windows; ``sdkit.pipelines.text.clip_tokenizer.ClipTokenizer`` is the same on a diffusers
 folder's tokenizer files, and ``make_tokenizer`` there picks one from a ``PipelineConfig``.
 
 Prompts are encoded into one window of ``model_max_length`` tokens (77 for SD): start token, up

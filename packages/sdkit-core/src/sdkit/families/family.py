@@ -7,7 +7,7 @@ does not carry (prediction type, latent channels and scale, native size, the pub
 config, the tokenizers). Families are registered through ``sdkit_register_model_families``; a
 pipeline loader detects which one a file is (``detect``) and maps its weights (``map``). A family
 with a ``FolderSpec`` (``folder``) also reads diffusers/optimum ONNX export folders: the folder
-loader (``sdkit.pipelines.diffusers_folder``) finds the family a folder's ``model_index.json``
+loader (``sdkit.pipelines.loaders.diffusers_folder``) finds the family a folder's ``model_index.json``
 names, reads the components and tokenizer folders the spec lists, and takes the family's defaults
 where the folder's ``config.json`` files are silent.
 

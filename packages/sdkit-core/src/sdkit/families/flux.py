@@ -37,7 +37,7 @@ TIME_CHANNELS = 256  # the sinusoidal embedding width of timestep and guidance
 # The families' pipeline, on the shipped full-size graphs (``flux_dev_transformer``,
 # ``flux_schnell_transformer``, ``clip_l``, ``t5xxl_encoder``, ``flux_vae_decoder``,
 # ``flux_vae_encoder``).
-FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.flux:FluxPipeline"
+FLUX_SINGLE_FILE_PIPELINE = "sdkit.pipelines.models.flux:FluxPipeline"
 # black-forest-labs/FLUX.1-dev and -schnell scheduler/scheduler_config.json as published.
 FLUX_DEV_SCHEDULER: dict[str, Any] = {
     "_class_name": "FlowMatchEulerDiscreteScheduler",

@@ -40,7 +40,7 @@ SD3_LAYOUT = "sai"
 TIME_CHANNELS = 256
 # The full-size families (their graphs all ship: MMDiT, clip_l, openclip_bigg, t5xxl_encoder,
 # flux_vae_decoder, flux_vae_encoder) run the folder pipeline, as the tiny test families do.
-SD3_PIPELINE = "sdkit.pipelines.sd3:StableDiffusion3Pipeline"
+SD3_PIPELINE = "sdkit.pipelines.models.sd3:StableDiffusion3Pipeline"
 SD3_SCHEDULER: dict[str, Any] = {  # scheduler_config.json of the SD3 / 3.5 diffusers repositories
     "_class_name": "FlowMatchEulerDiscreteScheduler",
     "num_train_timesteps": 1000,

@@ -18,7 +18,7 @@ from sdkit.families.clip_tokenizer import TokenizerSource
 from sdkit.families.family import Family, FamilyComponent, FolderSpec
 from sdkit.families.keymaps import KeyMapper, LdmClip, LdmUNet, LdmVae, OpenClip, Prefixed
 
-SD_PIPELINE = "sdkit.pipelines.stable_diffusion:StableDiffusionPipeline"
+SD_PIPELINE = "sdkit.pipelines.models.stable_diffusion:StableDiffusionPipeline"
 
 
 @dataclass(frozen=True)

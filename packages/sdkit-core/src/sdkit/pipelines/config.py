@@ -1,7 +1,7 @@
 """``PipelineConfig``: what a pipeline needs to know about its model besides the graphs.
 
 One value object, whatever the model came from: today a diffusers/optimum ONNX folder's
-``config.json`` files and ``scheduler_config.json`` (``sdkit.pipelines.diffusers_folder``);
+``config.json`` files and ``scheduler_config.json`` (``sdkit.pipelines.loaders.diffusers_folder``);
 tomorrow a registered model family's defaults for a user's single-file checkpoint (with the
 prediction type from an A1111 ``.yaml`` or an option). The pipeline reads nothing else: the
 checks that depend on the model (size multiple, latent shape) are made against it, once.

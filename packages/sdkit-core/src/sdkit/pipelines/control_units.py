@@ -12,7 +12,7 @@ The dict form also takes the keys of A1111's ControlNet API (``input_image``, ``
 loaded). ``scale`` multiplies its residuals (diffusers' ``controlnet_conditioning_scale``);
 ``start`` and ``end`` are fractions of the steps (diffusers' ``control_guidance_start/end``: the
 ControlNet acts at step ``i`` of ``n`` unless ``i / n < start`` or ``(i + 1) / n > end``).
-``preprocessor``: a model-free preprocessor of ``sdkit.pipelines.preprocessors`` run on the image
+``preprocessor``: a model-free preprocessor of ``sdkit.pipelines.imaging.controlnet_preprocessors`` run on the image
 when the unit is made (bad parameters fail before any model loads), with
 ``preprocessor_params`` (e.g. ``{"low_threshold": 50}`` for canny). ``hint`` is the image the
 ControlNet sees (uint8 RGB, before the pipeline resizes it to the generation size).
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from sdkit.errors import InputError
-from sdkit.pipelines.images import open_init_image
-from sdkit.pipelines.preprocessors import PREPROCESSORS, preprocess
+from sdkit.pipelines.imaging.controlnet_preprocessors import PREPROCESSORS, preprocess
+from sdkit.pipelines.imaging.images import open_init_image
 
 FIELDS = ("image", "model", "scale", "start", "end", "preprocessor", "preprocessor_params")
 A1111_KEYS = {

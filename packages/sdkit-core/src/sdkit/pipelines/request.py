@@ -1,4 +1,5 @@
-"""``GenerationRequest``: one generation, checked once, in canonical form.
+"""``GenerationRequest``: one generation, checked once, in canonical form; ``GenerationPlan``: that
+request bound to a pipeline (size, latent shape, seeds, scheduler), the input of every stage.
 
     request = GenerationRequest.create(prompt="a castle", sampler="DPM++ 2M Karras", steps=25, seed=1)
     request.sampler, request.schedule      # ("dpmpp_2m", "karras"): resolved once, here
@@ -41,21 +42,23 @@ import dataclasses
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from sdkit.errors import InputError, OptionError, did_you_mean
 from sdkit.pipelines.control_units import ControlUnit, control_units
-from sdkit.pipelines.hires import canonical_upscaler
-from sdkit.pipelines.images import open_init_image
-from sdkit.pipelines.masks import open_mask
+from sdkit.pipelines.imaging.hires_plan import canonical_upscaler
+from sdkit.pipelines.imaging.images import open_init_image
+from sdkit.pipelines.imaging.masks import open_mask
 from sdkit.plugins import get_plugins
 from sdkit.schedulers import resolve
 
 if TYPE_CHECKING:
     from PIL import Image
+
+    from sdkit.schedulers import Scheduler
 
 StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
 OUTPUT_TYPES = ("pil", "np")
@@ -121,15 +124,15 @@ class GenerationRequest:
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    ``sdkit.pipelines.text.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
     vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
-    (``sdkit.pipelines.vae``): large images in bounded memory.
+    (``sdkit.pipelines.stages.vae``): large images in bounded memory.
 
     Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
-    hr_resize_y), hr_upscaler (``sdkit.pipelines.hires.UPSCALERS``: "Latent", "Latent
+    hr_resize_y), hr_upscaler (``sdkit.pipelines.imaging.hires_plan.UPSCALERS``: "Latent", "Latent
     (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
     denoising_strength (the second pass's; img2img's is ``strength``). See
-    ``sdkit.pipelines.hires_fix``.
+    ``sdkit.pipelines.features.hires_fix``.
     """
 
     prompt: str
@@ -362,3 +365,20 @@ def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, 
     if not out.get("hr_resize_x") and not out.get("hr_resize_y") and out.get("hr_scale", 2.0) < 1.0:
         raise InputError(f"hr_scale must be at least 1, got {values['hr_scale']!r}")
     return out
+
+
+@dataclass
+class GenerationPlan:
+    """A request bound to a pipeline: the concrete size, the init image as VAE input, the latent
+    shape, the per-image seeds and the scheduler with its timesteps set. ``parameters``: PNG
+    labels the stages add as they run (A1111's names, e.g. ``Pad conds``), written after the
+    common ones."""
+
+    request: GenerationRequest
+    width: int
+    height: int
+    latent_shape: tuple[int, ...]
+    seeds: list[int]
+    scheduler: Scheduler
+    image: np.ndarray | None = None  # img2img: [1, 3, H, W] in [-1, 1]
+    parameters: dict[str, str] = field(default_factory=dict)

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 BACKENDS = ("sdkit.reference:ReferenceBackend",)
 MODEL_LOADERS = (
     "sdkit.loaders:OnnxLoader",
-    "sdkit.pipelines.diffusers_folder:DiffusersOnnxLoader",
-    "sdkit.pipelines.single_file:CheckpointLoader",
+    "sdkit.pipelines.loaders.diffusers_folder:DiffusersOnnxLoader",
+    "sdkit.pipelines.loaders.single_file:CheckpointLoader",
 )
 # In the order ``sdkit.schedulers.scheduler_names()`` lists them.
 SCHEDULERS = (

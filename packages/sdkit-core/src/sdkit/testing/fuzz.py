@@ -89,13 +89,13 @@ def tiny_pipeline() -> Path:
 
 @cache
 def _tokenizer() -> object:
-    from sdkit.pipelines.tokenizer import ClipTokenizer
+    from sdkit.pipelines.text.clip_tokenizer import ClipTokenizer
 
     return ClipTokenizer(tiny_pipeline() / "tokenizer")
 
 
 def fuzz_prompt(data: bytes) -> None:
-    from sdkit.pipelines.prompt_weights import parse_prompt_attention
+    from sdkit.pipelines.text.prompt_weights import parse_prompt_attention
 
     text = data.decode("utf-8", errors="replace")
     tokenizer = _tokenizer()
@@ -104,7 +104,7 @@ def fuzz_prompt(data: bytes) -> None:
 
 
 def fuzz_tokenizer(data: bytes) -> None:
-    from sdkit.pipelines.tokenizer import ClipTokenizer
+    from sdkit.pipelines.text.clip_tokenizer import ClipTokenizer
 
     folder = _scratch() / "tokenizer"
     if not folder.is_dir():
@@ -117,7 +117,7 @@ def fuzz_tokenizer(data: bytes) -> None:
 
 
 def fuzz_pipeline(data: bytes) -> None:
-    from sdkit.pipelines.diffusers_folder import folder_config, read_folder
+    from sdkit.pipelines.loaders.diffusers_folder import folder_config, read_folder
 
     folder = _tiny_pipeline_copy(tiny_pipeline())
     for name in _PIPELINE_FILES:

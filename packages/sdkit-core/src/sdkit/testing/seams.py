@@ -1,4 +1,4 @@
-"""Seam measures for tiled VAE decodes (``sdkit.pipelines.tiling``): where the blend zones begin
+"""Seam measures for tiled VAE decodes (``sdkit.pipelines.stages.tiling``): where the blend zones begin
 and end, and how large the steps between neighbouring pixel rows and columns are there, against
 the same steps in the untiled image and elsewhere in the tiled one.
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sdkit.pipelines.tiling import tile_starts
+from sdkit.pipelines.stages.tiling import tile_starts
 
 
 def gradient_image(height: int, width: int) -> np.ndarray:
