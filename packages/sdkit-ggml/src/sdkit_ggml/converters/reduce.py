@@ -37,19 +37,19 @@ def _rows_last(b: Builder, x: Tensor, axes: list[int]) -> tuple[Tensor, list[int
     return ops.reshape(b, moved, (math.prod(kept_shape), reduced)), kept_shape, reduced
 
 
-def _first_argmax(b: Builder, rows: Tensor) -> Tensor:
-    """ONNX's default tie rule, the first maximum of each row. ggml_argmax keeps the *last*
-    (``if (max == x[i]) idx = i``), and CLIP's pooling is an ArgMax over token ids padded with
-    the end token, so ties are the rule there: argmax of the reversed rows, ``n - 1 - index``."""
-    count, n = rows.shape
-    columns = ops.transpose(b, rows, [1, 0])  # get_rows reverses rows, so reverse the columns as rows
-    order = b.constant(np.arange(n - 1, -1, -1, dtype=np.int32), np.dtype(np.int32))
-    reversed_columns = b.op("ggml_get_rows", columns.ptr, order.ptr, shape=(n, count), dtype=rows.dtype)
-    flipped = ops.transpose(b, reversed_columns, [1, 0])
-    last = b.op("ggml_argmax", flipped.ptr, shape=(count,), dtype=np.dtype(np.int64))
-    as_float = ops.cast(b, last, L.GGML_TYPE_F32, np.dtype(np.float32))  # exact: n < 2**24
-    first = ops.scale(b, as_float, -1.0, float(n - 1))
-    return ops.cast(b, first, L.GGML_TYPE_I32, np.dtype(np.int64))
+def _tie_argmax(b: Builder, rows: Tensor, last: bool = False) -> Tensor:
+    """The first (ONNX's default) or last (``select_last_index``) maximum of each row, whatever
+    tie rule the device's ggml_argmax has: the CPU keeps the last of equal maxima, ggml-vulkan's
+    parallel reduction another one (a CLIP's pooled output, an ArgMax over token ids padded with
+    the end token, then read the wrong token on Vulkan). The maxima are marked exactly
+    (``m - x`` is 0 only where ``x == m``), weighted ``n..1`` (first) or ``1..n`` (last), and
+    the argmax of those distinct weights is unique."""
+    n = rows.shape[1]
+    not_max = ops.unary(b, "ggml_step", ops.binary(b, "ggml_sub", row_max(b, rows), rows))  # 1 where x < m
+    is_max = ops.scale(b, not_max, -1.0, 1.0)
+    ramp = np.arange(1, n + 1, dtype=np.float32) if last else np.arange(n, 0, -1, dtype=np.float32)
+    weighted = ops.binary(b, "ggml_mul", is_max, b.constant(ramp, np.dtype(np.float32)))
+    return b.op("ggml_argmax", weighted.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
 
 
 def row_max(b: Builder, rows: Tensor) -> Tensor:
@@ -143,10 +143,7 @@ def convert_argmax(b: Builder, node: Node) -> list[Value]:
     if node.op == "ArgMin":
         rows = ops.unary(b, "ggml_neg", rows)
     n = rows.shape[1]
-    if node.attr("select_last_index", 0):
-        result = b.op("ggml_argmax", rows.ptr, shape=(rows.shape[0],), dtype=np.dtype(np.int64))
-    else:
-        result = _first_argmax(b, rows)
+    result = _tie_argmax(b, rows, last=bool(node.attr("select_last_index", 0)))
     result = ops.with_bounds(result, (0, n - 1))
     shape = list(x.shape)
     if node.attr("keepdims", 1):
