@@ -142,3 +142,38 @@ def test_sdkit_backends_names_the_gpu_backends_of_the_machine_build(monkeypatch:
     monkeypatch.setattr(native, "gpu_backends_of", lambda dest: ["cuda", "vulkan"])
     note = build_note(loaded)
     assert note.startswith(" (built for this machine: ") and note.endswith(", CUDA, VULKAN)")
+
+
+# --- a prebuilt ggml installed as a package (tools/ggml_vulkan_wheel.py: sdkit-ggml-vulkan) --------
+
+
+def prebuilt_package(root: Path, version: str) -> Path:
+    """``root/sdkit_ggml_vulkan/lib`` as the wheel installs it (libraries are not needed to choose it)."""
+    folder = root / "sdkit_ggml_vulkan" / "lib"
+    folder.mkdir(parents=True)
+    (folder.parent / "__init__.py").write_text("")
+    native.write_record(folder, version, cmake_flags(native=False, openmp=False))
+    return folder
+
+
+@needs_version
+def test_an_installed_prebuilt_vulkan_build_is_chosen_after_the_machine_build(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(cache / "site"))
+    folder = prebuilt_package(cache / "site", str(native.installed_version()))
+    assert native.prebuilt_dir() == folder
+    assert lib.library_dir() == folder
+    dest = machine_build(str(native.installed_version()))  # the user's own build wins
+    assert lib.library_dir() == dest
+    monkeypatch.setenv(native.OPT_OUT, "0")  # and the opt-out leaves libggml-python's
+    assert lib.library_dir() == lib._package_dir()
+
+
+@needs_version
+def test_a_prebuilt_build_of_another_libggml_python_is_ignored(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(cache / "site"))
+    prebuilt_package(cache / "site", "0.19.0")
+    with pytest.warns(RuntimeWarning, match="built for libggml-python 0.19.0"):
+        assert native.prebuilt_dir() is None
+    assert lib.library_dir() == lib._package_dir()

@@ -242,13 +242,14 @@ def _package_dir() -> Path | None:
 
 def library_dir() -> Path | None:
     """Where the ggml libraries are: $SDKIT_GGML_LIB_DIR, else the build made for this machine
-    (``native.native_dir``), else the libggml-python package."""
+    (``native.native_dir``), else an installed prebuilt GPU build (``native.prebuilt_dir``: the
+    ``sdkit-ggml-vulkan`` wheel), else the libggml-python package."""
     override = os.environ.get("SDKIT_GGML_LIB_DIR")
     if override:
         return Path(override)
-    from sdkit_ggml.runtime.native import native_dir
+    from sdkit_ggml.runtime.native import native_dir, prebuilt_dir
 
-    return native_dir() or _package_dir()
+    return native_dir() or prebuilt_dir() or _package_dir()
 
 
 def _shared_name(directory: Path, stem: str) -> Path:

@@ -15,6 +15,7 @@ this CPU lacks is ignored with a warning naming them. ``SDKIT_GGML_NATIVE=0`` ig
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import warnings
@@ -117,3 +118,33 @@ def native_dir() -> Path | None:
                           RuntimeWarning, stacklevel=2)  # fmt: skip
         return None
     return dest
+
+
+# A prebuilt ggml shipped as a Python package (tools/ggml_vulkan_wheel.py makes the
+# sdkit-ggml-vulkan wheel): its libraries in <package>/lib with the same record as a machine build.
+PREBUILT_PACKAGES = ("sdkit_ggml_vulkan",)
+
+
+def prebuilt_dir() -> Path | None:
+    """The libraries of an installed prebuilt ggml package whose record matches the installed
+    libggml-python (the bindings check the ggml version too), or None. Located, not imported."""
+    version = installed_version()
+    if version is None or os.environ.get(OPT_OUT, "1").strip() == "0":
+        return None
+    for name in PREBUILT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = Path(next(iter(spec.submodule_search_locations))) / "lib"
+        try:
+            record = json.loads((folder / RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+        built = record.get("libggml_python") if isinstance(record, dict) else None
+        if built == version:
+            return folder
+        if (folder, version) not in _warned:
+            _warned.add((folder, version))
+            warnings.warn(f"sdkit-ggml ignores the ggml build of {name} ({folder}): it was built for libggml-python "
+                          f"{built}, {version} is installed", RuntimeWarning, stacklevel=2)  # fmt: skip
+    return None
