@@ -6,6 +6,8 @@
     python3 dev.py wheels  # build every wheel into dist/, for pip install --find-links dist ...
     python3 dev.py extras  # install each extra the README's way in a fresh venv; check and size it
                            # (--write-readme updates the README's size table)
+    python3 dev.py vulkan  # build ggml with Vulkan once (reused), run the `vulkan` tests on a Vulkan
+                           # device: Mesa's lavapipe (the CPU) where there is no GPU
 
 The virtual environment lives in .venv (override with SDKIT_DEV_VENV). Re-running is cheap:
 pip skips what is already installed. sdkit 3 is a pre-release (3.0.0.dev0) and PyPI's newest
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -128,6 +131,53 @@ def existing_tests() -> list[str]:
     return ["tests", *tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
 
 
+VULKAN_TESTS = ["packages/sdkit-ggml/tests/test_vulkan.py"]
+VULKAN_DEST = (
+    "import importlib.metadata as m; from sdkit.cache import cache_root; "
+    "print(cache_root() / 'ggml-vulkan' / m.version('libggml-python'))"
+)
+
+
+def vulkan_build() -> Path:
+    """ggml with its Vulkan backend, built once into the sdkit cache and reused after (a portable
+    CPU part, so a cache moved to another CPU still loads). Missing tools are installed with
+    apt-get where this runs as root on Debian/Ubuntu (tools/vulkan_sdk.py)."""
+    dest = Path(subprocess.run([PY, "-c", VULKAN_DEST], check=True, capture_output=True, text=True).stdout.strip())
+    if (dest / "sdkit-native-build.json").is_file():
+        print(f"dev.py: reusing the ggml Vulkan build in {dest}", flush=True)
+        return dest
+    lavapipe = any(Path("/usr/share/vulkan/icd.d").glob("lvp_icd*.json"))
+    tools = all(shutil.which(t) for t in ("cmake", "c++", "glslc"))
+    apt = (
+        [] if (tools and lavapipe) or os.name == "nt" or os.geteuid() != 0 or not shutil.which("apt-get") else ["--apt"]
+    )
+    sdk = subprocess.run([PY, "tools/vulkan_sdk.py", *apt], check=True, capture_output=True, text=True, cwd=ROOT)
+    prefix = sdk.stdout.strip().splitlines()[-1] if sdk.stdout.strip() else ""
+    print(sdk.stdout, end="", flush=True)
+    sdk_args = ["--vulkan-sdk", prefix] if prefix else []
+    sh(PY, "-m", "sdkit_ggml.runtime.native_build", "--vulkan", "--no-native", "--no-openmp", *sdk_args, "--dest", dest)
+    return dest
+
+
+def vulkan() -> int:
+    """The tests marked ``vulkan`` (packages/sdkit-ggml/tests/test_vulkan.py) on ggml's Vulkan
+    backend, in both of ggml-vulkan's precision modes: its default (F16 shader tiles where the
+    device has F16) and GGML_VK_DISABLE_F16 (F32 tiles: the CPU's bars). ggml-vulkan lists a
+    CPU-type device (lavapipe) only when GGML_VK_VISIBLE_DEVICES names it, so it is set to the
+    first Vulkan device unless given."""
+    ensure_venv()
+    install(RUNTIME_PACKAGES, extra=("pytest>=8", "onnxruntime>=1.17"))
+    env = {k: v for k, v in os.environ.items() if k != "GGML_VK_DISABLE_F16"}
+    env["SDKIT_GGML_LIB_DIR"] = str(vulkan_build())
+    env.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+    # the full-size SD 1.5 VAE graphs (also marked slow) take lavapipe's LLVM many minutes to
+    # compile; `python3 dev.py vulkan -m vulkan` runs them too (a later -m wins)
+    for label, mode in (("F16 tiles, ggml-vulkan's default", {}), ("F32 tiles", {"GGML_VK_DISABLE_F16": "1"})):
+        print(f"dev.py vulkan: {label}", flush=True)
+        sh(PY, "-m", "pytest", "-m", "vulkan and not slow", *VULKAN_TESTS, *sys.argv[2:], env={**env, **mode})
+    return 0
+
+
 def version() -> str:
     """The shared version, from the meta-distribution's pyproject.toml (no toml parser on 3.10)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -154,7 +204,7 @@ def extras() -> int:
 
 
 def main() -> int:
-    commands = {"demo": demo, "test": test, "wheels": wheels, "extras": extras}
+    commands = {"demo": demo, "test": test, "wheels": wheels, "extras": extras, "vulkan": vulkan}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2
