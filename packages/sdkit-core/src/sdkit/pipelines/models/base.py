@@ -32,10 +32,12 @@ from sdkit.families import Family, MappedCheckpoint
 from sdkit.limits import check_generation
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.features.feature import Feature, refuse_undeclared, requested_features
+from sdkit.pipelines.features.hires_fix import HiresStage, counting, upscale_latents
 from sdkit.pipelines.features.lora_embeddings_vae import AdapterMethods, Adapters, LoraSpec
 from sdkit.pipelines.imaging.images import GenerationParameters, float_to_pil, init_image_array, init_image_size
 from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.stages import vae
+from sdkit.pipelines.stages.denoise import StepCallback
 from sdkit.pipelines.stages.rng import NoiseStream, seed_list
 from sdkit.pipelines.stages.sources import ModelSource
 from sdkit.plugins import get_plugins
@@ -217,6 +219,34 @@ class Pipeline(AdapterMethods):
     def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
         """The loop's final latents (as the denoiser reads them) -> pixels, tiled when asked."""
         return self.decode(latents, vae_tile(plan.request))
+
+    def to_denoiser(self, latents: np.ndarray) -> np.ndarray:
+        """``[N, C, h, w]`` latents as the denoiser reads them (Flux packs them)."""
+        return latents
+
+    def _callback(self, plan: GenerationPlan) -> StepCallback | None:
+        """The request's step callback as the loop calls it (the flow pipelines unpack)."""
+        return plan.request.callback
+
+    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
+        """The hires fix's second pass from the first pass's final ``[N, C, h, w]`` latents:
+        upscale, noise to the tail's first timestep or sigma (the next draw), denoise at the
+        target size with the prompts encoded again (``conditioning``: Chroma's mask and Flux's
+        position ids take the new size), decode: ``[N, H, W, 3]`` pixels."""
+        second, tile = stage.plan, vae_tile(stage.plan.request)
+        encoder = self.components.get(self.image_encoder)
+
+        def encode(images: np.ndarray) -> np.ndarray:
+            assert encoder is not None  # plan_hires checked it for image upscalers
+            return vae.encode(encoder, images, noise, 1, self.config, tile)
+
+        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        start = noise.normal(upscaled.shape)
+        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
+        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
+        loop = self.denoise_loop(second, noise, self.conditioning(second))
+        loop.callback = counting(self._callback(second), offset, offset + len(second.scheduler.timesteps))
+        return self.decode_latents(second, loop.run(self.to_denoiser(noised)))
 
     def decode(self, latents: np.ndarray, tile: int | None = None) -> np.ndarray:
         """``[N, C, h, w]`` latents -> ``[N, H, W, 3]`` float32 pixels in [0, 1] (in tiles of

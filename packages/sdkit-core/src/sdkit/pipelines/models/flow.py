@@ -39,7 +39,7 @@ import numpy as np
 from sdkit.errors import ModelFormatError
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.features.feature import Feature
-from sdkit.pipelines.features.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.features.hires_fix import HiresStage, counting, hires_stage, second_pass_request
 from sdkit.pipelines.features.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.models.base import Pipeline, vae_tile
 from sdkit.pipelines.models.flow_request import FlowRequest
@@ -190,10 +190,6 @@ class FlowPipeline(Pipeline):
             latents = np.asarray(plan.scheduler.add_noise(encoded, latents, first), dtype=np.float32)
         return self.to_denoiser(latents)
 
-    def to_denoiser(self, latents: np.ndarray) -> np.ndarray:
-        """``[N, C, h, w]`` latents as the denoiser reads them (Flux packs them)."""
-        return latents
-
     def from_denoiser(self, latents: np.ndarray, plan: GenerationPlan) -> np.ndarray:
         """The inverse of ``to_denoiser``: ``[N, C, h, w]``."""
         return latents
@@ -233,26 +229,6 @@ class FlowPipeline(Pipeline):
         first = len(plan.scheduler.timesteps)
         loop.callback = counting(self._callback(plan), 0, first + len(stage.plan.scheduler.timesteps))
         return self.hires_pass(stage, self.from_denoiser(loop.run(latents), plan), noise, first)
-
-    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
-        """The second pass from the first pass's final ``[N, C, h, w]`` latents: upscale, noise to
-        the tail's first sigma (``scale_noise``, the next draw), denoise at the target size with
-        the prompts encoded again (Chroma's mask and Flux's position ids take the new size),
-        decode: ``[N, H, W, 3]`` pixels."""
-        second, tile = stage.plan, vae_tile(stage.plan.request)
-        encoder = self.components.get(self.image_encoder)
-
-        def encode(images: np.ndarray) -> np.ndarray:
-            assert encoder is not None  # plan_hires checked it for image upscalers
-            return vae.encode(encoder, images, noise, 1, self.config, tile)
-
-        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
-        start = noise.normal(upscaled.shape)
-        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
-        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
-        loop = self.denoise_loop(second, noise, self.conditioning(second))
-        loop.callback = counting(self._callback(second), offset, offset + len(second.scheduler.timesteps))
-        return self.decode_latents(second, loop.run(self.to_denoiser(noised)))
 
     def decode_latents(self, plan: GenerationPlan, latents: np.ndarray) -> np.ndarray:
         """The transformer's final latents, unpacked, decoded (in tiles when asked): ``[N, H, W, 3]`` pixels."""

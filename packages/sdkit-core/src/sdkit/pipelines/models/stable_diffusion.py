@@ -28,7 +28,7 @@ from sdkit.pipelines.features.controlnet import (
     named_paths,
 )
 from sdkit.pipelines.features.feature import Feature
-from sdkit.pipelines.features.hires_fix import HiresStage, counting, hires_stage, second_pass_request, upscale_latents
+from sdkit.pipelines.features.hires_fix import HiresStage, counting, hires_stage, second_pass_request
 from sdkit.pipelines.features.hires_fix import parameters as hires_parameters
 from sdkit.pipelines.features.inpainting import MaskPlan, inpainting_latents, paste_back, plan_mask
 from sdkit.pipelines.models.base import Pipeline, vae_tile
@@ -211,24 +211,6 @@ class StableDiffusionPipeline(Pipeline):
             raise self._no_image_encoder(f"the hires fix's {request.hr_upscaler} upscaler (a Latent one does not)")
         plan.parameters.update(hires_parameters(request))
         return stage
-
-    def hires_pass(self, stage: HiresStage, latents: np.ndarray, noise: NoiseStream, offset: int) -> np.ndarray:
-        """The second pass from the first pass's final ``latents``: upscale, noise to the tail's
-        first timestep, denoise at the target size, decode: ``[N, H, W, 3]`` pixels."""
-        second, tile = stage.plan, vae_tile(stage.plan.request)
-        encoder = self.components.get(self.image_encoder)
-
-        def encode(images: np.ndarray) -> np.ndarray:
-            assert encoder is not None  # plan_hires checked it for image upscalers
-            return vae.encode(encoder, images, noise, 1, self.config, tile)
-
-        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
-        start = noise.normal(upscaled.shape)
-        first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
-        noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)
-        loop = self.denoise_loop(second, noise, self.conditioning(second))
-        loop.callback = counting(second.request.callback, offset, offset + len(second.scheduler.timesteps))
-        return self.decode(loop.run(noised), tile)
 
     def plan_controls(self, plan: DiffusionPlan) -> list[ActiveControl]:
         units = plan.request.control
