@@ -16,6 +16,7 @@ import hashlib
 import importlib.metadata
 import json
 import re
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -129,3 +130,24 @@ def test_the_readme_line_resolves_this_sdkit_3(links: Path, extra: str) -> None:
 def test_a_bare_line_would_pick_sdkit_2(links: Path) -> None:
     """Why the floor: pip skips pre-releases unless a requirement names one."""
     assert _resolve(links, "sdkit[cpu]") == {"sdkit": "2.1.1"}
+
+
+@pytest.mark.parametrize("extra", ["cpu", "intel"])
+def test_the_printed_hint_runs_against_the_wheels(links: Path, extra: str) -> None:
+    """The hint sdkit prints when it was installed from wheel files, run as printed (pip's argv,
+    offline and as a dry run: ``--dry-run --no-index --report -`` appended) over those wheels."""
+    known = next(k for k in KNOWN_BACKENDS if k.extra == extra)
+    if known_backends.installed_version(known.distribution) != sdkit.__version__:
+        pytest.skip(f"{known.distribution} {sdkit.__version__} is not installed here")
+    hint = known_backends.install_command(extra, source=known_backends.InstallSource("wheels", str(links)))
+    argv = shlex.split(hint)
+    assert argv[:2] == ["pip", "install"]
+    dry_run = ["--dry-run", "--quiet", "--no-index", "--report", "-"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *argv[1:], *dry_run],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    installs = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(done.stdout)["install"]}
+    assert installs == {"sdkit": sdkit.__version__}

@@ -215,6 +215,11 @@ def test_plugin_subcommands_from_the_sdkit_cli_group(
         and err.count("\n") == 1
     )
     assert "input" in build_parser_help(capsys)  # the built-in `run` is still core's
+    # sdkit-serve's command, its distribution not installed: one line naming the extra and its command
+    from sdkit.known_backends import install_command
+
+    code, _, err = _run(capsys, "serve", "--port", "8000")
+    assert (code, err) == (1, f"sdkit: error: 'sdkit serve' needs the serve extra: {install_command('serve')}\n")
 
 
 def build_parser_help(capsys: pytest.CaptureFixture[str]) -> str:

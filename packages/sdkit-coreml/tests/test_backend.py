@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 import sdkit
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
+from sdkit.known_backends import install_command
 from sdkit.options import Options
 from sdkit_coreml.backend import CoremlBackend
 from sdkit_coreml.runtime import apple_devices, coremltools_version
@@ -33,7 +34,7 @@ def test_probe_says_why_and_what_to_install() -> None:
     if not runtime_missing():
         pytest.skip(f"Core ML runs here: {availability.reason}")
     assert not availability.ok
-    assert availability.install_hint == 'on a Mac: pip install "sdkit[apple]>=3.0.0.dev0"'
+    assert availability.install_hint == f"on a Mac: {install_command('apple')}"
     if sys.platform != "darwin":
         assert availability.reason.startswith(f"Core ML runs on macOS only (this is {sys.platform})")
         if coremltools_version():

@@ -12,7 +12,7 @@ from trt_helpers import GTX_1080, H100, RTX_3060, fake_install
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
-from sdkit.known_backends import requirement
+from sdkit.known_backends import install_command
 from sdkit.options import Options
 from sdkit_trt import driver, runtime
 from sdkit_trt.backend import TensorRTBackend
@@ -26,7 +26,7 @@ def test_real_probe_on_this_machine_says_why() -> None:
     assert availability.reason
     if not runtime.module_available("tensorrt_rtx") and not runtime.module_available("tensorrt"):
         assert "tensorrt_rtx" in availability.reason
-        assert availability.install_hint == f"pip install {requirement('nvidia')}"
+        assert availability.install_hint == install_command("nvidia")
     if driver.probe_driver().error:
         assert "NVIDIA driver" in availability.reason
     assert TensorRTBackend().devices() == []
@@ -37,7 +37,7 @@ def test_missing_runtime_module(monkeypatch: pytest.MonkeyPatch) -> None:
     availability = TensorRTBackend().probe()
     assert not availability.ok
     assert "neither tensorrt_rtx" in availability.reason
-    assert availability.install_hint == f"pip install {requirement('nvidia')}"
+    assert availability.install_hint == install_command("nvidia")
 
 
 def test_missing_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,4 +186,4 @@ def test_a_supported_gpu_without_tensorrt_gets_the_nvidia_extra(monkeypatch: pyt
     fake_install(monkeypatch, {"cuda.bindings"}, DriverReport((13, 0), (RTX_3060,)))
     availability = TensorRTBackend().probe()
     assert "does not support" not in availability.reason
-    assert availability.install_hint == f"pip install {requirement('nvidia')}"
+    assert availability.install_hint == install_command("nvidia")

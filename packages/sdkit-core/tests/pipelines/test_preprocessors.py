@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
+import re
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ def test_tile_resample_is_area_averaging() -> None:
             assert np.abs(tile_resample(img, factor).astype(int) - ref.astype(int)).max() <= 1
 
 
-@pytest.mark.skipif(not HAS_CV2, reason='OpenCV not installed (pip install "sdkit-core[control]")')
+@pytest.mark.skipif(not HAS_CV2, reason=f"OpenCV not installed ({controlnet_preprocessors.INSTALL_HINT})")
 def test_canny_draws_the_square() -> None:
     edges = preprocess("canny", square(), low_threshold=100, high_threshold=200)
     assert edges.shape == (32, 32, 3) and set(np.unique(edges)) <= {0, 255}
@@ -60,7 +61,7 @@ def test_canny_draws_the_square() -> None:
     assert not preprocess("canny", np.full((16, 16, 3), 90, np.uint8)).any()  # flat: no edge
 
 
-@pytest.mark.skipif(not HAS_CV2, reason='OpenCV not installed (pip install "sdkit-core[control]")')
+@pytest.mark.skipif(not HAS_CV2, reason=f"OpenCV not installed ({controlnet_preprocessors.INSTALL_HINT})")
 def test_blur_and_xdog() -> None:
     blurred = preprocess("blur_gaussian", square(), sigma=2.0)
     assert blurred[16, 16, 0] > blurred[8, 8, 0] > blurred[0, 0, 0]
@@ -77,7 +78,7 @@ def test_missing_opencv_names_the_install_command(monkeypatch: pytest.MonkeyPatc
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cv2)
-    with pytest.raises(MissingDependencyError, match=r'pip install "sdkit-core\[control\]"'):
+    with pytest.raises(MissingDependencyError, match=re.escape(controlnet_preprocessors.INSTALL_HINT)):
         controlnet_preprocessors.canny(square())
 
 

@@ -17,10 +17,10 @@ from types import ModuleType
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, OptionError
-from sdkit.known_backends import requirement
+from sdkit.known_backends import install_command
 
 BACKEND_NAME = "coreml"
-INSTALL_HINT = f"on a Mac: pip install {requirement('apple')}"
+INSTALL_HINT = f"on a Mac: {install_command('apple')}"
 MIN_VERSION = (8, 0)
 
 

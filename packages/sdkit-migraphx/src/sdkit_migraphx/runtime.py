@@ -16,10 +16,10 @@ from types import ModuleType
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError
-from sdkit.known_backends import requirement
+from sdkit.known_backends import install_command
 
 BACKEND_NAME = "migraphx"
-INSTALL_HINT = f"install ROCm with MIGraphX (https://rocm.docs.amd.com), then pip install {requirement('amd')}"
+INSTALL_HINT = f"install ROCm with MIGraphX (https://rocm.docs.amd.com), then {install_command('amd')}"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError
-from sdkit.known_backends import requirement
+from sdkit.known_backends import install_command
 
 BACKEND_NAME = "openvino"
-INSTALL_HINT = f"pip install {requirement('intel')}"
+INSTALL_HINT = install_command("intel")
 MIN_VERSION = (2025, 0)
 
 _lock = threading.Lock()

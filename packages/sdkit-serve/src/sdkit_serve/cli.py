@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.generate import per_component_argument
+from sdkit.known_backends import install_command
 
 if TYPE_CHECKING:
     from sdkit_serve.config import ServerConfig
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preview-decoder", type=Path, default=None, help="TAESD-class ONNX decoder for previews")
     parser.add_argument("--lora-dir", type=Path, default=None, help="folder of LoRA .safetensors for /sdapi/v1/loras")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    ray = parser.add_argument_group("Ray Serve (pip install sdkit[ray])")
+    ray = parser.add_argument_group(f"Ray Serve ({install_command('ray')})")
     ray.add_argument("--ray", action="store_true", help="run on Ray Serve, one pipeline per replica")
     ray.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
     ray.add_argument("--replicas", type=int, default=1, help="replicas (fixed; default: %(default)s)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdkit.errors import OptionError
+from sdkit.known_backends import install_command
 from sdkit_serve.config import ServerConfig
 
 log = logging.getLogger("sdkit_serve")
@@ -62,7 +63,7 @@ def import_ray() -> tuple[Any, Any]:
         import ray
         from ray import serve
     except ImportError:
-        raise OptionError("--ray needs Ray Serve: pip install sdkit[ray]") from None
+        raise OptionError(f"--ray needs Ray Serve: {install_command('ray')}") from None
     return ray, serve
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, DeviceError, OptionError, UnsupportedNode
+from sdkit.known_backends import install_command
 from sdkit_trt.build import fp8_problem
 from sdkit_trt.driver import Gpu, probe_driver
 from sdkit_trt.runtime import (
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from sdkit.options import Options
 
 TENSORRT_HINT = (
-    "TensorRT 10/11 for this GPU (pip install \"sdkit-trt[tensorrt]\"), or backend 'ggml' on cuda:N "
+    f"TensorRT 10/11 for this GPU ({install_command('tensorrt', 'sdkit-trt')}), or backend 'ggml' on cuda:N "
     "(python -m sdkit_ggml.runtime.native_build --cuda)"
 )
 DRIVER_HINT = "install the NVIDIA driver (r580 or newer for CUDA 13 builds of TensorRT-RTX)"

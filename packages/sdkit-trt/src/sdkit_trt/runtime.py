@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from sdkit.errors import BackendUnavailableError
-from sdkit.known_backends import requirement
+from sdkit.known_backends import install_command
 from sdkit_trt.driver import Gpu
 
 RTX_MODULE = "tensorrt_rtx"
 TRT_MODULE = "tensorrt"
 BACKEND_NAME = "tensorrt"
-INSTALL_HINT = f"pip install {requirement('nvidia')}"
+INSTALL_HINT = install_command("nvidia")
 
 # TensorRT-RTX 1.x ComputeCapability members (SM75..SM121); refreshed from the enum once imported.
 RTX_KNOWN_SMS = frozenset({75, 80, 86, 89, 120, 121})

@@ -20,6 +20,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from sdkit import known_backends
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
@@ -82,8 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_command(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """The error for a subcommand that another distribution adds and this environment lacks."""
+    command = next((arg for arg in argv if not arg.startswith("-")), "")
+    extra = known_backends.EXTRA_COMMANDS.get(command)
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if extra is None or any(command in action.choices for action in actions):
+        return ""
+    return f"'sdkit {command}' needs the {extra} extra: {known_backends.install_command(extra)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    missing = _missing_command(parser, sys.argv[1:] if argv is None else argv)
+    if missing:
+        print(f"sdkit: error: {missing}", file=sys.stderr)
+        return 1
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "_any_arguments", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -42,9 +42,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError, MissingDependencyError
+from sdkit.known_backends import install_command
 
 U8 = NDArray[np.uint8]
-INSTALL_HINT = 'pip install "sdkit-core[control]"'
+INSTALL_HINT = install_command("control", "sdkit-core")
 
 
 def _cv2() -> Any:
