@@ -151,3 +151,14 @@ def test_the_printed_hint_runs_against_the_wheels(links: Path, extra: str) -> No
     assert done.returncode == 0, done.stderr
     installs = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(done.stdout)["install"]}
     assert installs == {"sdkit": sdkit.__version__}
+
+
+def test_the_cpu_advice_quotes_the_measured_ratios() -> None:
+    """The Install section's per-machine advice ([intel] on x86, [cpu] elsewhere) quotes the ggml
+    ratios the backends table records from benchmarks/run.py, and OpenVINO at onnxruntime's speed."""
+    install = " ".join(readme_section("Install").split())
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "on an x86 CPU (Intel or AMD) `[intel]`, OpenVINO, is the fast one" in install
+    assert "2.7-4x onnxruntime's time, or 1.4-2.5x once" in install
+    assert "1.4-2.5x onnxruntime's time with the machine build (`native_build`), 2.7-4x with the prebuilt wheel" in text
+    assert "it runs at onnxruntime's speed" in install and "at onnxruntime's speed on this CPU" in text
