@@ -10,6 +10,9 @@
 # PYVER: the GPU machine's Python (binary wheels are per version). TORCH_PEERS=1 adds diffusers
 # and transformers for the PyTorch rows (about 20 MB more). SDCPP=1 adds stable-diffusion-cpp-python's
 # sdist (built there with CMAKE_ARGS=-DSD_CUDA=ON). OMIT="numpy pillow" drops wheels it already has.
+# VULKAN=1 adds ggml's Vulkan build as the sdkit-ggml-vulkan wheel (tools/ggml_vulkan_wheel.py: from
+# the build `python3 dev.py vulkan` leaves in the sdkit cache, else built now, ~8 min on 2 cores) and
+# this machine's Vulkan loader (libvulkan.so.1), in vulkan/: 12 MB more, so pair it with OMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-gpu_carry}"
@@ -32,6 +35,15 @@ python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" "libggml-pyth
 if [ "${SDCPP:-0}" = 1 ]; then
   python3 -m pip download --no-binary=:all: --no-deps --dest "$DEST" stable-diffusion-cpp-python
   python3 -m pip download "${binary[@]}" "scikit-build-core[pyproject]"
+fi
+if [ "${VULKAN:-0}" = 1 ]; then
+  VK_BUILD="$(.venv/bin/python -c "import importlib.metadata as m; from sdkit.cache import cache_root; print(cache_root() / 'ggml-vulkan' / m.version('libggml-python'))")"
+  if [ -f "$VK_BUILD/sdkit-native-build.json" ]; then
+    .venv/bin/python tools/ggml_vulkan_wheel.py --build "$VK_BUILD" --dist "$DEST/vulkan"
+  else
+    .venv/bin/python tools/ggml_vulkan_wheel.py --dist "$DEST/vulkan"
+  fi
+  cp -L "$(/sbin/ldconfig -p | awk '/libvulkan.so.1 .*x86-64/ {print $NF; exit}')" "$DEST/vulkan/libvulkan.so.1"
 fi
 # OMIT="numpy pillow onnx": leave out wheels the GPU machine already has (a device call carries
 # 64 MiB; stable-diffusion-cpp-python's sdist alone is about 21 MB).

@@ -13,7 +13,11 @@
 # and SDXL 1024 px, VAE 512/1024 px). DRY_RUN=1 installs the same way, runs the build's
 # pre-flight and source check only (`native_build --check`), the gpu tests (they skip without a
 # GPU) and the whole-image script at --tiny size on the CPU. MODELS=sd1 leaves SDXL out and
-# WHOLE_IMAGE_S bounds the benchmark (330 s); its JSON is written after each model.
+# WHOLE_IMAGE_S bounds the benchmark (330 s); its JSON is written after each model. With the
+# Vulkan wheel carried (gpu_carry.sh VULKAN=1): the `vulkan` tests and the SD 1.5 whole image on
+# ggml's vulkan:0 (VULKAN_S bounds it, 200 s), in a process of its own (SDKIT_GGML_LIB_DIR), the
+# carried loader used only where the machine has none; the GPU driver must bring its Vulkan ICD
+# (containers often mount the compute libraries only: the devices step then lists no vulkan:0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY="$(realpath "${1:-gpu_carry}")"
@@ -65,22 +69,42 @@ else
     --runs 3 --max-warmup 4 --timeout 240 \
     --scratch "$OUT/scratch" --out "$OUT/whole_image.json"
 fi
+VK_WHEEL="$(ls "$CARRY"/vulkan/sdkit_ggml_vulkan-*.whl 2>/dev/null | head -1)"
+if [ -n "$VK_WHEEL" ]; then
+  step vulkan_install "$PY" -m pip install --no-index --no-deps --target "$OUT/vk" "$VK_WHEEL"
+  VK=(env SDKIT_GGML_LIB_DIR="$OUT/vk/sdkit_ggml_vulkan/lib")
+  if ! /sbin/ldconfig -p | grep -q "libvulkan.so.1 "; then
+    VK+=(LD_LIBRARY_PATH="$CARRY/vulkan:${LD_LIBRARY_PATH:-}")
+  fi
+  if [ "$DRY_RUN" = 1 ]; then
+    VK+=(GGML_VK_VISIBLE_DEVICES=0)  # no GPU: Mesa's lavapipe, if installed, stands in
+  fi
+  step vulkan_devices "${VK[@]}" "$PY" -c "import sdkit.selection as s; print([str(d) for d in s.get_backend('ggml').devices()])"
+  step vulkan_tests "${VK[@]}" "$PY" -m pytest -m "vulkan and not slow" packages/sdkit-ggml/tests/test_vulkan.py -q \
+    -p no:cacheprovider --junitxml="$OUT/vulkan_tests.xml"
+  if [ "$DRY_RUN" != 1 ]; then
+    step vulkan_whole_image "${VK[@]}" timeout "${VULKAN_S:-200}" "$PY" benchmarks/gpu_whole_image.py --models sd1 \
+      --engines sdkit-vulkan:0-fp16,sdkit-vulkan:0-fp32 --runs 3 --max-warmup 4 --timeout 180 \
+      --scratch "$OUT/scratch" --out "$OUT/vulkan_whole_image.json"
+  fi
+fi
 "$PY" - "$OUT" "$START" <<'PY'
 import json, sys, time
 from pathlib import Path
 out = Path(sys.argv[1])
 report = {"steps": [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line.strip()],
           "seconds": time.time() - float(sys.argv[2])}
-for name in ("whole_image",):
+for name in ("whole_image", "vulkan_whole_image"):
     path = out / f"{name}.json"
     report[name] = json.loads(path.read_text()) if path.is_file() else None
-tests = out / "gpu_tests.xml"
-if tests.is_file():
-    import xml.etree.ElementTree as ET
-    suite = ET.parse(tests).getroot()
-    suite = suite if suite.tag == "testsuite" else suite[0]
-    report["gpu_tests"] = {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped", "time")}
+for name in ("gpu_tests", "vulkan_tests"):
+    tests = out / f"{name}.xml"
+    if tests.is_file():
+        import xml.etree.ElementTree as ET
+        suite = ET.parse(tests).getroot()
+        suite = suite if suite.tag == "testsuite" else suite[0]
+        report[name] = {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped", "time")}
 (out / "gpu_check.json").write_text(json.dumps(report, indent=1))
 print(f"gpu_check: {out / 'gpu_check.json'} ({report['seconds']:.0f} s)")
 PY
-rm -rf "$VENV" "$OUT/scratch" "$OUT/cache"  # multi-GB checkpoints and the venv must not come back with $OUT
+rm -rf "$VENV" "$OUT/scratch" "$OUT/cache" "$OUT/vk"  # multi-GB checkpoints and the venv must not come back with $OUT
