@@ -11,6 +11,7 @@ from PIL import Image
 
 from sdkit.cli.main import main
 from sdkit.pipelines.imaging.images import GenerationParameters
+from sdkit.testing.cli_output import without_progress
 
 
 def test_generate_writes_png_with_parameters(
@@ -124,7 +125,7 @@ def test_bad_requests_are_one_line(
         *extra,
     ]
     assert main(argv) == 1
-    err = capsys.readouterr().err.strip()
+    err = without_progress(capsys.readouterr().err).strip()
     assert err.startswith("sdkit: error: ")
     assert match in err
     assert "\n" not in err
@@ -140,14 +141,14 @@ def test_arguments_are_checked_before_loading(tmp_path: Path, capsys: pytest.Cap
 def test_not_a_pipeline_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str) -> None:
     (tmp_path / "empty").mkdir()
     assert main(["generate", "a cat", "--model", str(tmp_path / model)]) == 1
-    err = capsys.readouterr().err.strip()
+    err = without_progress(capsys.readouterr().err).strip()
     assert err.startswith("sdkit: error: ")
     assert "\n" not in err
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert main(argv) == 1
-    err = capsys.readouterr().err.strip()
+    err = without_progress(capsys.readouterr().err).strip()
     assert err.startswith("sdkit: error: ") and "\n" not in err
     return err
 

@@ -17,6 +17,7 @@ from sdkit.cli.main import main
 from sdkit.cli.progress_report import ProgressReport
 from sdkit.pipelines.stages.phases import listening
 from sdkit.pipelines.stages.tiling import tiled_decode
+from sdkit.testing.cli_output import without_progress
 
 
 class FakeTerminal(io.StringIO):
@@ -76,6 +77,11 @@ def test_plain_lines_in_a_pipe(tiny_dir: Path, tmp_path: Path, capsys: pytest.Ca
     assert re.search(r"^sampling 3/3 \d+\.\d\d it/s, ETA 0:00$", captured.err, re.MULTILINE)
     assert "\r" not in captured.err and "[" not in captured.err  # lines, no bar
     assert captured.out.startswith("saved ")  # the result lines stay on stdout
+    assert without_progress(captured.err) == ""  # the tests' filter knows every line written here
+    assert (
+        without_progress(captured.err + "Traceback (most recent call last):\n")
+        == "Traceback (most recent call last):\n"
+    )
 
 
 def test_a_bar_with_rate_and_eta_on_a_terminal(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -21,6 +22,11 @@ import numpy as np
 from sdkit.pipelines.stages.phases import listening
 
 BAR_WIDTH = 24
+# Every line this module writes into a pipe (tests set them apart from an error line).
+PROGRESS_LINE = re.compile(
+    r"(loading .* \.\.\.|loaded .* in \d+\.\d s|compiling \S+ \(backend .*\) \.\.\.|compiled \S+ with .* in \d+\.\d s"
+    r"|running \S+ for the first time \.\.\.|first run of \S+: \d+\.\d s|(sampling|\S+ tiles) \d+/\d+ .* it/s, ETA .*)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
