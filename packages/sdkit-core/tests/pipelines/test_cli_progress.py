@@ -15,8 +15,10 @@ import pytest
 
 from sdkit.cli.main import main
 from sdkit.cli.progress_report import ProgressReport
+from sdkit.pipelines import Component, ModelInMemory
 from sdkit.pipelines.stages.phases import listening
 from sdkit.pipelines.stages.tiling import tiled_decode
+from sdkit.testing import one_node_model
 from sdkit.testing.cli_output import without_progress
 
 
@@ -142,3 +144,23 @@ def test_tiled_vae_sends_one_event_per_tile() -> None:
         tiled_decode(latents, lambda tile: tile, tile=16, overlap=8)
     tiled_decode(latents, lambda tile: tile, tile=16, overlap=8)  # outside the block: no events
     assert events == [("tile", "vae", {"index": i, "total": 2}) for i in (1, 2)]
+
+
+@pytest.mark.parametrize(("policy", "compiles"), [("keep", 1), ("offload", 3)])
+def test_component_events_compile_per_compile_and_first_run_once(policy: str, compiles: int) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    model = one_node_model("MatMul", {"x": x}, initializers={"w": w})
+    component = Component("matmul", ModelInMemory(model, "matmul"), backend="reference", policy=policy)  # type: ignore[arg-type]
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    with listening(lambda event, name, details: events.append((event, name, dict(details)))):
+        outputs = [component.run({"x": x})["out0"] for _ in range(3)]
+    for out in outputs:  # the first run goes through unchanged (numpy's product as the oracle)
+        np.testing.assert_allclose(out, x @ w, rtol=1e-6)
+    names = [event for event, _, _ in events]
+    assert names.count("compile") == names.count("compiled") == compiles
+    assert names.count("first run") == names.count("first ran") == 1
+    assert names[:4] == ["compile", "compiled", "first run", "first ran"]
+    compiled = next(details for event, _, details in events if event == "compiled")
+    assert compiled["backend"] == "reference" and compiled["seconds"] >= 0
+    assert all(name == "matmul" for _, name, _ in events)

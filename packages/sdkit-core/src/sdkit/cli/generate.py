@@ -178,6 +178,7 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
     report.line(f"loaded {type(pipe).__name__} ({', '.join(pipe.components)}) in {time.perf_counter() - start:.1f} s")
     refiner = None
     if args.refiner is not None:  # checked to be SDXL by build_request; the same settings
+        report.line(f"loading {args.refiner} ...")
         refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)
         request = request.replace(refiner=refiner)
     pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
