@@ -34,6 +34,7 @@ from sdkit.families import Checkpoint, Family, MappedCheckpoint, describe, detec
 from sdkit.families.flux import FluxArch, FluxGraphs, flux_family
 from sdkit.families.keymaps import TensorSource
 from sdkit.model import Model
+from sdkit.testing.cli_output import without_progress
 from sdkit.testing.goldens import require_backend
 from sdkit.testing.safetensors_files import write_header_only_safetensors
 
@@ -423,7 +424,7 @@ def test_command_line_takes_the_component_files(
     assert np.abs(pixels - golden("flux_dev_bf16_comfy/image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
     capsys.readouterr()
     assert main(argv) == 1
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: ") and "--clip_l FILE" in err and err.count("\n") == 1
 
 

@@ -17,6 +17,7 @@ import sdkit
 from sdkit.errors import UnsupportedFamilyError
 from sdkit.families import Checkpoint, describe, detect
 from sdkit.pipelines.loaders.families import registered_families
+from sdkit.testing.cli_output import without_progress
 from sdkit.testing.safetensors_files import write_header_only_safetensors
 
 
@@ -83,5 +84,5 @@ def test_the_command_line_says_so_in_one_line(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "SD 3.5 Large checkpoint" in out and "38 joint blocks, width 2432" in out
     assert main(["generate", "a cat", "--model", str(path)]) == 1
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: sd3.5_large.safetensors is a SD 3.5 Large checkpoint") and err.count("\n") == 1

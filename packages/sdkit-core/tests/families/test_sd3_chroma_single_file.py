@@ -34,6 +34,7 @@ from sdkit.families.flux import FluxGraphs
 from sdkit.families.sd3 import Sd3Arch, Sd3Graphs, sd3_family
 from sdkit.model import Model
 from sdkit.testing import write_header_only_safetensors
+from sdkit.testing.cli_output import without_progress
 from sdkit.testing.goldens import require_backend
 
 REPO = Path(__file__).resolve().parents[4]
@@ -524,7 +525,7 @@ def test_command_line_takes_clip_g(tiny_families: None, tmp_path: Path, capsys: 
     assert np.abs(pixels - golden("sd35_transformer_bf16", "image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
     capsys.readouterr()
     assert main([*argv, *files]) == 1
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: ") and "--clip_g FILE" in err and err.count("\n") == 1
 
 

@@ -18,6 +18,7 @@ from PIL import Image
 import sdkit
 from sdkit.cli.lora_embeddings_vae_options import lora_argument
 from sdkit.cli.main import main
+from sdkit.testing.cli_output import without_progress
 
 SD1 = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1"
 PROMPT = "a photo of skstyle riding a horse <lora:sd1_kohya_attn:0.6>"
@@ -75,7 +76,7 @@ def test_bad_adapter_flags_are_one_line(
     else:
         argv[index + 1] = value
     assert main(argv) == 1
-    err = capsys.readouterr().err.strip()
+    err = without_progress(capsys.readouterr().err).strip()
     assert err.startswith("sdkit: error: ") and message in err and "\n" not in err
 
 

@@ -26,6 +26,7 @@ from sdkit.pipelines.models.flux import FluxPipeline
 from sdkit.pipelines.models.sd3 import StableDiffusion3Pipeline
 from sdkit.pipelines.models.sdxl import StableDiffusionXLPipeline
 from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
+from sdkit.testing.cli_output import without_progress
 
 FLOW = Path(__file__).resolve().parents[4] / "fixtures" / "tiny_flow"
 FLOW_FAMILIES = {"sd3": "SD3", "flux_dev": "FLUX.1", "flux_schnell": "FLUX.1", "chroma": "Chroma"}
@@ -169,7 +170,7 @@ def test_the_command_line_refuses_in_one_line_before_loading(
     for said, flags in cases.items():
         capsys.readouterr()
         assert main([*base, *flags]) == 1
-        err = capsys.readouterr().err
+        err = without_progress(capsys.readouterr().err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert err.startswith(f"sdkit: error: SD3 pipelines do not support {said};"), err
     assert not (tmp_path / "out.png").exists()

@@ -13,6 +13,7 @@ import pytest
 from sdkit.cli.main import main
 from sdkit.errors import InputError, ResourceLimitError
 from sdkit.pipelines.imaging.images import open_init_image
+from sdkit.testing.cli_output import without_progress
 
 
 def _png_header(path: Path, width: int, height: int) -> Path:
@@ -40,7 +41,7 @@ def test_generation_over_the_budget_is_refused(
     flags: list[str], tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(["generate", "-m", str(tiny_dir), "a", "--backend", "reference", "-o", str(tmp_path / "o.png"), *flags])
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert code == 1 and err.startswith("sdkit: error:") and "over the memory budget" in err, err
 
 

@@ -21,6 +21,7 @@ from safetensors.numpy import save_file
 import sdkit
 from sdkit.errors import ModelFormatError, UnsupportedModelError
 from sdkit.families import Checkpoint, Family
+from sdkit.testing.cli_output import without_progress
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
 TOLERANCE = 1e-3
@@ -212,5 +213,5 @@ def test_bad_files_are_one_clear_error(
     with pytest.raises(ModelFormatError, match=message):
         sdkit.load_pipeline(path, backend="reference")
     code = main(["generate", "--model", str(path), "a castle", "-o", str(tmp_path / "x.png"), "--backend", "reference"])
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert code == 1 and err.startswith("sdkit: error: ") and err.count("\n") == 1, err

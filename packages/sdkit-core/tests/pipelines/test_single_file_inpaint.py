@@ -25,6 +25,7 @@ from sdkit.errors import InputError, UnsupportedFamilyError, UnsupportedModelErr
 from sdkit.families import Family, FamilyComponent, builtin
 from sdkit.pipelines.loaders import families as pipeline_families
 from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
+from sdkit.testing.cli_output import without_progress
 
 FOLDER = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1_inpaint"
 TOLERANCE = 1e-3
@@ -163,5 +164,5 @@ def test_generate_and_inspect_from_the_command_line(
     assert data["kind"] == "checkpoint" and data["title"] == "tiny sd1_inpaint checkpoint"
     assert data["details"]["inpainting"].startswith("yes")
     assert main(["generate", PROMPT, "--model", str(model), "-o", str(out), "--backend", "reference"]) == 1
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: ") and "is an inpainting model" in err and err.count("\n") == 1, err

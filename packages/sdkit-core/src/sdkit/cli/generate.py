@@ -11,18 +11,16 @@ so other tools read them back.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from sdkit.cli import lora_embeddings_vae_options
+from sdkit.cli import lora_embeddings_vae_options, progress_report
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
-from sdkit.cli.progress import interactive
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
 from sdkit.pipelines.loaders.loading import pipeline_class_for
@@ -82,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lora_embeddings_vae_options.add_arguments(parser)
     add_option_arguments(parser)
     add_sdxl_arguments(parser)
+    progress_report.add_arguments(parser)
 
 
 def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] | None:
@@ -110,27 +109,9 @@ def output_path(base: Path, index: int, count: int) -> Path:
     return base if count == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}")
 
 
-class StepBar:
-    """The per-step progress bar: tqdm on a terminal, nothing in pipes."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-
-    def __call__(self, step: int, total: int, latents: np.ndarray) -> None:
-        if not interactive():
-            return
-        if self._bar is None:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, desc="sampling", unit="step", leave=False, file=sys.stderr)
-        self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> GenerationRequest:
+def build_request(
+    args: argparse.Namespace, callback: Callable[[int, int, np.ndarray], None] | None = None
+) -> GenerationRequest:
     """The request the flags describe, checked before any model loads: a typo fails in a second.
     Its class is the model's pipeline's (found from its config files), so SDXL flags on an SD
     model, a refiner that is not SDXL, or a feature the pipeline does not declare, fail here too."""
@@ -169,11 +150,16 @@ def build_request(args: argparse.Namespace, callback: StepBar | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    report = progress_report.ProgressReport.for_args(args)
+    with report.listening():
+        return generate(args, report)
+
+
+def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -> int:
     import sdkit
     from sdkit.pipelines import save_png
 
-    bar = StepBar()
-    request = build_request(args, bar)
+    request = build_request(args, report.callback)
     base = output_base(args.output, request.seed)
     loras = lora_embeddings_vae_options.check(args)
     start = time.perf_counter()
@@ -185,11 +171,14 @@ def run(args: argparse.Namespace) -> int:
     }
     controlnets = control_fields(args)[1] or None
     files = lora_embeddings_vae_options.component_files(args)
+    report.line(f"loading {args.model} ...")
     pipe = sdkit.load_pipeline(
         args.model, prediction=args.prediction, controlnets=controlnets, prepare=False, **settings, **files
     )
+    report.line(f"loaded {type(pipe).__name__} ({', '.join(pipe.components)}) in {time.perf_counter() - start:.1f} s")
     refiner = None
     if args.refiner is not None:  # checked to be SDXL by build_request; the same settings
+        report.line(f"loading {args.refiner} ...")
         refiner = sdkit.load_pipeline(args.refiner, prepare=False, **settings)
         request = request.replace(refiner=refiner)
     pipe.plan(pipe.accept(request))  # the checks that need the model, before anything compiles
@@ -197,10 +186,8 @@ def run(args: argparse.Namespace) -> int:
     for loaded in (pipe, refiner):
         if loaded is not None:
             loaded.prepare()
-    try:
-        images = pipe.run(request)
-    finally:
-        bar.close()
+    images = pipe.run(request)
+    report.close()  # the bar's line ends before the result lines
     for index, image in enumerate(images):
         path = output_path(base, index, len(images))
         save_png(image, path, image.info["sdkit_parameters"])

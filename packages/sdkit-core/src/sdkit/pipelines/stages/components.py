@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import gc
 import sys
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
@@ -28,6 +29,7 @@ from sdkit.device import Device
 from sdkit.errors import OptionError
 from sdkit.families.checkpoint import normalize_prediction
 from sdkit.model import Model
+from sdkit.pipelines.stages.phases import report
 from sdkit.pipelines.stages.pruning import keep_outputs
 from sdkit.pipelines.stages.sources import ModelSource
 
@@ -77,6 +79,7 @@ class Component:
     _backend_name: str | None = field(default=None, init=False, repr=False)
     _weights: Mapping[str, np.ndarray] | None = field(default=None, init=False, repr=False)
     _graph_hash: str | None = field(default=None, init=False, repr=False)  # of the compiled graph
+    _ran: bool = field(default=False, init=False, repr=False)  # a first use happened (phase events)
 
     def __post_init__(self) -> None:
         if self.policy not in MEMORY_POLICIES:
@@ -91,10 +94,20 @@ class Component:
         return keep_outputs(model, self.outputs) if self.outputs else model
 
     def _compile(self, model: Model) -> CompiledModel:
+        report("compile", self.name, backend=str(self.backend))
+        start = time.perf_counter()
         compiled = compile_model(model, backend=self.backend, device=self.device, **dict(self.options or {}))
         self._backend_name = compiled.backend_name or str(self.backend)
         self._graph_hash = model.graph.hash
+        report("compiled", self.name, backend=self._backend_name, seconds=time.perf_counter() - start)
         return compiled
+
+    def _first(self, work: Callable[[CompiledModel], T], compiled: CompiledModel) -> T:
+        """``work(compiled)``; on the component's first use, its first ``run`` sends phase events."""
+        if self._ran:
+            return work(compiled)
+        self._ran = True
+        return work(cast("CompiledModel", _FirstRun(compiled, self.name)))
 
     @property
     def backend_name(self) -> str | None:
@@ -121,12 +134,12 @@ class Component:
         if self.policy == "keep":
             self.prepare()
             assert self._compiled is not None
-            return work(self._compiled)
+            return self._first(work, self._compiled)
         model = self.load_model()
         compiled = self._compile(model)
         del model
         try:
-            return work(compiled)
+            return self._first(work, compiled)
         finally:
             self._backend_name = compiled.backend_name or self._backend_name  # tune=True: known after a run
             compiled.close()
@@ -185,6 +198,27 @@ class Component:
             self._compiled.close()
             self._compiled = None
             return_memory_to_os()
+
+
+class _FirstRun:
+    """A compiled model whose first ``run`` is announced (``"first run"``, then ``"first ran"``
+    with its seconds); everything else goes to the model itself."""
+
+    def __init__(self, compiled: CompiledModel, name: str) -> None:
+        self._compiled, self._name, self._done = compiled, name, False
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._done:
+            return self._compiled.run(feeds)
+        report("first run", self._name)
+        start = time.perf_counter()
+        outputs = self._compiled.run(feeds)
+        self._done = True
+        report("first ran", self._name, seconds=time.perf_counter() - start)
+        return outputs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled, name)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
+from sdkit.pipelines.stages.phases import report
 
 RAMPS = ("linear", "cosine")
 F32 = NDArray[np.float32]
@@ -99,9 +100,12 @@ def tiled_map(
     ys, xs = tile_starts(height, tile, overlap, align), tile_starts(width, tile, overlap, align)
     out: NDArray[np.float64] | None = None
     total: NDArray[np.float64] | None = None
+    done = 0
     for y in ys:
         for x0 in xs:
             part = np.asarray(fn(x[:, :, y : y + tile, x0 : x0 + tile]), dtype=np.float64)
+            done += 1
+            report("tile", "vae", index=done, total=len(ys) * len(xs))
             th, tw = min(tile, height - y), min(tile, width - x0)
             if out is None:
                 sy, sx = _scale(th, part.shape[2], "height"), _scale(tw, part.shape[3], "width")
