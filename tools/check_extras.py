@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -182,11 +183,29 @@ def largest(outcome: Outcome, names: set[str]) -> str:
     return ", ".join(f"{n} {mb(dist_size(outcome, n))}" for n in big)
 
 
-def table(outcomes: list[Outcome]) -> str:
-    """The README's table: one row per install line, then how much of core the Hub chain is."""
+def earlier_rows(readme: str) -> dict[str, str]:
+    """The README table's rows by install line, each size cell marked with the run it came from
+    (kept by ``--write-readme`` for the lines this run did not measure)."""
+    if BEGIN not in readme:
+        return {}
+    old = readme.split(BEGIN, 1)[1].split(END, 1)[0]
+    found = re.search(r"\((\d{4}-\d{2}-\d{2}),", old)
+    when = found.group(1) if found else "an earlier run"
+    rows = {}
+    for row in old.splitlines():
+        cells = row.split(" | ")
+        if row.startswith("| `pip install") and len(cells) == 3:
+            size = cells[1] if "(" in cells[1] else f"{cells[1]} (measured {when})"
+            rows[cells[0].strip("| `")] = " | ".join([cells[0], size, cells[2]])
+    return rows
+
+
+def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) -> str:
+    """The README's table: one row per install line (``earlier``'s row for a line this run did
+    not measure), then how much of core the Hub chain is."""
     core = next((o for o in outcomes if o.extra == ""), None)
     core_dists = closure(["sdkit"], core.dists) if core else set()
-    rows = ["| install line | installed size | largest parts |", "|---|---|---|"]
+    by_line = dict(earlier)
     for o in outcomes:
         dists = closure(["sdkit"], o.dists)
         if not o.extra:
@@ -194,8 +213,10 @@ def table(outcomes: list[Outcome]) -> str:
         else:
             added = largest(o, dists - core_dists)
             parts = f"core + {added}" if added else "core (nothing over 3 MB added on this platform)"
-        rows.append(f"| `{o.line}` | {mb(o.size)} | {parts} |")
-    lines = [*rows, ""]
+        by_line[o.line] = f"| `{o.line}` | {mb(o.size)} | {parts} |"
+    lines = [f"pip install {requirement(e)}" for e in order]
+    rows = [by_line[line] for line in lines if line in by_line]
+    lines = ["| install line | installed size | largest parts |", "|---|---|---|", *rows, ""]
     if core:
         hub = core_dists - closure(["sdkit"], core.dists, without=HUB)
         hub_size = sum(dist_size(core, d) for d in hub)
@@ -207,7 +228,8 @@ def table(outcomes: list[Outcome]) -> str:
         f"Measured by `tools/check_extras.py` ({time.strftime('%Y-%m-%d')}, Linux {platform.machine()}, "
         f"Python {platform.python_version()}): a fresh venv per line; installed size is how much "
         "site-packages grew on disk (as `du -s` counts it: allocated blocks, .pyc files and metadata "
-        "included, pip itself excluded); the parts are the sum of each distribution's file sizes."
+        "included, pip itself excluded); the parts are the sum of each distribution's file sizes. "
+        "A size marked with a date is from that earlier run (the sum of file sizes then)."
     )
     return "\n".join(lines)
 
@@ -248,7 +270,8 @@ def main() -> int:
             log(f"environments kept in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    result = table(outcomes)
+    earlier = earlier_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    result = table(outcomes, order, earlier)
     log(result)
     if args.write_readme:
         write_readme(result)
