@@ -195,7 +195,7 @@ def earlier_rows(readme: str) -> dict[str, str]:
     for row in old.splitlines():
         cells = row.split(" | ")
         if row.startswith("| `pip install") and len(cells) == 3:
-            size = cells[1] if "(" in cells[1] else f"{cells[1]} (measured {when})"
+            size = cells[1] if "measured" in cells[1] else f"{cells[1]} (measured {when})"
             rows[cells[0].strip("| `")] = " | ".join([cells[0], size, cells[2]])
     return rows
 
@@ -213,7 +213,7 @@ def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) ->
         else:
             added = largest(o, dists - core_dists)
             parts = f"core + {added}" if added else "core (nothing over 3 MB added on this platform)"
-        by_line[o.line] = f"| `{o.line}` | {mb(o.size)} | {parts} |"
+        by_line[o.line] = f"| `{o.line}` | {mb(o.size)} ({o.size / 2**20:.0f} MiB) | {parts} |"
     lines = [f"pip install {requirement(e)}" for e in order]
     rows = [by_line[line] for line in lines if line in by_line]
     lines = ["| install line | installed size | largest parts |", "|---|---|---|", *rows, ""]
@@ -227,8 +227,9 @@ def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) ->
     lines.append(
         f"Measured by `tools/check_extras.py` ({time.strftime('%Y-%m-%d')}, Linux {platform.machine()}, "
         f"Python {platform.python_version()}): a fresh venv per line; installed size is how much "
-        "site-packages grew on disk (as `du -s` counts it: allocated blocks, .pyc files and metadata "
-        "included, pip itself excluded); the parts are the sum of each distribution's file sizes. "
+        "site-packages grew on disk, as `du -s` counts it (allocated blocks, the .pyc files pip compiles "
+        "and the metadata included, pip itself excluded), in MB and in `du -sm`'s MiB; the parts are the "
+        "sum of each distribution's file sizes, which is less (thousands of small files each fill a block). "
         "A size marked with a date is from that earlier run (the sum of file sizes then)."
     )
     return "\n".join(lines)
