@@ -182,3 +182,16 @@ def test_core_and_cpu_install_under_200_mib(extra: str) -> None:
     match = re.fullmatch(r"(\d+) MB \((\d+) MiB\)", cell)
     assert match, f"{cell!r}: not a size check_extras measured on disk; run python3 dev.py extras --write-readme"
     assert int(match.group(2)) < 200, cell
+
+
+def test_the_size_table_is_not_stale_for_sdkit_core() -> None:
+    """The table records sdkit-core's package files when it was measured; a checkout whose files
+    differ by a megabyte or more (a graph or vocabulary added, the graphs' compression dropped)
+    needs ``python3 dev.py extras --extras core,cpu --write-readme`` again. Third-party releases
+    change the sizes too; only a run with the package index sees those."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"sdkit-core's package files at the time: ([\d.]+) MB\.", text)
+    assert match, "the README's size table does not record sdkit-core's files; run check_extras --write-readme"
+    src = ROOT / "packages" / "sdkit-core" / "src" / "sdkit"
+    now = sum(f.stat().st_size for f in src.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    assert abs(now / 1e6 - float(match.group(1))) < 1.0, (now, match.group(1))

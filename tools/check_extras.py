@@ -105,6 +105,14 @@ def folder_size(path: Path) -> int:
     return total
 
 
+def core_source_bytes() -> int:
+    """The bytes of sdkit-core's package files in this checkout (what its wheel holds, no
+    ``__pycache__``): the README records it with the table, and ``tests/test_install_lines.py``
+    fails when the checkout's differs by a megabyte or more (the table is stale: measure again)."""
+    src = ROOT / "packages" / "sdkit-core" / "src" / "sdkit"
+    return sum(f.stat().st_size for f in src.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+
+
 def bytes_size(path: Path) -> int:
     """The sum of the regular files' sizes (what ``du -s --apparent-size`` counts)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
@@ -230,7 +238,8 @@ def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) ->
         "site-packages grew on disk, as `du -s` counts it (allocated blocks, the .pyc files pip compiles "
         "and the metadata included, pip itself excluded), in MB and in `du -sm`'s MiB; the parts are the "
         "sum of each distribution's file sizes, which is less (thousands of small files each fill a block). "
-        "A size marked with a date is from that earlier run (the sum of file sizes then)."
+        "A size marked with a date is from that earlier run (the sum of file sizes then). "
+        f"sdkit-core's package files at the time: {core_source_bytes() / 1e6:.2f} MB."
     )
     return "\n".join(lines)
 
