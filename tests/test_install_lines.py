@@ -162,3 +162,36 @@ def test_the_cpu_advice_quotes_the_measured_ratios() -> None:
     assert "2.7-4x onnxruntime's time, or 1.4-2.5x once" in install
     assert "1.4-2.5x onnxruntime's time with the machine build (`native_build`), 2.7-4x with the prebuilt wheel" in text
     assert "it runs at onnxruntime's speed" in install and "at onnxruntime's speed on this CPU" in text
+
+
+def size_table() -> dict[str, str]:
+    """install line -> installed-size cell of the README's size table (``tools/check_extras.py
+    --write-readme`` writes it between the ``extras-table`` markers)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("<!-- extras-table:begin -->", 1)[1].split("<!-- extras-table:end -->", 1)[0]
+    rows = [row.split(" | ") for row in table.splitlines() if row.startswith("| `pip install")]
+    return {cells[0].strip("| `"): cells[1] for cells in rows}
+
+
+@pytest.mark.parametrize("extra", ["", "cpu"])
+def test_core_and_cpu_install_under_200_mib(extra: str) -> None:
+    """The seeds' line: a fresh venv's site-packages grows by under 200 MiB (``du -sm``, the
+    unit the line was drawn in) with core or ``sdkit[cpu]``, as check_extras last measured it
+    (the on-disk measure: a row carried over from an earlier run's file sizes does not count)."""
+    cell = size_table()[f"pip install {requirement(extra)}"]
+    match = re.fullmatch(r"(\d+) MB \((\d+) MiB\)", cell)
+    assert match, f"{cell!r}: not a size check_extras measured on disk; run python3 dev.py extras --write-readme"
+    assert int(match.group(2)) < 200, cell
+
+
+def test_the_size_table_is_not_stale_for_sdkit_core() -> None:
+    """The table records sdkit-core's package files when it was measured; a checkout whose files
+    differ by a megabyte or more (a graph or vocabulary added, the graphs' compression dropped)
+    needs ``python3 dev.py extras --extras core,cpu --write-readme`` again. Third-party releases
+    change the sizes too; only a run with the package index sees those."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"sdkit-core's package files at the time: ([\d.]+) MB\.", text)
+    assert match, "the README's size table does not record sdkit-core's files; run check_extras --write-readme"
+    src = ROOT / "packages" / "sdkit-core" / "src" / "sdkit"
+    now = sum(f.stat().st_size for f in src.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    assert abs(now / 1e6 - float(match.group(1))) < 1.0, (now, match.group(1))

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,8 @@ class Outcome:
     extra: str
     line: str
     sdkit_version: str
-    size: int
+    size: int  # growth of site-packages on disk (``folder_size``)
+    apparent: int  # the same growth as the sum of file sizes (``bytes_size``)
     dists: dict[str, dict[str, object]]
     backends_text: str
     problems: list[str]
@@ -89,6 +91,30 @@ def ensure_wheels(dist: Path) -> None:
 
 
 def folder_size(path: Path) -> int:
+    """Bytes a folder takes on disk, as ``du -s --block-size=1`` counts them: allocated blocks
+    (``st_blocks``, 512 bytes each), each hard-linked file once. This is the growth a user
+    sees (``du`` on site-packages before and after ``pip install``); the sum of file sizes is
+    a few percent less (thousands of small ``.py``/``.pyc`` files each fill a 4 KB block)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for f in path.rglob("*"):
+        info = f.lstat()
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+    return total
+
+
+def core_source_bytes() -> int:
+    """The bytes of sdkit-core's package files in this checkout (what its wheel holds, no
+    ``__pycache__``): the README records it with the table, and ``tests/test_install_lines.py``
+    fails when the checkout's differs by a megabyte or more (the table is stale: measure again)."""
+    src = ROOT / "packages" / "sdkit-core" / "src" / "sdkit"
+    return sum(f.stat().st_size for f in src.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+
+
+def bytes_size(path: Path) -> int:
+    """The sum of the regular files' sizes (what ``du -s --apparent-size`` counts)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
@@ -121,7 +147,7 @@ def install(extra: str, dist: Path, work: Path) -> Outcome:
     bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
     python = bindir / ("python.exe" if os.name == "nt" else "python")
     site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-    before = folder_size(site)
+    before, before_bytes = folder_size(site), bytes_size(site)
     log(f"[{extra or 'core'}] {line}  (--find-links {dist})")
     start = time.perf_counter()
     spec = requirement(extra).strip('"')  # the README quotes it for the shell; here it is one argv item
@@ -135,7 +161,9 @@ def install(extra: str, dist: Path, work: Path) -> Outcome:
     version = str(dists.get("sdkit", {}).get("version", "not installed"))
     if version != __version__:
         problems.append(f"the install line gave sdkit {version}, not {__version__}")
-    return Outcome(extra, line, version, folder_size(site) - before, dists, text, problems)
+    # Measured after ``sdkit backends`` ran, as a user's site-packages is once sdkit has run.
+    grown, grown_bytes = folder_size(site) - before, bytes_size(site) - before_bytes
+    return Outcome(extra, line, version, grown, grown_bytes, dists, text, problems)
 
 
 def closure(roots: list[str], dists: dict[str, dict[str, object]], without: str = "") -> set[str]:
@@ -163,11 +191,29 @@ def largest(outcome: Outcome, names: set[str]) -> str:
     return ", ".join(f"{n} {mb(dist_size(outcome, n))}" for n in big)
 
 
-def table(outcomes: list[Outcome]) -> str:
-    """The README's table: one row per install line, then how much of core the Hub chain is."""
+def earlier_rows(readme: str) -> dict[str, str]:
+    """The README table's rows by install line, each size cell marked with the run it came from
+    (kept by ``--write-readme`` for the lines this run did not measure)."""
+    if BEGIN not in readme:
+        return {}
+    old = readme.split(BEGIN, 1)[1].split(END, 1)[0]
+    found = re.search(r"\((\d{4}-\d{2}-\d{2}),", old)
+    when = found.group(1) if found else "an earlier run"
+    rows = {}
+    for row in old.splitlines():
+        cells = row.split(" | ")
+        if row.startswith("| `pip install") and len(cells) == 3:
+            size = cells[1] if "measured" in cells[1] else f"{cells[1]} (measured {when})"
+            rows[cells[0].strip("| `")] = " | ".join([cells[0], size, cells[2]])
+    return rows
+
+
+def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) -> str:
+    """The README's table: one row per install line (``earlier``'s row for a line this run did
+    not measure), then how much of core the Hub chain is."""
     core = next((o for o in outcomes if o.extra == ""), None)
     core_dists = closure(["sdkit"], core.dists) if core else set()
-    rows = ["| install line | installed size | largest parts |", "|---|---|---|"]
+    by_line = dict(earlier)
     for o in outcomes:
         dists = closure(["sdkit"], o.dists)
         if not o.extra:
@@ -175,8 +221,10 @@ def table(outcomes: list[Outcome]) -> str:
         else:
             added = largest(o, dists - core_dists)
             parts = f"core + {added}" if added else "core (nothing over 3 MB added on this platform)"
-        rows.append(f"| `{o.line}` | {mb(o.size)} | {parts} |")
-    lines = [*rows, ""]
+        by_line[o.line] = f"| `{o.line}` | {mb(o.size)} ({o.size / 2**20:.0f} MiB) | {parts} |"
+    lines = [f"pip install {requirement(e)}" for e in order]
+    rows = [by_line[line] for line in lines if line in by_line]
+    lines = ["| install line | installed size | largest parts |", "|---|---|---|", *rows, ""]
     if core:
         hub = core_dists - closure(["sdkit"], core.dists, without=HUB)
         hub_size = sum(dist_size(core, d) for d in hub)
@@ -186,7 +234,12 @@ def table(outcomes: list[Outcome]) -> str:
         )
     lines.append(
         f"Measured by `tools/check_extras.py` ({time.strftime('%Y-%m-%d')}, Linux {platform.machine()}, "
-        f"Python {platform.python_version()}): a fresh venv per line, bytes on disk, pip itself excluded."
+        f"Python {platform.python_version()}): a fresh venv per line; installed size is how much "
+        "site-packages grew on disk, as `du -s` counts it (allocated blocks, the .pyc files pip compiles "
+        "and the metadata included, pip itself excluded), in MB and in `du -sm`'s MiB; the parts are the "
+        "sum of each distribution's file sizes, which is less (thousands of small files each fill a block). "
+        "A size marked with a date is from that earlier run (the sum of file sizes then). "
+        f"sdkit-core's package files at the time: {core_source_bytes() / 1e6:.2f} MB."
     )
     return "\n".join(lines)
 
@@ -216,7 +269,10 @@ def main() -> int:
     try:
         for name in args.extras.split(","):
             outcome = install("" if name == "core" else name, args.dist.resolve(), work)
-            log(f"[{name}] sdkit {outcome.sdkit_version}, {mb(outcome.size)}; sdkit backends:")
+            log(
+                f"[{name}] sdkit {outcome.sdkit_version}, site-packages grew {mb(outcome.size)} on disk "
+                f"({mb(outcome.apparent)} of file sizes); sdkit backends:"
+            )
             log("\n".join("    " + line for line in outcome.backends_text.splitlines()))
             outcomes.append(outcome)
     finally:
@@ -224,7 +280,8 @@ def main() -> int:
             log(f"environments kept in {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    result = table(outcomes)
+    earlier = earlier_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    result = table(outcomes, order, earlier)
     log(result)
     if args.write_readme:
         write_readme(result)
