@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdkit import __version__
-from sdkit.known_backends import KNOWN_BACKENDS, requirement
+from sdkit.known_backends import KNOWN_BACKENDS, InstallSource, KnownBackend, install_command, requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino", "sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
@@ -125,6 +125,13 @@ def clean_env(cache: Path) -> dict[str, str]:
     return env
 
 
+def unpublished_hint(known: KnownBackend) -> str:
+    """The hint a venv installed from dist/ prints: pip records no direct URL for a --find-links
+    install, so sdkit sees a dev release of unknown origin (``sdkit.known_backends.install_source``)."""
+    note = f" (on {known.platforms})" if known.platforms else ""
+    return install_command(known.extra, source=InstallSource("unpublished")) + note
+
+
 def check_backends(data: dict[str, object]) -> list[str]:
     """Every first-party backend listed, each with an availability and a reason or devices."""
     problems = []
@@ -135,8 +142,8 @@ def check_backends(data: dict[str, object]) -> list[str]:
             problems.append(f"sdkit backends does not list {known.name}")
         elif not isinstance(row["available"], bool) or not (row["reason"] or row["devices"]):
             problems.append(f"{known.name}: no availability or reason: {row}")
-        elif not row["installed"] and row["install_hint"] != known.install_command:
-            problems.append(f"{known.name}: install hint {row['install_hint']!r} is not {known.install_command!r}")
+        elif not row["installed"] and row["install_hint"] != unpublished_hint(known):
+            problems.append(f"{known.name}: install hint {row['install_hint']!r} is not {unpublished_hint(known)!r}")
     return problems
 
 
