@@ -69,7 +69,13 @@ class UnknownBackendError(UnknownNameError):
 
 
 class UnknownSchedulerError(UnknownNameError):
-    kind = "scheduler"
+    """An unknown sampler (``kind="sampler"``, the default) or sigma schedule (``kind="schedule"``)."""
+
+    kind = "sampler"
+
+    def __init__(self, name: str, known: Iterable[str], kind: str = "sampler") -> None:
+        self.kind = kind
+        super().__init__(name, known)
 
 
 @dataclass(frozen=True)

@@ -524,7 +524,7 @@ def test_command_line_takes_clip_g(tiny_families: None, tmp_path: Path, capsys: 
         pixels = np.asarray(image, np.float32) / 255.0
     assert np.abs(pixels - golden("sd35_transformer_bf16", "image")[0]).max() <= 1 / 255 + IMAGE_TOLERANCE
     capsys.readouterr()
-    assert main([*argv, *files]) == 1
+    assert main([*argv, *files, "--force"]) == 1  # --force: the same -o again, so the missing clip_g is the error
     err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: ") and "--clip_g FILE" in err and err.count("\n") == 1
 

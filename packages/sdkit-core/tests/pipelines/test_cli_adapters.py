@@ -22,7 +22,8 @@ from sdkit.testing.cli_output import without_progress
 
 SD1 = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny" / "sd1"
 PROMPT = "a photo of skstyle riding a horse <lora:sd1_kohya_attn:0.6>"
-SETTINGS = ["--steps", "2", "--seed", "5", "--sampler", "euler", "--width", "32", "--height", "32"]
+# --cfg 7.5: the API's default guidance_scale, which the expected images are made with
+SETTINGS = ["--steps", "2", "--seed", "5", "--sampler", "euler", "--width", "32", "--height", "32", "--cfg", "7.5"]
 
 
 def _argv(out: Path) -> list[str]:

@@ -211,3 +211,97 @@ def test_generate_from_a_single_file_checkpoint(tiny_families: object, tmp_path:
         pixels = np.asarray(image, dtype=np.float32) / 255
         assert "Model: my_sd2" in image.info["parameters"]
     assert np.abs(pixels - expected).max() <= 0.5 / 255 + 1e-3
+
+
+def test_stable_diffusion_cpp_flags_are_aliases(tiny_dir: Path, tmp_path: Path) -> None:
+    """stable-diffusion.cpp's names give the same image and parameters as sdkit's own."""
+    common = ["generate", "--model", str(tiny_dir), "--backend", "reference", "--steps", "2"]
+    ours = tmp_path / "ours.png"
+    theirs = tmp_path / "theirs.png"
+    own = ["a red cat", "-o", str(ours), "--negative", "blurry", "--seed", "3", "--sampler", "euler", "--cfg", "6"]
+    own += ["--schedule", "karras", "--width", "32", "--height", "24"]
+    sd_cpp = ["-p", "a red cat", "--output", str(theirs), "-n", "blurry", "-s", "3", "--sampling-method", "euler"]
+    sd_cpp += ["--cfg-scale", "6", "--scheduler", "karras", "-W", "32", "-H", "24"]
+    assert main(common + own) == 0
+    assert main(common + sd_cpp) == 0
+    with Image.open(ours) as a, Image.open(theirs) as b:
+        assert a.info["parameters"] == b.info["parameters"]
+        assert "CFG scale: 6, Seed: 3, Size: 32x24" in a.info["parameters"]
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    img2img = tmp_path / "img2img.png"
+    argv = [*common, "-p", "a dog", "-i", str(ours), "--strength", "0.5", "-s", "4", "-o", str(img2img)]
+    assert main(argv) == 0
+    with Image.open(img2img) as image:
+        assert image.size == (32, 24)
+        assert "Denoising strength: 0.5" in image.info["parameters"]
+
+
+def test_default_cfg_is_seven(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "a.png"
+    argv = ["generate", "a cat", "--model", str(tiny_dir), "--backend", "reference", "--steps", "1", "-o", str(out)]
+    assert main([*argv, "--seed", "1", "--width", "32", "--height", "32"]) == 0
+    with Image.open(out) as image:
+        assert "CFG scale: 7, " in image.info["parameters"]
+
+
+def test_numbered_outputs_never_overwrite(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["generate", "a cat", "--model", str(tiny_dir), "--backend", "reference", "--steps", "1"]
+    argv += ["--width", "32", "--height", "32", "--seed", "5"]
+    assert main(argv) == 0
+    assert main([*argv, "--num-images", "2"]) == 0
+    assert sorted(p.name for p in (tmp_path / "outputs" / "txt2img").iterdir()) == [
+        "00000-5.png",
+        "00001-5.png",
+        "00002-6.png",
+    ]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "00041-9.png").write_bytes(b"not touched")
+    assert main([*argv, "--outdir", "mine"]) == 0
+    assert (tmp_path / "mine" / "00041-9.png").read_bytes() == b"not touched"
+    assert (tmp_path / "mine" / "00042-5.png").is_file()
+    init = tmp_path / "outputs" / "txt2img" / "00000-5.png"
+    assert main([*argv, "--init-image", str(init), "--strength", "1"]) == 0
+    assert [p.name for p in (tmp_path / "outputs" / "img2img").iterdir()] == ["00000-5.png"]
+
+
+def test_output_refuses_to_overwrite_without_force(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cat.png"
+    out.write_bytes(b"precious")
+    argv = ["generate", "a cat", "--model", str(tiny_dir), "--backend", "reference", "--steps", "1", "-o", str(out)]
+    argv += ["--width", "32", "--height", "32"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sdkit: error: ") and "--force" in err and "\n" not in err
+    assert out.read_bytes() == b"precious"
+    assert main([*argv, "--force"]) == 0
+    with Image.open(out) as image:
+        assert image.size == (32, 32)
+
+
+def test_sampler_names_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--list-samplers"]) == 0
+    listing = capsys.readouterr().out
+    assert "dpmpp_2m: DPM++ 2M" in listing and "karras" in listing and "euler_flow" in listing
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = capsys.readouterr().out
+    assert "dpmpp_2m: DPM++ 2M" in help_text and "sgm_uniform" in help_text and "--sampling-method" in help_text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sampler", "eulr"], "unknown sampler 'eulr' (did you mean 'euler'?)"),
+        (["--schedule", "krras"], "unknown schedule 'krras' (did you mean 'karras'?)"),
+        (["-p", "a dog"], "not both"),
+        (["-o", "a.png", "--outdir", "x"], "not both"),
+    ],
+)
+def test_flag_errors_name_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["generate", "a cat", "--model", str(tmp_path / "missing"), *extra]) == 1
+    assert message in capsys.readouterr().err

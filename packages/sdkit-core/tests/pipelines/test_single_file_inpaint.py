@@ -163,6 +163,7 @@ def test_generate_and_inspect_from_the_command_line(
     data = json.loads(capsys.readouterr().out)
     assert data["kind"] == "checkpoint" and data["title"] == "tiny sd1_inpaint checkpoint"
     assert data["details"]["inpainting"].startswith("yes")
-    assert main(["generate", PROMPT, "--model", str(model), "-o", str(out), "--backend", "reference"]) == 1
+    argv = ["generate", PROMPT, "--model", str(model), "-o", str(out), "--backend", "reference", "--force"]
+    assert main(argv) == 1
     err = without_progress(capsys.readouterr().err)
     assert err.startswith("sdkit: error: ") and "is an inpainting model" in err and err.count("\n") == 1, err

@@ -113,6 +113,7 @@ def test_cli_vae_tiling_writes_the_tiled_image(tmp_path: Path) -> None:
     out = tmp_path / "tiled.png"
     argv = ["generate", "a house", "-m", str(SD15), "-o", str(out), "--steps", "2", "--seed", "3"]
     argv += ["--sampler", "euler", "--width", str(SIZE), "--height", str(SIZE), "--backend", "reference"]
+    argv += ["--cfg", "7.5"]  # the API's default guidance_scale, which the expected image is made with
     assert main([*argv, "--tile", "--vae-tile-size", str(TILE)]) == 0  # --tile: --vae-tiling's alias
     with Image.open(out) as image:
         written = np.asarray(image, dtype=np.float32) / 255

@@ -78,7 +78,9 @@ def test_explicit_schedule_agrees_with_suffix() -> None:
 
 
 def test_unknown_sampler_suggests_a_name() -> None:
-    with pytest.raises(UnknownSchedulerError, match=r"did you mean 'DPM\+\+ 2M'") as info:
+    with pytest.raises(
+        UnknownSchedulerError, match=r"^unknown sampler 'DPM\+\+ 2N' \(did you mean 'DPM\+\+ 2M'"
+    ) as info:
         resolve("DPM++ 2N")
     assert isinstance(info.value, SdkitError)
     with pytest.raises(UnknownSchedulerError, match="did you mean 'euler'"):
@@ -88,8 +90,15 @@ def test_unknown_sampler_suggests_a_name() -> None:
 
 
 def test_unknown_schedule_suggests_a_name() -> None:
-    with pytest.raises(UnknownSchedulerError, match="did you mean 'karras'"):
+    with pytest.raises(UnknownSchedulerError, match=r"^unknown schedule 'karas' \(did you mean 'karras'"):
         resolve("euler", "karas")
+
+
+def test_stable_diffusion_cpp_names_resolve() -> None:
+    """stable-diffusion.cpp's --sampling-method and --scheduler spellings."""
+    assert resolve("dpm++2m") == ("dpmpp_2m", "normal")
+    assert resolve("euler_a", "discrete") == ("euler_a", "normal")
+    assert resolve("euler", "karras") == ("euler", "karras")
 
 
 def test_create_scheduler_uses_the_suffix() -> None:

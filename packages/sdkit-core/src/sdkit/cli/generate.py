@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -21,46 +20,61 @@ from sdkit.cli import lora_embeddings_vae_options, progress_report
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
+from sdkit.cli.output_files import OutputFiles, add_output_arguments
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
 from sdkit.pipelines.loaders.loading import pipeline_class_for
 from sdkit.pipelines.models.sdxl_request import XLRequest
 from sdkit.pipelines.request import GenerationRequest
 
+DEFAULT_CFG = 7.0  # A1111's, stable-diffusion.cpp's and the HTTP API's (it was 7.5 before issue 33)
 HELP = "generate images with a Stable Diffusion, SDXL, SD3, Flux or Chroma pipeline (img2img: --init-image)"
 
 
+SD_CPP_NOTE = (
+    "stable-diffusion.cpp's names work too: -p/--prompt, -n/--negative-prompt, -W/--width, -H/--height, "
+    "-s/--seed, --cfg-scale, --sampling-method, --scheduler, --steps, -o/--output, -i/--init-img, --strength"
+)
+NAMES_EPILOG = "\0sampler names\0"  # replaced by the registry's names when --help is printed
+
+
+class _HelpWithNames(argparse.HelpFormatter):
+    """Lists the registered sampler and schedule names at the end of ``--help``, read only
+    then: building the parser imports no scheduler."""
+
+    def _format_text(self, text: str) -> str:
+        if text != NAMES_EPILOG:
+            return super()._format_text(text)
+        from sdkit.schedulers.names import sampler_listing
+
+        return f"{SD_CPP_NOTE}\n\n{sampler_listing()}\n"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help="what to draw")
+    parser.formatter_class, parser.epilog = _HelpWithNames, NAMES_EPILOG
+    parser.add_argument("prompt", nargs="?", default=None, help="what to draw (or -p/--prompt)")
+    parser.add_argument(
+        "--prompt", "-p", dest="prompt_option", default=None, help="what to draw (stable-diffusion.cpp)"
+    )
     parser.add_argument(
         "--model",
         "-m",
         "--diffusion-model",  # stable-diffusion.cpp's name for a transformer-only file (Flux)
-        required=True,
+        default=None,
         help="a .safetensors checkpoint (SD 1.x/2.x, SDXL, SD3, FLUX.1, Chroma), a diffusers folder, or a "
         "diffusers/optimum ONNX folder; --diffusion-model (as stable-diffusion.cpp): the same, for a "
         "transformer-only file (FLUX.1, Chroma, SD3) given with the --clip_l, --clip_g, --t5xxl and --vae "
         "files it needs",
     )
+    parser.add_argument("--list-samplers", action="store_true", help="print the sampler and schedule names, and exit")
     parser.add_argument(
         "--prediction",
         choices=("epsilon", "eps", "v", "v_prediction"),
         default=None,
         help="what the model predicts, when its files do not say (a SD 2.x-768 checkpoint without its .yaml: v)",
     )
-    parser.add_argument("--output", "-o", default=None, help="PNG to write (default: sdkit-SEED.png)")
-    parser.add_argument("--negative", default="", help="negative prompt")
-    parser.add_argument("--steps", type=int, default=20, help="sampling steps (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
-    parser.add_argument(
-        "--sampler", default=None, help="sampler name or UI label (default: Euler a; Euler on SD3, Flux and Chroma)"
-    )
-    parser.add_argument("--schedule", default=None, help="sigma schedule: normal, karras, ... (default: the sampler's)")
-    parser.add_argument("--cfg", type=float, default=7.5, help="classifier-free guidance scale (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=None, help="image width, a multiple of 8 (default: the model's)")
-    parser.add_argument("--height", type=int, default=None, help="image height, a multiple of 8 (default: the model's)")
-    parser.add_argument("--init-image", default=None, help="img2img: the image to start from")
-    parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
+    add_output_arguments(parser)
+    add_sampling_arguments(parser)
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
     add_inpaint_arguments(parser)
     add_large_image_arguments(parser)
@@ -83,6 +97,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     progress_report.add_arguments(parser)
 
 
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The request's basic flags, each also under stable-diffusion.cpp's name."""
+    parser.add_argument("--negative", "-n", "--negative-prompt", default="", help="negative prompt")
+    parser.add_argument("--steps", type=int, default=20, help="sampling steps (default: %(default)s)")
+    parser.add_argument("--seed", "-s", type=int, default=None, help="random seed (default: a random one, printed)")
+    parser.add_argument(
+        "--sampler",
+        "--sampling-method",
+        default=None,
+        help="sampler name or UI label, listed below and by --list-samplers (default: Euler a; Euler on SD3, Flux "
+        "and Chroma)",
+    )
+    parser.add_argument(
+        "--schedule",
+        "--scheduler",
+        default=None,
+        help="sigma schedule, listed below: normal, karras, ... (default: the sampler's)",
+    )
+    parser.add_argument(
+        "--cfg",
+        "--cfg-scale",
+        type=float,
+        default=DEFAULT_CFG,
+        help="classifier-free guidance scale (default: %(default)s, as A1111 and stable-diffusion.cpp)",
+    )
+    for flag, short in (("width", "-W"), ("height", "-H")):
+        parser.add_argument(
+            f"--{flag}", short, type=int, default=None, help=f"image {flag}, a multiple of 8 (default: the model's)"
+        )
+    parser.add_argument("--init-image", "-i", "--init-img", default=None, help="img2img: the image to start from")
+    parser.add_argument("--strength", type=float, default=0.8, help="img2img denoising strength (default: %(default)s)")
+
+
 def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] | None:
     """``ggml`` -> ``"ggml"``; ``unet=ggml,default=auto`` -> ``{"unet": "ggml", "default": "auto"}``."""
     if text is None or "=" not in text:
@@ -96,17 +143,20 @@ def per_component_argument(text: str | None, flag: str) -> str | dict[str, str] 
     return mapping
 
 
-def output_base(output: str | None, seed: int) -> Path:
-    base = Path(output) if output else Path(f"sdkit-{seed}.png")
-    if base.suffix.lower() != ".png":
-        raise InputError(f"the output must be a .png file, got {base}")
-    return base
-
-
-def output_path(base: Path, index: int, count: int) -> Path:
-    """Image ``index`` of ``count``'s file (named one at a time: a count is checked against the
-    memory budget by the pipeline, not spent here on a list of paths)."""
-    return base if count == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}")
+def prompt_and_model(args: argparse.Namespace) -> str:
+    """The prompt, given as the positional argument or as ``-p`` (then set as ``args.prompt``, which
+    the LoRA options read); ``--model`` checked present."""
+    positional, option = args.prompt, getattr(args, "prompt_option", None)
+    if positional is not None and option is not None:
+        raise InputError("give the prompt once: as an argument or with -p/--prompt, not both")
+    if args.model is None:
+        raise InputError("--model is required (or --list-samplers)")
+    prompt = option if option is not None else positional
+    if prompt is None:
+        raise InputError('a prompt is required: sdkit generate --model PATH "a prompt" (or -p "a prompt")')
+    text = str(prompt)
+    args.prompt, args.prompt_option = text, None
+    return text
 
 
 def build_request(
@@ -115,6 +165,7 @@ def build_request(
     """The request the flags describe, checked before any model loads: a typo fails in a second.
     Its class is the model's pipeline's (found from its config files), so SDXL flags on an SD
     model, a refiner that is not SDXL, or a feature the pipeline does not declare, fail here too."""
+    prompt = prompt_and_model(args)
     inpainting, _ = control_fields(args)
     pipeline_class = pipeline_class_for(args.model)
     if pipeline_class is not None:
@@ -127,7 +178,7 @@ def build_request(
     if args.max_sequence_length is not None:  # a flow model's field: refused by the others
         extra["max_sequence_length"] = args.max_sequence_length
     request = request_class.create(
-        args.prompt,
+        prompt,
         **extra,
         prompt_weighting=args.prompt_weighting,
         negative_prompt=args.negative,
@@ -159,8 +210,13 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
     import sdkit
     from sdkit.pipelines import save_png
 
+    if args.list_samplers:
+        from sdkit.schedulers.names import sampler_listing
+
+        print(sampler_listing())
+        return 0
     request = build_request(args, report.callback)
-    base = output_base(args.output, request.seed)
+    outputs = OutputFiles(args.output, args.outdir, args.init_image is not None, args.force, request.num_images)
     loras = lora_embeddings_vae_options.check(args)
     start = time.perf_counter()
     settings = {
@@ -189,8 +245,9 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
     images = pipe.run(request)
     report.close()  # the bar's line ends before the result lines
     for index, image in enumerate(images):
-        path = output_path(base, index, len(images))
-        save_png(image, path, image.info["sdkit_parameters"])
+        parameters = image.info["sdkit_parameters"]
+        path = outputs.path(index, len(images), parameters.seed)
+        save_png(image, path, parameters)
         print(f"saved {path}")
     backends = ", ".join(f"{name}={backend}" for name, backend in pipe.backends().items() if backend)
     print(f"seed {request.seed}; {time.perf_counter() - start:.1f} s; backends: {backends}")

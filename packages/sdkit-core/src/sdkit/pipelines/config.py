@@ -51,6 +51,11 @@ class PipelineConfig:
         states and pooled), not the encoded empty string (``model_index.json``; SDXL base: true).
     requires_aesthetics_score: SDXL refiner: the UNet's ``time_ids`` are original size, crop and
         an aesthetic score (5 values) instead of original size, crop and target size (6).
+    fixed_size: ``(width, height)``, the size a denoiser graph exported with a fixed latent or
+        token shape accepts, and so the default size instead of ``default_size`` (the tiny test
+        folders; ``sdkit.pipelines.loaders.diffusers_folder``). None: the graph takes any size.
+    fixed_text_tokens: a flow denoiser graph's fixed T5 token count (its ``txt_ids`` rows), the
+        default ``max_sequence_length`` instead of the family's. None: any.
     denoiser_config: the denoiser's ``config.json`` where a pipeline reads more of it (flow
         transformers: ``joint_attention_dim`` for SD3 without T5, ``guidance_embeds`` for Flux dev).
     fp32_components: components compiled in fp32 whatever a pipeline-wide ``precision`` says,
@@ -76,6 +81,8 @@ class PipelineConfig:
     requires_aesthetics_score: bool = False
     fp32_components: tuple[str, ...] = ()
     denoiser_config: Mapping[str, Any] = field(default_factory=dict)
+    fixed_size: tuple[int, int] | None = None
+    fixed_text_tokens: int | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -20,6 +20,7 @@ SCHEDULE_ALIASES: dict[str, str] = {
     "normal": "normal",
     "uniform": "normal",
     "default": "normal",
+    "discrete": "normal",  # stable-diffusion.cpp's name for it
     "karras": "karras",
     "exponential": "exponential",
     "sgm_uniform": "sgm_uniform",
@@ -45,6 +46,7 @@ def normalize(name: str) -> str:
     """Lower-case, "++" -> "pp", separators -> "_": "DPM++ 2M SDE" -> "dpmpp_2m_sde"."""
     text = name.strip().lower().replace("++", "pp")
     text = re.sub(r"[\s\-./]+", "_", text)
+    text = re.sub(r"^dpmpp(?=\d)", "dpmpp_", text)  # stable-diffusion.cpp's "dpm++2m"
     return re.sub(r"_+", "_", text).strip("_")
 
 
@@ -78,7 +80,7 @@ def resolve_schedule(schedule: str) -> str:
     """Canonical schedule name, or UnknownSchedulerError with a suggestion."""
     canonical = SCHEDULE_ALIASES.get(normalize(schedule)) if isinstance(schedule, str) else None
     if canonical is None:
-        raise UnknownSchedulerError(str(schedule), SCHEDULES)
+        raise UnknownSchedulerError(str(schedule), SCHEDULES, kind="schedule")
     return canonical
 
 
@@ -112,6 +114,24 @@ def resolve(sampler: str, schedule: str | None = None, registry: SchedulerRegist
     if suffix_schedule is not None and suffix_schedule != explicit:
         raise OptionError(f"{sampler!r} names schedule {suffix_schedule!r} but schedule={schedule!r} was given")
     return canonical, explicit
+
+
+def sampler_listing(registry: SchedulerRegistry | None = None) -> str:
+    """The samplers (each with the other names it answers to) and schedules, one a line, for
+    ``sdkit generate --list-samplers`` and its ``--help``."""
+    reg = _registry(registry)
+    names: dict[str, list[str]] = {name: [] for name in reg.names()}
+    for alias, canonical in reg.aliases().items():
+        names.setdefault(canonical, []).append(alias)
+    lines = ["samplers (any name on a line; a schedule may follow, as in 'DPM++ 2M Karras'):"]
+    lines += [f"  {name}: {', '.join(aliases)}" if aliases else f"  {name}" for name, aliases in names.items()]
+    schedules: dict[str, list[str]] = {name: [] for name in SCHEDULES}
+    for alias, canonical in SCHEDULE_ALIASES.items():
+        if alias != canonical:
+            schedules.setdefault(canonical, []).append(alias)
+    lines.append("schedules (--schedule):")
+    lines += [f"  {name}: {', '.join(a)}" if a else f"  {name}" for name, a in schedules.items()]
+    return "\n".join(lines)
 
 
 def scheduler_names(registry: SchedulerRegistry | None = None) -> list[str]:

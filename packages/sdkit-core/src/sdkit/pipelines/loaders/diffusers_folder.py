@@ -13,6 +13,7 @@ folders; a plugin's family with a ``FolderSpec`` loads from a folder the same wa
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +22,7 @@ from sdkit.errors import ModelFormatError, UnsupportedFamilyError
 from sdkit.families.family import PENULTIMATE
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.loaders.families import import_pipeline_class, registered_families
+from sdkit.pipelines.loaders.graph_inputs import static_input_dims
 from sdkit.pipelines.loaders.layout import PipelineLayout, is_pipeline_dir, latent_channels, read_layout
 from sdkit.pipelines.loaders.loading import PipelineLoader
 from sdkit.pipelines.models.base import Pipeline
@@ -77,7 +79,39 @@ def folder_config(layout: PipelineLayout) -> PipelineConfig:
         denoiser_config=denoiser,
         **fields,
     )
+    config = dataclasses.replace(config, **fixed_geometry(layout, config))
     return _xl_config(config, layout) if spec.time_ids else config
+
+
+def fixed_geometry(layout: PipelineLayout, config: PipelineConfig) -> dict[str, Any]:
+    """``fixed_size`` and ``fixed_text_tokens`` where the denoiser's graph fixes its input shapes
+    (read from its graph inputs, not its weights): a UNet/SD3 latent ``[B, C, h, w]`` gives
+    ``(w, h)`` cells; a Flux/Chroma token sequence ``[B, tokens, C]`` gives the most nearly square
+    grid of ``patch x patch``-cell tokens (the wider side across) whose pixel sizes are multiples
+    of ``size_multiple``; ``txt_ids`` rows give the T5 token count."""
+    path = layout.model_files.get(layout.spec.denoiser)
+    if path is None:
+        return {}
+    try:
+        dims = static_input_dims(path)
+    except ModelFormatError:  # no fixed shapes known; loading the component names the broken file
+        return {}
+    latent = dims.get("hidden_states", dims.get("sample"))
+    fixed: dict[str, Any] = {}
+    cell, multiple = config.vae_scale_factor, config.size_multiple
+    if latent is not None and len(latent) == 4 and latent[2] and latent[3]:
+        fixed["fixed_size"] = (latent[3] * cell, latent[2] * cell)
+    elif latent is not None and len(latent) == 3 and latent[1]:
+        tokens, side = latent[1], cell * config.patch_size
+        for rows in range(math.isqrt(tokens), 0, -1):
+            width, height = tokens // rows * side, rows * side
+            if tokens % rows == 0 and width % multiple == 0 and height % multiple == 0:
+                fixed["fixed_size"] = (width, height)
+                break
+    text = dims.get("txt_ids")
+    if text is not None and text and text[0]:
+        fixed["fixed_text_tokens"] = text[0]
+    return fixed
 
 
 def _text_outputs(layout: PipelineLayout) -> dict[str, tuple[str, ...]]:

@@ -356,8 +356,9 @@ class Pipeline(AdapterMethods):
         return scheduler
 
     def _checked_size(self, value: int | None, what: str) -> int:
-        if value is None:
-            return self.config.default_size
+        if value is None:  # the size a fixed-shape graph takes, else the model's native one
+            fixed = self.config.fixed_size
+            return self.config.default_size if fixed is None else fixed[0 if what == "width" else 1]
         multiple = self.config.size_multiple
         if value % multiple:
             raise InputError(f"{what} must be a multiple of {multiple}, got {value}")

@@ -138,9 +138,12 @@ class FlowPipeline(Pipeline):
         scheduler.set_timesteps(steps, strength, sigmas=linear_sigmas(steps) if linear else None, mu=mu)
 
     def sequence_length(self, request: GenerationRequest) -> int:
-        """T5 tokens per prompt: the request's ``max_sequence_length`` or the family's default."""
+        """T5 tokens per prompt: the request's ``max_sequence_length``, else what a fixed-shape
+        transformer graph takes, else the family's default."""
         length = getattr(request, "max_sequence_length", None)
-        return self.default_max_sequence_length if length is None else int(length)
+        if length is None:
+            return self.config.fixed_text_tokens or self.default_max_sequence_length
+        return int(length)
 
     # -- text encoders ----------------------------------------------------------------------
 
