@@ -1,6 +1,6 @@
 """A redistributable ggml-Vulkan for Linux x86_64, as a wheel sdkit-ggml picks up by itself.
 
-    python3 tools/ggml_vulkan_wheel.py [--build DIR] [--dist dist] [--jobs N]
+    .venv/bin/python tools/ggml_vulkan_wheel.py [--build DIR] [--dist dist] [--jobs N]
 
 Builds ggml (libggml-python's installed release, from its sdist) with the Vulkan backend and a
 portable CPU part (``native_build --vulkan --no-native --no-openmp``: no ``-march=native``, no

@@ -1,6 +1,6 @@
 """What building ggml's Vulkan backend needs on a Debian/Ubuntu x86_64 machine, made present.
 
-    python3 tools/vulkan_sdk.py [--apt] [--prefix DIR]
+    .venv/bin/python tools/vulkan_sdk.py [--apt] [--prefix DIR]    # a Python with sdkit-ggml
 
 ggml 0.20.2's ``ggml-vulkan.cpp`` needs Vulkan headers that declare ``VK_EXT_layer_settings``
 (``vk::LayerSettingEXT``; Vulkan-Headers 1.3.261 and later) and SPIRV-Headers' CMake package.
@@ -34,6 +34,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from sdkit_ggml.runtime.gpu_build import SYSTEM_PREFIXES, spirv_config_dir, vulkan_header_problem
+
 HEADERS_VERSION = "1.4.309"
 MIRROR = "http://deb.debian.org/debian/pool/main"
 # (path under the mirror's pool, SHA-256): header-only content is used from each.
@@ -50,25 +52,19 @@ DEBS = (
 APT_PACKAGES = ("cmake", "g++", "glslc", "libvulkan-dev", "spirv-headers")
 MESA = "mesa-vulkan-drivers"
 BACKPORTS = Path("/etc/apt/sources.list.d/sdkit-bookworm-backports.list")
-# The symbol ggml-vulkan.cpp needs (an instance-creation extension ggml 0.20.2 uses unguarded).
-NEEDED_SYMBOL = "VK_EXT_layer_settings"
 
 
-def headers_ok(include: Path) -> bool:
-    """Whether ``include/vulkan`` declares what ggml-vulkan.cpp needs."""
-    core = include / "vulkan" / "vulkan_core.h"
-    return core.is_file() and NEEDED_SYMBOL in core.read_text(errors="replace")
-
-
-def spirv_config(prefix: Path) -> Path | None:
-    found = sorted(prefix.glob("**/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"))
-    return found[0].parent if found else None
+def usable(prefixes: list[Path]) -> bool:
+    """Whether ``prefixes`` hold Vulkan headers new enough for ggml-vulkan and SPIRV-Headers'
+    CMake package, as ``native_build --vulkan``'s pre-flight (``gpu_build``) judges them."""
+    header = next(
+        (p / "include/vulkan/vulkan_core.h" for p in prefixes if (p / "include/vulkan/vulkan_core.h").is_file()), None
+    )
+    return header is not None and not vulkan_header_problem(header) and spirv_config_dir(prefixes) is not None
 
 
 def system_ok() -> bool:
-    return headers_ok(Path("/usr/include")) and any(
-        spirv_config(Path(root)) for root in ("/usr/share", "/usr/lib", "/usr/local")
-    )
+    return usable(list(SYSTEM_PREFIXES))
 
 
 def apt_install() -> None:
@@ -127,7 +123,7 @@ def unpack_headers(prefix: Path) -> Path:
     # The unpacked libvulkan.so is a link to the loader the package depends on: use the system's.
     for link in usr.glob("lib/*/libvulkan.so*"):
         link.unlink()
-    if not headers_ok(usr / "include") or spirv_config(usr) is None:
+    if not usable([usr]):
         raise SystemExit(f"vulkan_sdk: {prefix} lacks the Vulkan or SPIRV headers after unpacking")
     return usr
 
@@ -153,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     prefix = args.prefix or default_prefix()
     usr = prefix / "usr"
-    if not (headers_ok(usr / "include") and spirv_config(usr)):
+    if not usable([usr]):
         usr = unpack_headers(prefix)
     print(f"vulkan_sdk: Vulkan headers {HEADERS_VERSION} in {usr}")
     print(usr)

@@ -226,6 +226,12 @@ def vulkan_header_problem(header: Path) -> str:
     return f"1.3.{version[1]}" if version else "of an unknown version"
 
 
+def spirv_config_dir(prefixes: Iterable[Path]) -> Path | None:
+    """The folder of SPIRV-Headers' CMake package under the first of ``prefixes`` that has one."""
+    found = _first(p / d / "SPIRV-HeadersConfig.cmake" for p in prefixes for d in _SPIRV_DIRS)
+    return found.parent if found else None
+
+
 def check_vulkan(options: GpuOptions) -> Check:
     sdk = options.vulkan_sdk or (Path(os.environ["VULKAN_SDK"]) if os.environ.get("VULKAN_SDK") else None)
     prefixes = [sdk] if sdk else []
@@ -250,14 +256,14 @@ def check_vulkan(options: GpuOptions) -> Check:
         )
     elif header is not None:
         flags.append(f"-DVulkan_INCLUDE_DIR={header.parent.parent}")
-    spirv = _first(p / d / "SPIRV-HeadersConfig.cmake" for p in prefixes for d in _SPIRV_DIRS)
+    spirv = spirv_config_dir(prefixes)
     if spirv is None:
         missing.append(
             "SPIRV-Headers' CMake package (SPIRV-HeadersConfig.cmake): apt-get install spirv-headers, "
             "or --vulkan-sdk PREFIX holding share/cmake/SPIRV-Headers"
         )
     else:
-        flags.append(f"-DSPIRV-Headers_DIR={spirv.parent}")
+        flags.append(f"-DSPIRV-Headers_DIR={spirv}")
     return flags, missing
 
 
