@@ -50,10 +50,6 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "s_tmin": (_OFF, "sigma tweaks are not supported"),
     "s_noise": ((None, 1, 1.0), "sigma tweaks are not supported"),
     "distilled_cfg_scale": (_OFF, "distilled guidance applies to Flux, which this pipeline is not"),
-    "override_settings": (_OFF, "per-request settings are not supported; set the model with POST /sdapi/v1/options"),
-    "override_settings_restore_afterwards": (ANY, "per-request settings are not supported"),
-    "refiner_checkpoint": (_OFF, "refiners are not supported"),
-    "refiner_switch_at": (_OFF, "refiners are not supported"),
     "enable_hr": (_OFF, "hires fix is not supported by the sdkit pipeline yet (issue 9)"),
     "script_name": (_OFF, "A1111 scripts are not supported"),
     "script_args": (_OFF, "A1111 scripts are not supported"),
@@ -73,7 +69,7 @@ IGNORED: dict[str, tuple[Any, str]] = {
             "hr_sampler_name", "hr_scheduler", "hr_prompt", "hr_negative_prompt", "hr_cfg", "hr_distilled_cfg",
             "mask_blur", "mask_blur_x", "mask_blur_y", "mask_round", "inpainting_fill", "inpaint_full_res",
             "inpaint_full_res_padding", "inpainting_mask_invert", "do_not_save_samples", "do_not_save_grid",
-            "comments", "force_task_id", "infotext", "disable_extra_networks",
+            "comments", "infotext", "disable_extra_networks",
         ),
         (ANY, "has no effect here"),
     ),
@@ -100,6 +96,13 @@ class Txt2ImgRequest(BaseModel):
     height: int | None = Field(None, ge=8, le=65_536, multiple_of=8, description="default: the model's native size")
     denoising_strength: float | None = Field(None, ge=0.0, le=1.0, description="img2img only (hires fix: ignored)")
     send_images: bool = True
+    # The model a request runs on (sdkit_serve.model_choice): override_settings' sd_model_checkpoint
+    # and sd_vae; its other keys are reported in info["ignored"].
+    override_settings: dict[str, Any] | None = Field(None, description="sd_model_checkpoint, sd_vae: for this request")
+    override_settings_restore_afterwards: bool = True
+    refiner_checkpoint: str | None = Field(None, description="an SDXL refiner from /sdapi/v1/sd-models")
+    refiner_switch_at: float | None = Field(None, ge=0.0, le=1.0, description="the fraction before the refiner")
+    force_task_id: str | None = Field(None, max_length=256, description="the id /internal/progress knows this task by")
 
 
 class Img2ImgRequest(Txt2ImgRequest):
@@ -195,7 +198,10 @@ def plan_generation(
     """Map a checked A1111 request onto ``pipeline.generate``. ``init_image``: img2img's decoded
     first init image. Sizes and counts over ``limits`` are an ``InputError`` (HTTP 400)."""
     mode = "img2img" if init_image is not None else "txt2img"
-    limits.check(payload.width, payload.height, payload.steps, payload.batch_size * payload.n_iter)
+    # img2img without a size runs at the init image's: that is the size to check
+    width = payload.width or (init_image.width if init_image is not None else None)
+    height = payload.height or (init_image.height if init_image is not None else None)
+    limits.check(width, height, payload.steps, payload.batch_size * payload.n_iter)
     prompt, loras, others = parse_extra_networks(payload.prompt)
     negative, negative_loras, negative_others = parse_extra_networks(payload.negative_prompt)
     ignored = ignored_fields(payload, mode)

@@ -27,7 +27,9 @@ from sdkit_serve.a1111 import ImagesResponse, Img2ImgRequest, Txt2ImgRequest
 from sdkit_serve.engine import Engine, GenerationResult
 from sdkit_serve.images import decode_image, encode_png
 from sdkit_serve.jobs import Job, JobCancelled, QueueFullError
-from sdkit_serve.schemas import ErrorResponse, LoraItem, ProgressResponse, ProgressState, SDModelItem
+from sdkit_serve.model_choice import model_request, unhandled_overrides
+from sdkit_serve.model_routes import add_info_routes, add_model_routes
+from sdkit_serve.schemas import ErrorResponse, LoraItem, ProgressResponse, ProgressState
 from sdkit_serve.security import BodySizeLimit, require_api_key
 
 log = logging.getLogger("sdkit_serve")
@@ -115,6 +117,8 @@ def create_app(engine: Engine) -> FastAPI:
     router = APIRouter(dependencies=[Depends(require_api_key(engine.config.api_key))], responses=ERRORS)
     add_generation_routes(router, engine)
     add_status_routes(router, engine)
+    add_model_routes(router, engine, run_job)
+    add_info_routes(router, engine)
     app.include_router(router)
     app.state.engine = engine
     return app
@@ -124,6 +128,7 @@ def images_response(
     payload: Txt2ImgRequest, plan: a1111.GenerationPlan, result: GenerationResult, engine: Engine
 ) -> ImagesResponse:
     info = a1111.build_info(plan, result.parameters, result.model, interrupted=result.interrupted, worker=engine.worker)
+    info["sd_model_hash"] = result.model_hash
     return ImagesResponse(images=result.images, parameters=a1111.echo_parameters(payload), info=json.dumps(info))
 
 
@@ -133,10 +138,17 @@ def add_generation_routes(router: APIRouter, engine: Engine) -> None:
     def known_loras() -> set[str] | None:
         return set(engine.lora_files()) if engine.config.lora_dir is not None else None
 
+    def queue_generation(payload: Txt2ImgRequest, plan: a1111.GenerationPlan, kind: str) -> Job:
+        """The job for a planned request, on the model it names or the one selected now."""
+        models = model_request(payload, engine.catalog, engine.selected)
+        plan.ignored.update(unhandled_overrides(payload))
+        task_id = getattr(payload, "force_task_id", None)
+        return Job(lambda job: engine.generate(plan, job, models), kind, task_id=task_id or None)
+
     @router.post("/sdapi/v1/txt2img", response_model=ImagesResponse, tags=["generation"])
     async def txt2img(payload: Txt2ImgRequest, request: Request) -> ImagesResponse:
         plan = a1111.plan_generation(payload, limits, known_loras=known_loras())
-        result = await run_job(request, engine, Job(lambda job: engine.generate(plan, job), "txt2img"))
+        result = await run_job(request, engine, queue_generation(payload, plan, "txt2img"))
         return images_response(payload, plan, result, engine)
 
     @router.post("/sdapi/v1/img2img", response_model=ImagesResponse, tags=["generation"])
@@ -145,7 +157,7 @@ def add_generation_routes(router: APIRouter, engine: Engine) -> None:
         if payload.mask:  # checked even though ignored, so a broken mask is an error now, not later
             await run_in_threadpool(decode_image, payload.mask, "mask", limits)
         plan = a1111.plan_generation(payload, limits, init_image=image, known_loras=known_loras())
-        result = await run_job(request, engine, Job(lambda job: engine.generate(plan, job), "img2img"))
+        result = await run_job(request, engine, queue_generation(payload, plan, "img2img"))
         return images_response(payload, plan, result, engine)
 
     @router.post("/sdapi/v1/interrupt", tags=["generation"])
@@ -187,24 +199,6 @@ async def progress_of(engine: Engine, skip_image: bool) -> ProgressResponse:
 
 
 def add_status_routes(router: APIRouter, engine: Engine) -> None:
-    @router.get("/sdapi/v1/options", tags=["models"])
-    async def get_options() -> dict[str, Any]:
-        return {"sd_model_checkpoint": engine.model, "sd_checkpoint_hash": None}
-
-    @router.post("/sdapi/v1/options", tags=["models"])
-    async def set_options(options: dict[str, Any], request: Request) -> dict[str, Any]:
-        """Switch the model with ``sd_model_checkpoint`` (waits for the running job); other
-        options are reported as ignored."""
-        ignored = {k: "not an option sdkit serve uses" for k in options if k != "sd_model_checkpoint"}
-        if "sd_model_checkpoint" in options:
-            name = engine.resolve_model(options["sd_model_checkpoint"])
-            await run_job(request, engine, Job(lambda job: engine.switch(name, job), "load_model"))
-        return {"sd_model_checkpoint": engine.model, "ignored": ignored}
-
-    @router.get("/sdapi/v1/sd-models", response_model=list[SDModelItem], tags=["models"])
-    async def sd_models() -> list[SDModelItem]:
-        return [SDModelItem(title=n, model_name=n, filename=str(p)) for n, p in engine.models.items()]
-
     @router.get("/sdapi/v1/samplers", response_model=list[schemas.SamplerItem], tags=["models"])
     async def samplers() -> list[schemas.SamplerItem]:
         return schemas.samplers()

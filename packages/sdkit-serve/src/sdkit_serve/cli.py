@@ -25,8 +25,15 @@ API_KEY_ENV = "SDKIT_API_KEY"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", "-m", action="append", required=True, help="a pipeline folder; repeat to offer several"
+        "--model", "-m", action="append", default=[], help="a model file or pipeline folder; repeat to offer several"
     )
+    parser.add_argument(
+        "--ckpt-dir",
+        type=Path,
+        default=None,
+        help="A1111's models/Stable-diffusion: offer its .safetensors files and pipeline folders (subfolders too)",
+    )
+    parser.add_argument("--vae-dir", type=Path, default=None, help="A1111's models/VAE: the files sd_vae may name")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=7860, help="port (default: %(default)s, as A1111)")
     parser.add_argument(
@@ -86,6 +93,8 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         api_key=args.api_key or None,
         preview_decoder=args.preview_decoder,
         lora_dir=args.lora_dir,
+        ckpt_dir=args.ckpt_dir,
+        vae_dir=args.vae_dir,
     )
 
 

@@ -58,10 +58,12 @@ class ServerConfig:
     api_key: str | None = None
     preview_decoder: Path | None = None
     lora_dir: Path | None = None
+    ckpt_dir: Path | None = None  # A1111's models/Stable-diffusion: files and pipeline folders, subfolders too
+    vae_dir: Path | None = None  # A1111's models/VAE: the files sd_vae names
 
     def __post_init__(self) -> None:
-        if not self.models:
-            raise OptionError("give at least one --model")
+        if not self.models and self.ckpt_dir is None:
+            raise OptionError("give at least one --model, or --ckpt-dir")
         names = [model_name(p) for p in self.models]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -72,6 +74,9 @@ class ServerConfig:
             raise InputError(f"preview decoder not found: {self.preview_decoder}")
         if self.lora_dir is not None and not Path(self.lora_dir).is_dir():
             raise InputError(f"LoRA folder not found: {self.lora_dir}")
+        for folder, flag in ((self.ckpt_dir, "--ckpt-dir"), (self.vae_dir, "--vae-dir")):
+            if folder is not None and not Path(folder).is_dir():
+                raise InputError(f"folder not found: {folder} ({flag})")
 
 
 def model_name(path: Path) -> str:

@@ -15,14 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdkit.errors import InputError, did_you_mean
+from sdkit.errors import InputError, ModelFormatError, SdkitError
+from sdkit.files import inside
 from sdkit_serve.a1111 import GenerationPlan
-from sdkit_serve.config import ServerConfig, model_name
+from sdkit_serve.catalog import Checkpoint, ModelCatalog
+from sdkit_serve.config import ServerConfig
 from sdkit_serve.images import encode_png
 from sdkit_serve.jobs import Job, JobCancelled, JobQueue
+from sdkit_serve.model_choice import ModelChoice, ModelRequest
 from sdkit_serve.preview import PreviewDecoder
 
 log = logging.getLogger("sdkit_serve")
+
+# The A1111 options this server keeps (GET /sdapi/v1/options); sd_model_checkpoint and sd_vae
+# are the selection, the others what /internal/progress reads.
+DEFAULT_OPTIONS: dict[str, Any] = {"live_previews_enable": True, "live_previews_image_format": "png"}
 
 
 @dataclass
@@ -30,19 +37,31 @@ class GenerationResult:
     images: list[str]  # base64 PNGs
     parameters: list[Any]  # sdkit GenerationParameters, one per image made
     model: str
+    model_hash: str | None = None
     interrupted: bool = False
     seconds: float = 0.0
     backends: dict[str, str | None] = field(default_factory=dict)
 
 
 class Engine:
-    """One model instance: a loaded pipeline (switchable among ``config.models``) and its queue."""
+    """One model instance: the catalogue of models it offers (``--model``, ``--ckpt-dir``,
+    ``--vae-dir``), the selected one, the loaded pipeline, and its queue."""
 
     def __init__(self, config: ServerConfig) -> None:
+        from sdkit.cache import cache_root
+
         self.config = config
-        self.models: dict[str, Path] = {model_name(p): Path(p).absolute() for p in config.models}
-        self.model = next(iter(self.models))
+        self.catalog = ModelCatalog(
+            config.models, config.ckpt_dir, config.vae_dir, cache_root() / "serve" / "model-hashes.json"
+        )
+        if not self.catalog.checkpoints:
+            raise InputError(f"no model found in {config.ckpt_dir} (.safetensors files or pipeline folders)")
+        self.selected = ModelChoice(next(iter(self.catalog.checkpoints)))
+        self.loaded: Checkpoint | None = None  # what self.pipeline holds
+        self.loaded_vae: Path | None = None  # the VAE file set on it (None: the checkpoint's own)
         self.pipeline: Any = None
+        self.refiner: tuple[str, Any] | None = None  # (catalogue name, pipeline)
+        self.options: dict[str, Any] = dict(DEFAULT_OPTIONS)
         self.queue = JobQueue(config.queue_size)
         self.preview: PreviewDecoder | None = None
         # Tells Ray Serve replicas apart in `info`; random rather than host:pid, so a public server
@@ -50,8 +69,20 @@ class Engine:
         self.worker = uuid.uuid4().hex[:12]
 
     def start(self) -> Engine:
-        """Load the first model and the preview decoder now, so a bad path fails at startup."""
-        self._load(self.model)
+        """Load the first model and the preview decoder now, so a bad path fails at startup.
+        The first model is the first ``--model``; without one, the first file of ``--ckpt-dir``
+        that loads (the others are logged, and refused when selected)."""
+        candidates = [self.selected.checkpoint] if self.config.models else list(self.catalog.checkpoints)
+        for name in candidates:
+            try:
+                self.use(ModelChoice(name))
+            except SdkitError as exc:
+                if name == candidates[-1]:
+                    raise
+                log.warning("cannot load %s, trying the next model: %s", name, exc)
+            else:
+                self.selected = ModelChoice(name)
+                break
         if self.config.preview_decoder is not None:
             # Per-component choices name pipeline components; the preview decoder is none of them.
             backend = self.config.backend if isinstance(self.config.backend, str) else "auto"
@@ -61,36 +92,87 @@ class Engine:
 
     def close(self) -> None:
         self.queue.close()
-        if self.pipeline is not None:
-            self.pipeline.close()
-            self.pipeline = None
+        for pipe in (self.pipeline, self.refiner[1] if self.refiner else None):
+            if pipe is not None:
+                pipe.close()
+        self.pipeline, self.refiner = None, None
 
-    def _load(self, name: str) -> None:
+    @property
+    def model(self) -> str:
+        """The selected model's title (``sd_model_checkpoint`` as A1111 reports it)."""
+        return self.selected_checkpoint().title
+
+    def selected_checkpoint(self) -> Checkpoint:
+        return self.catalog.checkpoints.get(self.selected.checkpoint) or self.catalog.find(self.selected.checkpoint)
+
+    @property
+    def models(self) -> dict[str, Path]:
+        return {name: c.path for name, c in self.catalog.checkpoints.items()}
+
+    def _load_pipeline(self, path: Path) -> Any:
         import sdkit
 
-        if self.pipeline is not None:  # one model in memory at a time
-            self.pipeline.close()
-            self.pipeline = None
-        log.info("loading %s", self.models[name])
-        self.pipeline = sdkit.load_pipeline(
-            self.models[name],
+        log.info("loading %s", path)
+        return sdkit.load_pipeline(
+            path,
             backend=self.config.backend,
             device=self.config.device,
             memory=self.config.memory,
             **served_options(self.config.options),
         )
-        self.model = name
 
-    # -- models and LoRAs ------------------------------------------------------------------
+    # -- models, VAEs, refiners (on the queue's thread) ----------------------------------
 
-    def resolve_model(self, title: str) -> str:
-        """A model name from what a client sends as ``sd_model_checkpoint`` (A1111 titles carry a
-        ``[hash]`` suffix and sometimes a file extension)."""
-        text = str(title).split(" [")[0].strip()
-        for candidate in (text, Path(text).stem, Path(text).name):
-            if candidate in self.models:
-                return candidate
-        raise InputError(f"unknown model {title!r}{did_you_mean(text, self.models)}; models: {', '.join(self.models)}")
+    def use(self, choice: ModelChoice) -> Any:
+        """The pipeline for ``choice``, switching model and VAE if it holds others. A model
+        that fails to load leaves the current one loaded and serving."""
+        checkpoint = self.catalog.find(choice.checkpoint)
+        if self.pipeline is None or self.loaded is None or self.loaded.path != checkpoint.path:
+            self._switch(checkpoint)
+        vae = self.catalog.vae(choice.vae, checkpoint)
+        wanted = None if vae is None else inside(vae.root, vae.path.relative_to(vae.root), "VAE")
+        if wanted != self.loaded_vae:
+            if self.pipeline.checkpoint is None:
+                raise InputError(
+                    f"{checkpoint.name} is a pipeline folder of ONNX graphs: a VAE file cannot replace its VAE "
+                    f"(sd_vae {choice.vae!r}); use a .safetensors checkpoint, or sd_vae 'None'"
+                )
+            self.pipeline.set_vae(wanted)  # opens and checks the file before changing anything
+            self.loaded_vae = wanted
+        return self.pipeline
+
+    def _switch(self, checkpoint: Checkpoint) -> None:
+        path = checkpoint.checked_path()
+        current = self.pipeline
+        if current is not None and current.checkpoint is not None and path.is_file():
+            try:  # refit the compiled components with the new weights where the backend can
+                swaps = current.set_checkpoint(path)
+            except (ModelFormatError, InputError) as exc:
+                # raised before anything changed: another family, or a file that is no checkpoint
+                log.info("%s cannot take %s's weights (%s): loading it anew", self.loaded, path.name, exc)
+            except BaseException:
+                self.pipeline, self.loaded, self.loaded_vae = None, None, None  # half-switched: reload next time
+                current.close()
+                raise
+            else:
+                log.info("switched to %s: %s", checkpoint.name, swaps)
+                self.loaded = self.catalog.hashed(checkpoint)
+                return
+        new = self._load_pipeline(path)  # load first: a failure leaves `current` serving
+        self.pipeline, self.loaded, self.loaded_vae = new, self.catalog.hashed(checkpoint), None
+        if current is not None:
+            current.close()
+
+    def refiner_pipeline(self, name: str) -> Any:
+        """The refiner named ``name`` (kept loaded for the next request that asks for it)."""
+        if self.refiner is not None and self.refiner[0] == name:
+            return self.refiner[1]
+        checkpoint = self.catalog.find(name)
+        new = self._load_pipeline(checkpoint.checked_path())
+        old, self.refiner = self.refiner, (name, new)
+        if old is not None:
+            old[1].close()
+        return new
 
     def lora_files(self) -> dict[str, Path]:
         """LoRA name -> file in ``--lora-dir`` (none without one)."""
@@ -100,10 +182,16 @@ class Engine:
 
     # -- work run on the queue's thread -----------------------------------------------------
 
-    def generate(self, plan: GenerationPlan, job: Job) -> GenerationResult:
-        """Run ``plan`` batch by batch; ``/interrupt`` keeps the finished batches (as A1111)."""
+    def generate(self, plan: GenerationPlan, job: Job, models: ModelRequest | None = None) -> GenerationResult:
+        """Run ``plan`` batch by batch on the model ``models`` names (default: the one selected
+        now); ``/interrupt`` keeps the finished batches (as A1111)."""
         start = time.perf_counter()
-        pipe = self.pipeline
+        models = models or ModelRequest(self.selected)
+        job.check()
+        pipe = self.use(models.choice)
+        extra = self._refiner_arguments(pipe, models)
+        if models.persist:
+            self.selected = models.choice
         images: list[Any] = []
         job.batch_count = plan.n_iter
         interrupted = False
@@ -116,6 +204,7 @@ class Engine:
                     seed=plan.first_seed(iteration),
                     num_images=plan.batch_size,
                     callback=job.on_step,
+                    **extra,
                 )
             except JobCancelled:
                 if job.cancel_reason != "interrupted":
@@ -127,16 +216,27 @@ class Engine:
         return GenerationResult(
             images=encoded,
             parameters=[im.info["sdkit_parameters"] for im in images],
-            model=self.model,
+            model=self.loaded.model_name if self.loaded else "",
+            model_hash=self.loaded.shorthash if self.loaded else None,
             interrupted=interrupted,
             seconds=time.perf_counter() - start,
             backends=pipe.backends(),
         )
 
-    def switch(self, name: str, job: Job) -> str:
+    def _refiner_arguments(self, pipe: Any, models: ModelRequest) -> dict[str, Any]:
+        if models.refiner is None:
+            return {}
+        from sdkit.pipelines.features.feature import Feature
+
+        if Feature.REFINER not in type(pipe).features:
+            raise InputError(f"refiner_checkpoint needs an SDXL base model; {models.choice.checkpoint} is not one")
+        return {"refiner": self.refiner_pipeline(models.refiner), "refiner_switch_at": models.refiner_switch_at}
+
+    def switch(self, choice: ModelChoice, job: Job) -> str:
+        """Load ``choice`` and make it the selection (``POST /sdapi/v1/options``)."""
         job.check()
-        if name != self.model:
-            self._load(name)
+        self.use(choice)
+        self.selected = choice
         return self.model
 
 

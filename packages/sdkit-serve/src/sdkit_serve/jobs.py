@@ -35,8 +35,10 @@ class QueueFullError(Exception):
 class Job:
     """One unit of work for the worker, with its progress for ``/sdapi/v1/progress``."""
 
-    def __init__(self, work: Callable[[Job], Any], kind: str = "txt2img") -> None:
+    def __init__(self, work: Callable[[Job], Any], kind: str = "txt2img", task_id: str | None = None) -> None:
         self.id = uuid.uuid4().hex
+        # A1111's task id (a client's force_task_id, or made here), for /internal/progress
+        self.task_id = task_id or f"task({self.id[:15]})"
         self.kind = kind
         self.work = work
         self.future: Future[Any] = Future()
@@ -70,6 +72,12 @@ class Job:
         self.step, self.steps, self.latents = step + 1, total, latents
         self.check()
 
+    @property
+    def preview_id(self) -> int:
+        """Grows with every step (A1111's ``id_live_preview``): a client that sends back the one
+        it saw gets no image until a newer step."""
+        return self.batch_no * max(1, self.steps) + self.step
+
     def fraction(self) -> float:
         """How much of the job is done, in [0, 1]."""
         per_batch = self.step / self.steps if self.steps else 0.0
@@ -84,6 +92,7 @@ class JobQueue:
         self._waiting: deque[Job] = deque()
         self._lock = threading.Condition()
         self._current: Job | None = None
+        self.finished: deque[str] = deque(maxlen=16)  # recent task ids, as A1111's finished_tasks
         self._closed = False
         self._seconds_per_job = 5.0  # running estimate for Retry-After
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -96,6 +105,14 @@ class JobQueue:
     def waiting(self) -> int:
         with self._lock:
             return len(self._waiting)
+
+    def task_state(self, task_id: str) -> tuple[Job | None, bool, bool]:
+        """``(running job, queued, completed)`` for an A1111 task id."""
+        current = self._current
+        with self._lock:
+            queued = any(job.task_id == task_id for job in self._waiting)
+        running = current if current is not None and current.task_id == task_id else None
+        return running, queued, task_id in self.finished
 
     def submit(self, job: Job) -> Future[Any]:
         with self._lock:
@@ -165,5 +182,6 @@ class JobQueue:
             finally:
                 elapsed = time.monotonic() - job.started_at
                 with self._lock:
+                    self.finished.append(job.task_id)
                     self._current = None
                     self._seconds_per_job = 0.7 * self._seconds_per_job + 0.3 * elapsed

@@ -31,6 +31,45 @@ class SDModelItem(BaseModel):
     config: str | None = None
 
 
+class SDVaeItem(BaseModel):
+    model_name: str
+    filename: str = Field(description="relative to --vae-dir (or --ckpt-dir for *.vae.safetensors)")
+
+
+class PNGInfoRequest(BaseModel):
+    image: str = Field(description="base64 image (data: URLs too)")
+
+
+class PNGInfoResponse(BaseModel):
+    info: str = Field(description="the image's A1111 parameters text")
+    items: dict[str, Any] = Field(description="the image's other text chunks")
+    parameters: dict[str, Any] = Field(description="the parameters text parsed, A1111's labels as keys")
+
+
+class MemoryResponse(BaseModel):
+    ram: dict[str, Any]
+    cuda: dict[str, Any]
+
+
+class InternalProgressRequest(BaseModel):
+    """``POST /internal/progress`` (A1111 1.6+): a task's progress by its id (``force_task_id``)."""
+
+    id_task: str | None = None
+    id_live_preview: int = -1
+    live_preview: bool = True
+
+
+class InternalProgressResponse(BaseModel):
+    active: bool
+    queued: bool
+    completed: bool
+    progress: float | None = None
+    eta: float | None = None
+    live_preview: str | None = Field(None, description="a data: URL, when a newer preview than id_live_preview exists")
+    id_live_preview: int | None = None
+    textinfo: str | None = None
+
+
 class LoraItem(BaseModel):
     name: str
     alias: str
