@@ -124,6 +124,10 @@ def add_model_routes(
     async def refresh_vae() -> None:
         await run_in_threadpool(engine.catalog.refresh_vaes)
 
+    # Forge's name for it, which Easy Diffusion calls (not in A1111's schema, so not in ours)
+    forge_refresh = "/sdapi/v1/refresh-vae-and-text-encoders"
+    router.add_api_route(forge_refresh, refresh_vae, methods=["POST"], include_in_schema=False)
+
 
 def read_png_info(text: str) -> PNGInfoResponse:
     """The ``parameters`` text chunk of a base64 image and its other text chunks."""
