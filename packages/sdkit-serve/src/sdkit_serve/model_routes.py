@@ -107,7 +107,7 @@ def add_model_routes(
 
     @router.get("/sdapi/v1/sd-models", response_model=list[SDModelItem], tags=["models"])
     async def sd_models() -> list[SDModelItem]:
-        return [SDModelItem(**c.item()) for c in engine.catalog.checkpoints.values()]
+        return [SDModelItem.model_validate(c.item()) for c in engine.catalog.checkpoints.values()]
 
     @router.get("/sdapi/v1/sd-vae", response_model=list[SDVaeItem], tags=["models"])
     async def sd_vae() -> list[SDVaeItem]:
@@ -173,7 +173,7 @@ async def task_progress(engine: Engine, payload: InternalProgressRequest) -> Int
     if job is None or job.started_at is None:
         text = f"In queue: {engine.queue.waiting()} waiting" if queued else "Waiting..."
         return InternalProgressResponse(
-            active=False, queued=queued, completed=completed, id_live_preview=-1, textinfo=text
+            active=False, queued=queued, completed=completed, live_preview=None, id_live_preview=-1, textinfo=text
         )
     fraction = job.fraction()
     elapsed = time.monotonic() - job.started_at
