@@ -216,7 +216,7 @@ class Engine:
         return GenerationResult(
             images=encoded,
             parameters=[im.info["sdkit_parameters"] for im in images],
-            model=self.loaded.model_name if self.loaded else "",
+            model=self.loaded.stem if self.loaded else "",  # A1111: the file name without extension
             model_hash=self.loaded.shorthash if self.loaded else None,
             interrupted=interrupted,
             seconds=time.perf_counter() - start,
