@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from model_helpers import TINY_FAMILIES, InProcessServer, copy_into, tiny_families, write_variant
 from PIL import Image
-from serve_helpers import serve_backend
+from serve_helpers import serve_backend, write_preview_decoder
 
 from sdkit_serve.config import Limits, ServerConfig
 
@@ -53,6 +53,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer
             vae_dir=vae,
             backend=serve_backend(),
             limits=Limits(max_width=128, max_height=128),
+            preview_decoder=write_preview_decoder(work / "preview.onnx"),
         )
         server = InProcessServer(config)
         server.ckpt, server.vae_dir = ckpt, vae  # type: ignore[attr-defined]
@@ -102,6 +103,7 @@ def api_arguments(payload: dict[str, Any]) -> dict[str, Any]:
 def test_webuiapi_switches_models_and_back_bit_for_bit(served: InProcessServer) -> None:
     """webuiapi (the A1111 client on PyPI): list the models, switch, generate, switch back."""
     import webuiapi  # in the test extra: CI installs it
+
     api = webuiapi.WebUIApi(host="127.0.0.1", port=served.port, sampler="Euler", steps=3)
     titles = api.util_get_model_names()
     sha = served.engine.catalog.checkpoints["sd1.safetensors"].sha256
@@ -303,6 +305,41 @@ def test_progress_by_task_id_png_info_memory_and_limits(served: InProcessServer)
         over = client.post("/sdapi/v1/img2img", json={**BASE, "init_images": [init]})
         assert over.status_code == 400 and "width 192 is over" in over.json()["detail"]
         assert "--max-width" in over.json()["detail"]
+
+
+def test_internal_progress_sends_each_preview_once(served: InProcessServer) -> None:
+    """A1111 1.6+'s live previews: a data URL with its ``id_live_preview``; sending that id back
+    gives no image until a newer step; ``live_previews_enable: false`` (Easy Diffusion's default)
+    sends none."""
+    task_id = "preview-task"
+    thread = threading.Thread(
+        target=lambda: httpx.post(
+            f"{served.url}/sdapi/v1/txt2img", json={**BASE, **SIZE, "steps": 60, "force_task_id": task_id}, timeout=300
+        )
+    )
+    with served.client() as client:
+        client.post("/sdapi/v1/options", json={"live_previews_enable": True}).raise_for_status()
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not (state := client.post("/internal/progress", json={"id_task": task_id}).json())["active"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        while (state := client.post("/internal/progress", json={"id_task": task_id}).json())["live_preview"] is None:
+            assert time.monotonic() < deadline and state["active"]
+            time.sleep(0.02)
+        assert state["live_preview"].startswith("data:image/png;base64,") and state["id_live_preview"] >= 0
+        assert 0 < state["progress"] < 1 and state["eta"] is not None
+        seen = client.post("/internal/progress", json={"id_task": task_id, "id_live_preview": 10**9}).json()
+        same = {"id_task": task_id, "id_live_preview": seen["id_live_preview"]}
+        repeat = client.post("/internal/progress", json=same).json()
+        assert repeat["live_preview"] is None or repeat["id_live_preview"] > seen["id_live_preview"]
+        client.post("/sdapi/v1/options", json={"live_previews_enable": False}).raise_for_status()
+        off = client.post("/internal/progress", json={"id_task": task_id}).json()
+        client.post("/sdapi/v1/interrupt")
+    thread.join(60)
+    assert off["live_preview"] is None or not off["active"]
+    preview = pixels(state["live_preview"].split(",", 1)[1])  # the tiny decoder: 2x the latents
+    assert preview.ndim == 3 and preview.shape[0] == preview.shape[1] > 0
 
 
 def json_type(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:

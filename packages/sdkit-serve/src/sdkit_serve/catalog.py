@@ -247,7 +247,7 @@ class ModelCatalog:
 
     def _checkpoint(self, name: str, path: Path, root: Path | None) -> Checkpoint:
         known = self.hashes.known(path) if path.is_file() else None
-        old = self.checkpoints.get(name) if hasattr(self, "checkpoints") else None
+        old = self.checkpoints.get(name)
         legacy = old.legacy_hash if old is not None and old.path == path else legacy_hash(path)
         return Checkpoint(name, path, root, sha256=known, legacy_hash=legacy)
 

@@ -105,10 +105,6 @@ class Engine:
     def selected_checkpoint(self) -> Checkpoint:
         return self.catalog.checkpoints.get(self.selected.checkpoint) or self.catalog.find(self.selected.checkpoint)
 
-    @property
-    def models(self) -> dict[str, Path]:
-        return {name: c.path for name, c in self.catalog.checkpoints.items()}
-
     def _load_pipeline(self, path: Path) -> Any:
         import sdkit
 
