@@ -72,7 +72,7 @@ def test_names_titles_and_listing_follow_a1111(folders: tuple[Path, Path, Path],
 @pytest.mark.parametrize(
     "text",
     ["sub/deep.safetensors", "sub_deep", "deep", "sub/deep.safetensors [{short}]", "{short}", "{sha}",
-     "deep [{short}]", "sub/deep.safetensors [0000000000]"],
+     "deep [{short}]", "sub/deep.safetensors [0000000000]", "sub\\deep.safetensors"],
 )  # fmt: skip
 def test_a_model_is_found_by_every_name_a1111_accepts(folders: tuple[Path, Path, Path], text: str) -> None:
     ckpt, _, _ = folders

@@ -282,7 +282,8 @@ class ModelCatalog:
         containing ``text``, as A1111 matches ``override_settings`` and ``refiner_checkpoint``."""
         wanted = str(text).strip()
         checkpoints = list(self.checkpoints.values())
-        for candidate in (wanted, wanted.split(" [")[0].strip()):
+        # A1111 on Windows (and Easy Diffusion there) names subfolders with backslashes
+        for candidate in (wanted, wanted.split(" [")[0].strip(), wanted.split(" [")[0].strip().replace("\\", "/")):
             matches = [c for c in checkpoints if candidate in c.aliases()]
             if matches:
                 return matches[0]
