@@ -297,6 +297,14 @@ def test_progress_by_task_id_png_info_memory_and_limits(served: InProcessServer)
         assert bad.status_code == 400
         memory = client.get("/sdapi/v1/memory").json()
         assert set(memory) == {"ram", "cuda"}
+        # a file added to the folder is listed after refresh-checkpoints
+        ckpt: Path = served.ckpt  # type: ignore[attr-defined]
+        copy_into(ckpt / "sd1.safetensors", ckpt / "later" / "new.safetensors")
+        names = [m["filename"] for m in client.get("/sdapi/v1/sd-models").json()]
+        assert "later/new.safetensors" not in names
+        client.post("/sdapi/v1/refresh-checkpoints").raise_for_status()
+        names = [m["filename"] for m in client.get("/sdapi/v1/sd-models").json()]
+        assert "later/new.safetensors" in names
         # img2img without a size runs at the init image's: checked against --max-width (issue 30)
         wide = Image.new("RGB", (192, 64), "white")
         buffer = io.BytesIO()
@@ -385,4 +393,4 @@ def test_openapi_agrees_with_a1111(served: InProcessServer) -> None:
             assert name in fields, f"{key}: {name!r} is not an A1111 field"
             assert fields[name] in json_type(spec, components), f"{key}: {name} is {spec}, A1111's is {fields[name]}"
             compared += 1
-    assert compared >= 60, compared
+    assert compared >= 80, compared  # 86 on 2026-11-28; more as fields are added

@@ -103,7 +103,15 @@ class Engine:
         return self.selected_checkpoint().title
 
     def selected_checkpoint(self) -> Checkpoint:
-        return self.catalog.checkpoints.get(self.selected.checkpoint) or self.catalog.find(self.selected.checkpoint)
+        return self.checkpoint(self.selected.checkpoint)
+
+    def checkpoint(self, name: str) -> Checkpoint:
+        """The catalogue's entry for ``name``; the loaded model keeps serving under its name
+        after a refresh no longer lists its file (as in A1111, until another is chosen)."""
+        found = self.catalog.checkpoints.get(name)
+        if found is None and self.loaded is not None and self.loaded.name == name and self.pipeline is not None:
+            return self.loaded
+        return found or self.catalog.find(name)
 
     def _load_pipeline(self, path: Path) -> Any:
         import sdkit
@@ -122,7 +130,7 @@ class Engine:
     def use(self, choice: ModelChoice) -> Any:
         """The pipeline for ``choice``, switching model and VAE if it holds others. A model
         that fails to load leaves the current one loaded and serving."""
-        checkpoint = self.catalog.find(choice.checkpoint)
+        checkpoint = self.checkpoint(choice.checkpoint)
         if self.pipeline is None or self.loaded is None or self.loaded.path != checkpoint.path:
             self._switch(checkpoint)
         vae = self.catalog.vae(choice.vae, checkpoint)
