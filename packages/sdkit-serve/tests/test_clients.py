@@ -128,6 +128,11 @@ def test_override_settings_vae_and_a_model_that_fails_to_load(served: InProcessS
     with served.client() as client:
         client.post("/sdapi/v1/options", json={"sd_model_checkpoint": "sd1", "sd_vae": "None"}).raise_for_status()
         payload = {**BASE, **SIZE}
+        # another checkpoint of the family: the loaded pipeline takes its weights, nothing is loaded anew
+        there = client.post("/sdapi/v1/options", json={"sd_model_checkpoint": "sd1_other"}).json()
+        assert there["switched"] and set(there["switched"].values()) <= {"refit", "recompile"}, there
+        back = client.post("/sdapi/v1/options", json={"sd_model_checkpoint": "sd1"}).json()
+        assert set(back["switched"].values()) <= {"refit", "recompile"}
         plain = client.post("/sdapi/v1/txt2img", json=payload).json()
         override = {"sd_model_checkpoint": "sd1_other", "sd_vae": "tiny_vae.safetensors"}
         once = client.post("/sdapi/v1/txt2img", json={**payload, "override_settings": override}).json()

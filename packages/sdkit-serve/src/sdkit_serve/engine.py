@@ -61,6 +61,8 @@ class Engine:
         self.loaded_vae: Path | None = None  # the VAE file set on it (None: the checkpoint's own)
         self.pipeline: Any = None
         self.refiner: tuple[str, Any] | None = None  # (catalogue name, pipeline)
+        # how the last model switch went: component -> "refit" / "recompile", or {"pipeline": "loaded"}
+        self.last_switch: dict[str, str] = {}
         self.options: dict[str, Any] = dict(DEFAULT_OPTIONS)
         self.queue = JobQueue(config.queue_size)
         self.preview: PreviewDecoder | None = None
@@ -160,10 +162,11 @@ class Engine:
                 raise
             else:
                 log.info("switched to %s: %s", checkpoint.name, swaps)
-                self.loaded = self.catalog.hashed(checkpoint)
+                self.loaded, self.last_switch = self.catalog.hashed(checkpoint), dict(swaps)
                 return
         new = self._load_pipeline(path)  # load first: a failure leaves `current` serving
         self.pipeline, self.loaded, self.loaded_vae = new, self.catalog.hashed(checkpoint), None
+        self.last_switch = {"pipeline": "loaded"}
         if current is not None:
             current.close()
 

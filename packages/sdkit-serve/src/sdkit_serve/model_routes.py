@@ -96,14 +96,18 @@ def add_model_routes(
         """``sd_model_checkpoint`` (a title, name or hash from ``/sdapi/v1/sd-models``) and
         ``sd_vae`` switch the model and VAE, after the running job; a model that fails to load
         leaves the current one selected. ``live_previews_enable`` is kept; other options are
-        reported as ignored."""
+        reported as ignored. The answer: the options now, ``ignored``, and ``switched`` (how the
+        model changed: per component ``refit`` or ``recompile``, or ``{"pipeline": "loaded"}``)."""
         ignored: dict[str, str] = {}
         choice = requested_choice(engine, options, ignored)
         set_plain_options(engine, options, ignored)
         loaded = engine.loaded is not None and engine.loaded.name == choice.checkpoint
+        switched: dict[str, str] = {}
         if choice != engine.selected or not loaded:
+            before = engine.loaded
             await run_job(request, engine, Job(lambda job: engine.switch(choice, job), "load_model"))
-        return {**options_of(engine), "ignored": ignored}
+            switched = dict(engine.last_switch) if engine.loaded is not before else {}
+        return {**options_of(engine), "ignored": ignored, "switched": switched}
 
     @router.get("/sdapi/v1/sd-models", response_model=list[SDModelItem], tags=["models"])
     async def sd_models() -> list[SDModelItem]:
