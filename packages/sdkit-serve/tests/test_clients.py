@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from model_helpers import TINY_FAMILIES, InProcessServer, copy_into, tiny_families, write_variant
 from PIL import Image
-from serve_helpers import serve_backend, write_preview_decoder
+from serve_helpers import REPO, serve_backend, write_preview_decoder
 
 from sdkit_serve.config import Limits, ServerConfig
 
@@ -42,6 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer
     write_variant(TINY_FAMILIES / "sd1" / "sd1_fp16.safetensors", ckpt / "sub" / "sd1_other.safetensors")
     copy_into(TINY_FAMILIES / "sdxl" / "sdxl_fp16.safetensors", ckpt / "xl" / "base.safetensors")
     copy_into(TINY_FAMILIES / "sdxl_refiner" / "sdxl_refiner_fp16.safetensors", ckpt / "xl" / "refiner.safetensors")
+    copy_into(REPO / "fixtures" / "tiny_xl" / "sd15", ckpt / "onnx" / "sd15")  # an optimum ONNX folder
     (ckpt / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}..")
     copy_into(TINY_FAMILIES / "sd1" / "vae" / "vae_ldm_fp16.safetensors", vae / "tiny_vae.safetensors")
     with pytest.MonkeyPatch.context() as patch, tiny_families():
@@ -81,6 +82,8 @@ def python_api(path: Path, vae: Path | None = None, **generate: Any) -> np.ndarr
     if path not in PIPELINES:
         PIPELINES[path] = sdkit.load_pipeline(path, backend=serve_backend())
     pipe = PIPELINES[path]
+    if vae is None:
+        return np.asarray(pipe.generate(**generate)[0])
     pipe.set_vae(vae)
     try:
         return np.asarray(pipe.generate(**generate)[0])
@@ -160,6 +163,21 @@ def test_override_settings_vae_and_a_model_that_fails_to_load(served: InProcessS
     other = served.ckpt / "sub" / "sd1_other.safetensors"  # type: ignore[attr-defined]
     assert np.array_equal(pixels(once["images"][0]), python_api(other, vae=vae, **arguments))
     assert not np.array_equal(pixels(once["images"][0]), pixels(plain["images"][0]))
+
+
+def test_an_onnx_folder_in_the_model_folder(served: InProcessServer) -> None:
+    payload = {**BASE, **SIZE}
+    with served.client() as client:
+        switched = client.post("/sdapi/v1/options", json={"sd_model_checkpoint": "onnx/sd15", "sd_vae": "None"})
+        assert switched.json()["switched"] == {"pipeline": "loaded"}  # another format: loaded, then swapped in
+        made = client.post("/sdapi/v1/txt2img", json=payload).json()
+        vae = client.post("/sdapi/v1/options", json={"sd_vae": "tiny_vae.safetensors"})
+        assert vae.status_code == 400 and "ONNX graphs" in vae.json()["detail"]
+        assert client.get("/sdapi/v1/options").json()["sd_vae"] == "None"
+        client.post("/sdapi/v1/options", json={"sd_model_checkpoint": "sd1"}).raise_for_status()
+    assert json.loads(made["info"])["sd_model_name"] == "sd15"
+    folder: Path = served.ckpt / "onnx" / "sd15"  # type: ignore[attr-defined]
+    assert np.array_equal(pixels(made["images"][0]), python_api(folder, **api_arguments(payload)))
 
 
 @pytest.mark.slow  # the SDXL base and refiner: ~20 s
