@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SDKIT_SRC = ROOT / "packages" / "sdkit-core" / "src" / "sdkit"
 sys.path.insert(0, str(ROOT / "fixtures" / "families"))
 
+import configs as C  # noqa: E402
+
 SEED = 20251128
 SIZE = 32  # pixels
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -58,45 +60,9 @@ TEMPLATES = (
 CAPTION_DROPOUT = 0.1
 T0 = time.time()  # empty prompt, so classifier-free guidance has an unconditional model
 
-# --- architecture (diffusers / transformers config kwargs) --------------------------------------
+# --- architecture: fixtures/families/configs.py (TINY_DIGITS_*), which the shipped graphs use ----
 
-TEXT: dict[str, Any] = {
-    "bos_token_id": 0,
-    "eos_token_id": 2,
-    "pad_token_id": 1,
-    "vocab_size": 49408,
-    "max_position_embeddings": 77,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "projection_dim": 32,
-    "hidden_act": "quick_gelu",
-    "layer_norm_eps": 1e-5,
-}
-UNET: dict[str, Any] = {
-    "sample_size": 8,
-    "in_channels": 4,
-    "out_channels": 4,
-    "block_out_channels": [32, 64],
-    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
-    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-    "layers_per_block": 1,
-    "attention_head_dim": 4,
-    "norm_num_groups": 8,
-    "cross_attention_dim": 32,
-}
-VAE: dict[str, Any] = {
-    "in_channels": 3,
-    "out_channels": 3,
-    "down_block_types": ["DownEncoderBlock2D"] * 3,
-    "up_block_types": ["UpDecoderBlock2D"] * 3,
-    "block_out_channels": [16, 32, 32],
-    "layers_per_block": 1,
-    "latent_channels": 4,
-    "norm_num_groups": 8,
-    "sample_size": SIZE,
-}
+TEXT, UNET, VAE = C.TINY_DIGITS_TEXT, C.TINY_DIGITS_UNET, C.TINY_DIGITS_VAE
 SCHEDULER: dict[str, Any] = {  # SD 1.5's betas, so every SD sampler applies
     "beta_start": 0.00085,
     "beta_end": 0.012,
