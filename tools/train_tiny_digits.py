@@ -365,6 +365,91 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(json.dumps(evaluate(vae, unet, text, float(vae.config.scaling_factor), tuple(range(args.seeds)))))
 
 
+CHECKPOINT = ROOT / "models" / "tiny-digits" / "tiny_digits.safetensors"
+TOKENIZER = ROOT / "fixtures" / "tiny_pipeline" / "model" / "tokenizer"  # config only (from_single_file)
+
+
+def ldm_arrays(vae: Any, unet: Any, text: Any) -> dict[str, np.ndarray]:
+    """The trained modules in the LDM single-file layout (``ldm_writer``, the converter the tiny
+    test families are proven with), plus the DDPM buffers CompVis files carry."""
+    import graph_export as ge
+    import ldm_writer as W
+
+    def numpy(state: Any) -> dict[str, np.ndarray]:
+        return {k: v.detach().float().numpy() for k, v in state.items()}
+
+    out = W.unet_to_ldm(numpy(unet.state_dict()), UNET)
+    out.update(W.vae_to_ldm(numpy(vae.state_dict()), VAE))
+    out.update(W.clip_to_ldm(numpy(ge.Component("clip", text).state_dict()), "cond_stage_model.transformer."))
+    out.update(W.ddpm_buffers())
+    return out
+
+
+def check_with_diffusers(path: Path, vae: Any, unet: Any, text: Any) -> int:
+    """diffusers' own single-file loader (the independent oracle) reads back every tensor of the
+    three modules exactly as the fp16-rounded originals; returns the count."""
+    import tempfile
+
+    from diffusers import DDIMScheduler, StableDiffusionPipeline
+    from transformers import CLIPTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        StableDiffusionPipeline(
+            vae=vae,
+            text_encoder=text,
+            tokenizer=CLIPTokenizer.from_pretrained(str(TOKENIZER)),
+            unet=unet,
+            scheduler=DDIMScheduler(**SCHEDULER),
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        ).save_pretrained(tmp)
+        for weights in Path(tmp).rglob("*.safetensors"):
+            weights.unlink()  # the configuration only
+        pipe = StableDiffusionPipeline.from_single_file(
+            str(path), config=tmp, local_files_only=True, torch_dtype=torch.float32, safety_checker=None
+        )
+    count = 0
+    for name, module in (("unet", unet), ("vae", vae), ("text_encoder", text)):
+        got = getattr(pipe, name).state_dict()
+        want = module.state_dict()
+        if set(got) != set(want):
+            raise RuntimeError(f"{name}: keys differ: {sorted(set(got) ^ set(want))[:5]}")
+        for key, value in want.items():
+            expected = value.half().float() if value.is_floating_point() else value
+            if not torch.equal(expected, got[key].float() if got[key].is_floating_point() else got[key]):
+                raise RuntimeError(f"{name}.{key}: from_single_file read other values")
+            count += 1
+    return count
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from safetensors.torch import save_file
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    vae, unet, text = load_trained(out)
+    tensors = {}
+    for key, value in ldm_arrays(vae, unet, text).items():
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        tensors[key] = tensor.half() if tensor.is_floating_point() else tensor
+    target = Path(args.checkpoint)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    info = json.loads((out / "train.json").read_text())
+    meta = {
+        "format": "pt",
+        "modelspec.title": "tiny_digits",
+        "modelspec.architecture": "tiny_digits (stable-diffusion-v1 architecture at small size)",
+        "modelspec.description": "Trained on scikit-learn's load_digits (UCI handwritten digits) by sdkit's tools/train_tiny_digits.py",
+        "modelspec.license": "BSD-3-Clause (sdkit); data: UCI Optical Recognition of Handwritten Digits, CC BY 4.0",
+        "tiny_digits.scaling_factor": str(info["scaling_factor"]),
+    }
+    save_file(tensors, str(target), metadata=meta)
+    target.chmod(0o644)
+    checked = check_with_diffusers(target, vae, unet, text)
+    print(f"{target}: {target.stat().st_size / 1e6:.2f} MB, {len(tensors)} tensors; diffusers from_single_file read back {checked} exactly")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -382,8 +467,12 @@ def main() -> None:
     ev.add_argument("--out", required=True)
     ev.add_argument("--seeds", type=int, default=3)
     ev.add_argument("--threads", type=int, default=2)
+    exp = sub.add_parser("export")
+    exp.add_argument("--out", required=True)
+    exp.add_argument("--checkpoint", default=str(CHECKPOINT))
+    exp.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    {"train": cmd_train, "eval": cmd_eval}[args.command](args)
+    {"train": cmd_train, "eval": cmd_eval, "export": cmd_export}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ TINY_DIGITS_UNET: dict[str, Any] = {
     "layers_per_block": 1,
     "cross_attention_dim": 32,
 }
-TINY_DIGITS_VAE: dict[str, Any] = {"block_out_channels": [16, 32, 32], "latent_channels": 4, "scaling_factor": 1.0}
+TINY_DIGITS_VAE: dict[str, Any] = {"block_out_channels": [16, 32, 32], "latent_channels": 4, "scaling_factor": 0.7915}
 TINY_DIGITS_CLIP = TextEncoderArch(
     "text_encoder", "tiny_digits_clip", "clip", "cond_stage_model.transformer.", hidden_size=32, layers=2
 )
