@@ -228,7 +228,11 @@ def train_unet(
         running = float(loss) if step == 0 else 0.98 * running + 0.02 * float(loss)
         if step % 50 == 0 or step == args.unet_steps - 1:
             log.append({"step": step, "loss": float(loss), "loss_avg": running})
-            print(f"unet {step:5d} loss {float(loss):.4f} avg {running:.4f} lr {lr_at(step, args.unet_steps, args.lr):.2e} {time.time() - T0:.0f}s", flush=True)
+            print(
+                f"unet {step:5d} loss {float(loss):.4f} avg {running:.4f} "
+                f"lr {lr_at(step, args.unet_steps, args.lr):.2e} {time.time() - T0:.0f}s",
+                flush=True,
+            )
     unet.eval()
     text.eval()
     unet_sd = {k[5:]: v for k, v in ema.items() if k.startswith("unet.")}
@@ -240,10 +244,12 @@ def train_unet(
 
 
 @torch.no_grad()
-def sample(vae: Any, unet: Any, text: Any, scale: float, prompts: list[str], seed: int, steps: int = 20, cfg: float = 5.0) -> np.ndarray:
+def sample(
+    vae: Any, unet: Any, text: Any, scale: float, prompts: list[str], seed: int, steps: int = 20, cfg: float = 5.0
+) -> np.ndarray:
     from diffusers import DDIMScheduler
 
-    ids = torch.from_numpy(np.asarray(clip_tokenizer()(prompts + [""]), dtype=np.int64))
+    ids = torch.from_numpy(np.asarray(clip_tokenizer()([*prompts, ""]), dtype=np.int64))
     states = text(input_ids=ids).last_hidden_state
     cond, uncond = states[:-1], states[-1:].expand(len(prompts), -1, -1)
     sched = DDIMScheduler(**SCHEDULER, clip_sample=False, set_alpha_to_one=False, steps_offset=1)
@@ -302,7 +308,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         "cpu": _cpu_name(),
         "threads": args.threads,
         "parameters": {
-            name: sum(p.numel() for p in m.parameters()) for name, m in (("vae", vae), ("unet", unet), ("text_encoder", text))
+            name: sum(p.numel() for p in m.parameters())
+            for name, m in (("vae", vae), ("unet", unet), ("text_encoder", text))
         },
         "args": vars(args),
     }
@@ -440,14 +447,18 @@ def cmd_export(args: argparse.Namespace) -> None:
         "format": "pt",
         "modelspec.title": "tiny_digits",
         "modelspec.architecture": "tiny_digits (stable-diffusion-v1 architecture at small size)",
-        "modelspec.description": "Trained on scikit-learn's load_digits (UCI handwritten digits) by sdkit's tools/train_tiny_digits.py",
+        "modelspec.description": "Trained on scikit-learn's load_digits (UCI handwritten digits) "
+        "by sdkit's tools/train_tiny_digits.py",
         "modelspec.license": "BSD-3-Clause (sdkit); data: UCI Optical Recognition of Handwritten Digits, CC BY 4.0",
         "tiny_digits.scaling_factor": str(info["scaling_factor"]),
     }
     save_file(tensors, str(target), metadata=meta)
     target.chmod(0o644)
     checked = check_with_diffusers(target, vae, unet, text)
-    print(f"{target}: {target.stat().st_size / 1e6:.2f} MB, {len(tensors)} tensors; diffusers from_single_file read back {checked} exactly")
+    print(
+        f"{target}: {target.stat().st_size / 1e6:.2f} MB, {len(tensors)} tensors; "
+        f"diffusers from_single_file read back {checked} exactly"
+    )
 
 
 def main() -> None:
