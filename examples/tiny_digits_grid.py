@@ -36,10 +36,10 @@ def main() -> int:
     for word in WORDS:
         [image] = pipe.generate(f"a handwritten digit {word}", seed=args.seed, steps=args.steps, guidance_scale=5.0)
         cells.append(image.convert("L"))
-    size = cells[0].width
-    grid = Image.new("L", (5 * size, 2 * size), 255)
+    pitch = cells[0].width + 2  # a 2 px white gap between cells
+    grid = Image.new("L", (5 * pitch - 2, 2 * pitch - 2), 255)
     for i, cell in enumerate(cells):
-        grid.paste(cell, ((i % 5) * size, (i // 5) * size))
+        grid.paste(cell, ((i % 5) * pitch, (i // 5) * pitch))
     grid = grid.resize((grid.width * args.zoom, grid.height * args.zoom), Image.Resampling.NEAREST)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
