@@ -115,7 +115,8 @@ def test_the_classifier_oracle_reads_the_training_data_as_digits() -> None:
 BACKENDS = [
     pytest.param("ggml", id="ggml"),
     pytest.param("openvino", id="openvino"),
-    pytest.param("reference", id="reference", marks=pytest.mark.slow),  # ~8 s (38 s on a loaded runner): numpy, node by node
+    # ~8 s (38 s on a loaded runner): numpy, node by node
+    pytest.param("reference", id="reference", marks=pytest.mark.slow),
 ]
 
 
