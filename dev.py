@@ -43,6 +43,7 @@ TEST_TOOLS = [
     "hypothesis>=6",  # tests/test_fuzz.py of sdkit-core
     "hatchling>=1.24",  # builds the meta wheel offline for tests/test_install_lines.py
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
+    "scikit-learn>=1.3",  # the tiny_digits test's classifier (load_digits ships in its wheel)
 ]
 # sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
 # .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
@@ -89,14 +90,18 @@ def install(packages: list[str], no_deps: tuple[str, ...] = (), extra: tuple[str
 
 
 def demo() -> int:
-    """The main job: txt2img on the repo's tiny SD pipeline (random weights: no real SD weights
-    can ship here), then a real photo through the real TAEF2 autoencoder."""
+    """The main job: txt2img with the repo's tiny_digits model (SD's architecture at small size,
+    trained here on scikit-learn's digits: models/tiny-digits), a 0-9 grid with it, then a real
+    photo through the real TAEF2 autoencoder."""
     ensure_venv()
     install(RUNTIME_PACKAGES)
-    prompt = " ".join(sys.argv[2:]) or "a photo of a dog on the beach"
-    tiny = "fixtures/tiny_pipeline/model"
-    sh(BIN / "sdkit", "generate", "--model", tiny, prompt, "--steps", "8", "--seed", "1", "-o", "out/txt2img.png")
+    prompt = " ".join(sys.argv[2:]) or "a handwritten digit seven"
+    model = "models/tiny-digits/tiny_digits.safetensors"
+    txt2img = ["--steps", "20", "--cfg-scale", "5", "--seed", "1", "-o", "out/txt2img.png", "--force"]
+    sh(BIN / "sdkit", "generate", "--model", model, prompt, *txt2img)
+    sh(PY, "examples/tiny_digits_grid.py", "--out", "out/digits_grid.png")
     sh(PY, "examples/taef2_roundtrip.py", "--out", "out/dog_roundtrip.png")
+    print(f"demo images in {ROOT / 'out'}: txt2img.png ({prompt!r}), digits_grid.png (0-9), dog_roundtrip.png (TAEF2)")
     return 0
 
 

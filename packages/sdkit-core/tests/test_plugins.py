@@ -163,7 +163,7 @@ def test_core_registers_its_own_implementations_by_reference() -> None:
     assert plugins.loaders.names() == ["onnx", "diffusers-onnx", "checkpoint"]
     assert plugins.families.names() == [
         "sd1", "sd1_inpaint", "sd2", "sd2v", "sdxl", "sdxl_inpaint", "sdxl_refiner", "flux_dev", "flux_schnell",
-        "sd3_medium", "sd35_large", "sd35_medium", "chroma",
+        "sd3_medium", "sd35_large", "sd35_medium", "chroma", "tiny_digits",
     ]  # fmt: skip
     assert all(plugins.families.owner(name) == "core" for name in plugins.families.names())
     assert plugins.schedulers.names() == [

@@ -147,5 +147,5 @@ def test_registered_by_core() -> None:
     plugins = Plugins([])
     assert [f.name for f in plugins.families.families()] == [
         "sd2v", "flux_dev", "sd1", "sd1_inpaint", "sd2", "sdxl", "sdxl_inpaint", "sdxl_refiner", "flux_schnell",
-        "sd3_medium", "sd35_large", "sd35_medium", "chroma",
+        "sd3_medium", "sd35_large", "sd35_medium", "chroma", "tiny_digits",
     ]  # fmt: skip

@@ -44,6 +44,7 @@ MODEL_FAMILIES = (
     "sdkit.families.sd3:SD35_LARGE",
     "sdkit.families.sd3:SD35_MEDIUM",
     "sdkit.families.chroma:CHROMA",
+    "sdkit.families.tiny_digits:TINY_DIGITS",
 )
 
 
