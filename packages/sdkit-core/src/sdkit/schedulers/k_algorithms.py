@@ -1,0 +1,415 @@
+"""The sampling algorithms of k-diffusion and ComfyUI, as generators (see ``sdkit.schedulers.k_stepper``).
+
+Each function is the loop of its reference over the step sigmas ``s`` (ending in 0), written in
+float32 scalar arithmetic in the reference's operation order (libm-rounded log/exp, as torch on a
+0-d CPU tensor), with ``yield x, sigma, i`` where the reference calls the model in step ``i``. The
+references (k-diffusion 0.1.1.post1 ``k_diffusion/sampling.py``; ComfyUI ``comfy/k_diffusion/sampling.py``):
+
+- ``dpm_2``, ``dpm_2_a``, ``dpmpp_2s_a``, ``dpmpp_3m_sde``, ``lms``, ``heun``, ``dpmpp_2m``: k-diffusion's
+  ``sample_*`` with their defaults (``s_churn=0``, ``eta=1``, LMS order 4, 3M SDE eta 1);
+- ``*_rf``: ComfyUI's rectified-flow ancestral variants (``sample_euler_ancestral_RF``,
+  ``sample_dpm_2_ancestral_RF``, ``sample_dpmpp_2s_ancestral_RF``), which ComfyUI runs instead of the
+  plain ones on flow models: the step goes down to ``sigma_down = s[i+1]^2 / s[i]`` by mixing
+  ``x`` and the x0 estimate, then rescales by ``(1 - s[i+1]) / (1 - sigma_down)`` and adds noise
+  ``sqrt(s[i+1]^2 - sigma_down^2 (1 - s[i+1])^2 / (1 - sigma_down)^2)`` so the flow marginal holds;
+- ``heunpp2``, ``ddpm``, ``euler_cfg_pp``, ``dpmpp_2m_cfg_pp``: ComfyUI only, each with its algorithm
+  written out in its docstring.
+
+Noise: one standard-normal draw (``run.noise()``) wherever the reference calls its noise sampler,
+none where it does not (the step to sigma 0), so a replay can feed the reference the same draws.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sdkit.schedulers.base import f32
+from sdkit.schedulers.k_stepper import Run, Steps
+from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32
+
+F32 = NDArray[np.float32]
+ONE = np.float32(1.0)
+HALF = np.float32(0.5)
+ETA = np.float32(1.0)  # the ancestral samplers' eta (k-diffusion's and ComfyUI's default)
+
+
+def _d(x: F32, denoised: F32, sigma: np.float32) -> F32:
+    """k-diffusion's ``to_d``: the ODE derivative (x - denoised) / sigma."""
+    return f32((x - denoised) / sigma)
+
+
+def _lerp_half(a: np.float32, b: np.float32) -> np.float32:
+    """``torch.lerp(a, b, 0.5)`` (its CPU kernel: ``b - (b - a) * (1 - w)`` for w >= 0.5)."""
+    return np.float32(b - (b - a) * HALF)
+
+
+def _sqrt(x: np.float32) -> np.float32:
+    return np.float32(np.sqrt(x))
+
+
+def ancestral_step(sigma_from: np.float32, sigma_to: np.float32) -> tuple[np.float32, np.float32]:
+    """k-diffusion's ``get_ancestral_step`` (eta 1): (sigma_down, sigma_up)."""
+    sigma_up = _sqrt(sigma_to * sigma_to * (sigma_from * sigma_from - sigma_to * sigma_to) / (sigma_from * sigma_from))
+    sigma_up = sigma_up if sigma_up < sigma_to else sigma_to  # Python's min(sigma_to, up)
+    return _sqrt(sigma_to * sigma_to - sigma_up * sigma_up), sigma_up
+
+
+def rf_ancestral_step(sigma: np.float32, sigma_next: np.float32) -> tuple[np.float32, np.float32, np.float32]:
+    """ComfyUI's rectified-flow ancestral step (eta 1): (sigma_down, rescale, renoise coefficient)."""
+    sigma_down = sigma_next * (ONE + (sigma_next / sigma - ONE) * ETA)
+    alpha_next, alpha_down = ONE - sigma_next, ONE - sigma_down
+    renoise = _sqrt(
+        sigma_next * sigma_next - sigma_down * sigma_down * (alpha_next * alpha_next) / (alpha_down * alpha_down)
+    )
+    return sigma_down, np.float32(alpha_next / alpha_down), renoise
+
+
+def _s_noise(run: Run) -> np.float32:
+    return np.float32(run.options.get("s_noise", 1.0))
+
+
+# -- k-diffusion ---------------------------------------------------------------------------------
+
+
+def heun(run: Run) -> Steps:
+    """``sample_heun``: Euler to s[i+1], then the average of both slopes (Euler on the last step)."""
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x, dt = ev.x, np.float32(s[i + 1] - s[i])
+        d = _d(x, ev.denoised, s[i])
+        if s[i + 1] == 0:
+            x = f32(x + d * dt)
+            continue
+        ev2 = yield f32(x + d * dt), s[i + 1], i
+        d2 = _d(ev2.x, ev2.denoised, s[i + 1])
+        x = f32(x + f32((d + d2) / np.float32(2)) * dt)
+    return x
+
+
+def dpm_2(run: Run) -> Steps:
+    """``sample_dpm_2``: the slope at the log-midpoint sigma carries the whole step."""
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        d = _d(x, ev.denoised, s[i])
+        if s[i + 1] == 0:
+            x = f32(x + d * np.float32(s[i + 1] - s[i]))
+            continue
+        mid = exp32(_lerp_half(log32(s[i]), log32(s[i + 1])))
+        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
+        x = f32(x + _d(ev2.x, ev2.denoised, mid) * np.float32(s[i + 1] - s[i]))
+    return x
+
+
+def dpm_2_a(run: Run) -> Steps:
+    """``sample_dpm_2_ancestral``: DPM2 down to sigma_down, then noise sigma_up."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        sigma_down, sigma_up = ancestral_step(s[i], s[i + 1])
+        d = _d(x, ev.denoised, s[i])
+        if sigma_down == 0:
+            x = f32(x + d * np.float32(sigma_down - s[i]))
+            continue
+        mid = exp32(_lerp_half(log32(s[i]), log32(sigma_down)))
+        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
+        x = f32(x + _d(ev2.x, ev2.denoised, mid) * np.float32(sigma_down - s[i]))
+        x = f32(x + f32(run.noise() * s_noise) * sigma_up)
+    return x
+
+
+def dpmpp_2s_a(run: Run) -> Steps:
+    """``sample_dpmpp_2s_ancestral``: DPM-Solver++(2S) in t = -log sigma down to sigma_down, then noise."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        sigma_down, sigma_up = ancestral_step(s[i], s[i + 1])
+        if sigma_down == 0:
+            x = f32(x + _d(x, ev.denoised, s[i]) * np.float32(sigma_down - s[i]))
+        else:
+            t, t_next = -log32(s[i]), -log32(sigma_down)
+            h = np.float32(t_next - t)
+            sigma_s = exp32(-np.float32(t + HALF * h))
+            x2 = f32(np.float32(sigma_s / exp32(-t)) * x - expm1_32(-h * HALF) * ev.denoised)
+            ev2 = yield x2, sigma_s, i
+            x = f32(np.float32(exp32(-t_next) / exp32(-t)) * x - expm1_32(-h) * ev2.denoised)
+        if s[i + 1] > 0:
+            x = f32(x + f32(run.noise() * s_noise) * sigma_up)
+    return x
+
+
+def dpmpp_2m(run: Run) -> Steps:
+    """``sample_dpmpp_2m``: DPM-Solver++(2M), first order on the first and the last step."""
+    s, x = run.sigmas, run.x
+    old: F32 | None = None
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x, denoised = ev.x, ev.denoised
+        t, t_next = -log32(s[i]), -log32(s[i + 1])
+        h = np.float32(t_next - t)
+        ratio = np.float32(exp32(-t_next) / exp32(-t))
+        if old is not None and s[i + 1] != 0:
+            r = np.float32((t + log32(s[i - 1])) / h)
+            half_r = np.float32(ONE / (np.float32(2) * r))
+            denoised = f32((ONE + half_r) * ev.denoised - half_r * old)
+        x = f32(ratio * x - expm1_32(-h) * denoised)
+        old = ev.denoised
+    return x
+
+
+def dpmpp_3m_sde(run: Run) -> Steps:
+    """``sample_dpmpp_3m_sde`` (eta 1): third-order multistep SDE in t = -log sigma; x = denoised
+    on the step to sigma 0."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    eta = ETA
+    den_1: F32 | None = None
+    den_2: F32 | None = None
+    h_1: np.float32 | None = None
+    h_2: np.float32 | None = None
+    h = np.float32(0)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x, denoised = ev.x, ev.denoised
+        if s[i + 1] == 0:
+            x = denoised
+        else:
+            h = np.float32(-log32(s[i + 1]) + log32(s[i]))
+            h_eta = np.float32(h * (eta + ONE))
+            x = f32(exp32(-h_eta) * x + (-expm1_32(-h_eta)) * denoised)
+            phi_2 = np.float32(expm1_32(-h_eta) / h_eta + ONE)
+            if h_2 is not None and h_1 is not None and den_1 is not None and den_2 is not None:
+                r0, r1 = np.float32(h_1 / h), np.float32(h_2 / h)
+                d1_0, d1_1 = f32((denoised - den_1) / r0), f32((den_1 - den_2) / r1)
+                d1 = f32(d1_0 + f32(d1_0 - d1_1) * r0 / np.float32(r0 + r1))
+                d2 = f32(f32(d1_0 - d1_1) / np.float32(r0 + r1))
+                phi_3 = np.float32(phi_2 / h_eta - HALF)
+                x = f32(x + phi_2 * d1 - phi_3 * d2)
+            elif h_1 is not None and den_1 is not None:
+                x = f32(x + phi_2 * f32((denoised - den_1) / np.float32(h_1 / h)))
+            if eta:
+                scale = _sqrt(-expm1_32(np.float32(-2) * h * eta))
+                x = f32(x + f32(f32(run.noise() * s[i + 1]) * scale) * s_noise)
+        den_1, den_2 = denoised, den_1
+        h_1, h_2 = h, h_1
+    return x
+
+
+def lms_coefficient(order: int, t: NDArray[np.float64], i: int, j: int) -> float:
+    """k-diffusion's ``linear_multistep_coeff``: the integral over [t[i], t[i+1]] of the Lagrange
+    basis polynomial of node t[i-j] among t[i], ..., t[i-order+1]. k-diffusion integrates it with
+    ``scipy.integrate.quad``; here 4-point Gauss-Legendre, exact for these degree <= 3 polynomials."""
+    nodes, weights = np.polynomial.legendre.leggauss(4)
+    a, b = float(t[i]), float(t[i + 1])
+    tau = (b - a) / 2 * nodes + (a + b) / 2
+    basis = np.ones_like(tau)
+    for k in range(order):
+        if k != j:
+            basis *= (tau - t[i - k]) / (t[i - j] - t[i - k])
+    return float((b - a) / 2 * np.sum(weights * basis))
+
+
+def lms(run: Run) -> Steps:
+    """``sample_lms`` (order 4): Adams-Bashforth in sigma over the last four slopes. On a flow model
+    the step to sigma 0 is ``x = denoised``, as ComfyUI's ``sample_lms`` (k-diffusion integrates it)."""
+    s, x = run.sigmas, run.x
+    t = s.astype(np.float64)
+    slopes: list[F32] = []
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        slopes = [*slopes, _d(x, ev.denoised, s[i])][-4:]
+        if run.flow and s[i + 1] == 0:
+            x = ev.denoised
+            continue
+        order = min(i + 1, 4)
+        coeffs = [np.float32(lms_coefficient(order, t, i, j)) for j in range(order)]
+        total = f32(coeffs[0] * slopes[-1])
+        for coeff, slope in zip(coeffs[1:], reversed(slopes[:-1]), strict=False):
+            total = f32(total + coeff * slope)
+        x = f32(x + total)
+    return x
+
+
+# -- ComfyUI's rectified-flow ancestral samplers --------------------------------------------------
+
+
+def euler_a_rf(run: Run) -> Steps:
+    """``sample_euler_ancestral_RF``: x <- (sd / s) x + (1 - sd / s) denoised, rescale, renoise."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        if s[i + 1] == 0:
+            x = ev.denoised
+            continue
+        sigma_down, rescale, renoise = rf_ancestral_step(s[i], s[i + 1])
+        ratio = np.float32(sigma_down / s[i])
+        x = f32(ratio * ev.x + (ONE - ratio) * ev.denoised)
+        x = f32(rescale * x + f32(run.noise() * s_noise) * renoise)
+    return x
+
+
+def dpm_2_a_rf(run: Run) -> Steps:
+    """``sample_dpm_2_ancestral_RF``: DPM2 down to sigma_down (log-midpoint slope), rescale, renoise."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        sigma_down, rescale, renoise = rf_ancestral_step(s[i], s[i + 1])
+        d = _d(x, ev.denoised, s[i])
+        if sigma_down == 0:
+            x = f32(x + d * np.float32(sigma_down - s[i]))
+            continue
+        mid = exp32(_lerp_half(log32(s[i]), log32(sigma_down)))
+        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
+        x = f32(x + _d(ev2.x, ev2.denoised, mid) * np.float32(sigma_down - s[i]))
+        x = f32(rescale * x + f32(run.noise() * s_noise) * renoise)
+    return x
+
+
+def dpmpp_2s_a_rf(run: Run) -> Steps:
+    """``sample_dpmpp_2s_ancestral_RF``: the midpoint sigma_s halves lambda = log((1 - sigma) / sigma)
+    between s[i] and sigma_down (0.9999 when s[i] is 1), x mixes towards each x0 estimate."""
+    s, x, s_noise = run.sigmas, run.x, _s_noise(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        sigma_down, rescale, renoise = rf_ancestral_step(s[i], s[i + 1])
+        if s[i + 1] == 0:
+            x = f32(x + _d(x, ev.denoised, s[i]) * np.float32(sigma_down - s[i]))
+            continue
+        if s[i] == ONE:
+            sigma_s = np.float32(0.9999)
+        else:
+            lambda_i, lambda_down = log32((ONE - s[i]) / s[i]), log32((ONE - sigma_down) / sigma_down)
+            lambda_s = np.float32(lambda_i + HALF * np.float32(lambda_down - lambda_i))
+            sigma_s = np.float32(ONE / np.float32(exp32(lambda_s) + ONE))
+        ratio_s = np.float32(sigma_s / s[i])
+        ev2 = yield f32(ratio_s * x + (ONE - ratio_s) * ev.denoised), sigma_s, i
+        ratio_down = np.float32(sigma_down / s[i])
+        x = f32(ratio_down * x + (ONE - ratio_down) * ev2.denoised)
+        x = f32(rescale * x + f32(run.noise() * s_noise) * renoise)
+    return x
+
+
+# -- ComfyUI only ---------------------------------------------------------------------------------
+
+
+def heunpp2(run: Run) -> Steps:
+    """ComfyUI's ``sample_heunpp2`` (from sd-webui-samplers-scheduler), s_churn 0. With d_k the slope
+    at the k-th evaluation and dt = s[i+1] - s[i]:
+
+    - last step (s[i+1] is the final sigma): Euler, x + d dt;
+    - next to last (s[i+2] final): x2 = x + d dt, evaluate at s[i+1];
+      x + (d w1 + d2 w2) dt with w2 = s[i+1] / (2 s[0]), w1 = 1 - w2;
+    - otherwise: x2 = x + d dt at s[i+1], x3 = x2 + d2 (s[i+2] - s[i+1]) at s[i+2];
+      x + (w1 d + w2 d2 + w3 d3) dt with w2 = s[i+1] / (3 s[0]), w3 = s[i+2] / (3 s[0]),
+      w1 = 1 - w2 - w3.
+
+    Three model calls per step but the last two. ``s[0]`` is the first sigma of the run (img2img:
+    of the tail)."""
+    s, x = run.sigmas, run.x
+    s_end = s[-1]
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.x
+        d, dt = _d(x, ev.denoised, s[i]), np.float32(s[i + 1] - s[i])
+        if s[i + 1] == s_end:
+            x = f32(x + d * dt)
+            continue
+        ev2 = yield f32(x + d * dt), s[i + 1], i
+        d2 = _d(ev2.x, ev2.denoised, s[i + 1])
+        if s[i + 2] == s_end:
+            w2 = np.float32(s[i + 1] / np.float32(2 * s[0]))
+            x = f32(x + f32(d * (ONE - w2) + d2 * w2) * dt)
+            continue
+        ev3 = yield f32(ev2.x + d2 * np.float32(s[i + 2] - s[i + 1])), s[i + 2], i
+        d3 = _d(ev3.x, ev3.denoised, s[i + 2])
+        w = np.float32(3 * s[0])
+        w2, w3 = np.float32(s[i + 1] / w), np.float32(s[i + 2] / w)
+        w1 = np.float32(ONE - w2 - w3)
+        x = f32(x + f32(w1 * d + w2 * d2 + w3 * d3) * dt)
+    return x
+
+
+def ddpm(run: Run) -> Steps:
+    """ComfyUI's ``sample_ddpm`` (``generic_step_sampler`` with ``DDPMSampler_step``): ancestral DDPM
+    on the variance-preserving sample. With eps = (x - denoised) / s[i], x_vp = x / sqrt(1 + s[i]^2),
+    a = 1 / (s^2 + 1) at s[i] and a' at s[i+1], alpha = a / a':
+
+        mu = sqrt(1 / alpha) (x_vp - (1 - alpha) eps / sqrt(1 - a))
+        mu += sqrt((1 - alpha) (1 - a') / (1 - a)) z        (unless s[i+1] = 0; z ~ N(0, 1))
+        x = mu sqrt(1 + s[i+1]^2)                          (mu itself at s[i+1] = 0)
+
+    the posterior mean and "fixed_small" variance of diffusers' DDPMScheduler."""
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        sigma, sigma_prev = s[i], s[i + 1]
+        eps = _d(ev.x, ev.denoised, sigma)
+        x_vp = f32(ev.x / _sqrt(ONE + sigma * sigma))
+        acp = np.float32(ONE / (sigma * sigma + ONE))
+        acp_prev = np.float32(ONE / (sigma_prev * sigma_prev + ONE))
+        alpha = np.float32(acp / acp_prev)
+        mu = f32(_sqrt(ONE / alpha) * f32(x_vp - f32((ONE - alpha) * eps) / _sqrt(ONE - acp)))
+        if sigma_prev > 0:
+            scale = _sqrt(np.float32((ONE - alpha) * (ONE - acp_prev) / (ONE - acp)))
+            mu = f32(mu + scale * run.noise())
+            mu = f32(mu * _sqrt(ONE + sigma_prev * sigma_prev))
+        x = mu
+    return x
+
+
+def _half_log_snr(sigma: np.float32, flow: bool) -> np.float32:
+    """ComfyUI's ``sigma_to_half_log_snr``: -log sigma, or -logit sigma for a flow model."""
+    return -log32(np.float32(sigma / (ONE - sigma))) if flow else -log32(sigma)
+
+
+def euler_cfg_pp(run: Run) -> Steps:
+    """ComfyUI's ``sample_euler_cfg_pp`` (its ``sample_euler_ancestral_cfg_pp`` with eta 0): the step
+    renoises with the *unguided* estimate u. alpha(sigma) = sigma exp(lambda(sigma)), lambda the half
+    log-SNR (~1 for sigma models, 1 - sigma for flow ones), a = alpha(s[i]), b = alpha(s[i+1]):
+
+        d = (x - a u) / s[i];   x = b denoised + (b (s[i+1] / b)) d      (x = denoised at s[i+1] = 0)
+    """
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        if s[i + 1] == 0:
+            x = ev.denoised
+            continue
+        alpha_s = np.float32(s[i] * exp32(_half_log_snr(s[i], run.flow)))
+        alpha_t = np.float32(s[i + 1] * exp32(_half_log_snr(s[i + 1], run.flow)))
+        d = _d(ev.x, f32(alpha_s * ev.uncond), s[i])
+        sigma_down = np.float32(alpha_t * np.float32(s[i + 1] / alpha_t))
+        x = f32(alpha_t * ev.denoised + sigma_down * d)
+    return x
+
+
+def dpmpp_2m_cfg_pp(run: Run) -> Steps:
+    """ComfyUI's ``sample_dpmpp_2m_cfg_pp``: DPM++ 2M whose renoising uses the unguided estimate u.
+    With t = -log sigma, h = t(s[i+1]) - t(s[i]), r = (t(s[i]) - t(s[i-1])) / h, u' the previous u:
+
+        mix = -exp(-h) u                                                (first step, step to 0)
+        mix = -exp(-h) u - expm1(-h) (1 / (2 r)) (denoised - u')         (otherwise)
+        x = denoised + mix + exp(-h) x
+    """
+    s, x = run.sigmas, run.x
+    old: F32 | None = None
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        t, t_next = -log32(s[i]), -log32(s[i + 1])
+        h = np.float32(t_next - t)
+        decay = exp32(-h)
+        mix = f32(-decay * ev.uncond)
+        if old is not None and s[i + 1] != 0:
+            r = np.float32((t + log32(s[i - 1])) / h)
+            factor = np.float32(expm1_32(-h) * np.float32(ONE / (np.float32(2) * r)))
+            mix = f32(mix - factor * f32(ev.denoised - old))
+        x = f32(ev.denoised + mix + decay * ev.x)
+        old = ev.uncond
+    return x
