@@ -366,7 +366,10 @@ def ddpm(run: Run) -> Steps:
 
 def _half_log_snr(sigma: np.float32, flow: bool) -> np.float32:
     """ComfyUI's ``sigma_to_half_log_snr``: -log sigma, or -logit sigma for a flow model."""
-    return -log32(np.float32(sigma / (ONE - sigma))) if flow else -log32(sigma)
+    if not flow:
+        return -log32(sigma)
+    with np.errstate(divide="ignore"):  # sigma 1: -logit(1) = -inf, alpha 0, as torch
+        return -log32(np.float32(sigma / (ONE - sigma)))
 
 
 def euler_cfg_pp(run: Run) -> Steps:
