@@ -22,6 +22,7 @@ class DPM2(KDiscreteSampler):
     aliases: ClassVar[tuple[str, ...]] = ("DPM2", "dpm2", "k_dpm_2", "kdpm2", "KDPM2Discrete")
     order = 2
     algorithm: ClassVar[Algorithm] = alg.dpm_2
+    reference = "k_diffusion.sampling.sample_dpm_2"
     diffusers_class = "KDPM2DiscreteScheduler"
 
 
@@ -39,6 +40,7 @@ class DPM2Ancestral(KDiscreteSampler):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpm_2_a
+    reference = "k_diffusion.sampling.sample_dpm_2_ancestral"
     diffusers_class = "KDPM2AncestralDiscreteScheduler"
 
 
@@ -50,6 +52,7 @@ class DPMPP2SAncestral(KDiscreteSampler):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpmpp_2s_a
+    reference = "k_diffusion.sampling.sample_dpmpp_2s_ancestral"
 
 
 class DPMPP3MSDE(KDiscreteSampler):
@@ -59,6 +62,7 @@ class DPMPP3MSDE(KDiscreteSampler):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpmpp_3m_sde
+    reference = "k_diffusion.sampling.sample_dpmpp_3m_sde"
 
 
 class LMS(KDiscreteSampler):
@@ -66,6 +70,7 @@ class LMS(KDiscreteSampler):
     label = "LMS"
     aliases: ClassVar[tuple[str, ...]] = ("LMS", "k_lms", "lms_discrete", "LMSDiscrete")
     algorithm: ClassVar[Algorithm] = alg.lms
+    reference = "k_diffusion.sampling.sample_lms"
     diffusers_class = "LMSDiscreteScheduler"
 
 
@@ -75,6 +80,7 @@ class DDPM(KDiscreteSampler):
     aliases: ClassVar[tuple[str, ...]] = ("DDPM", "ddpm_discrete")
     needs_noise = True
     algorithm: ClassVar[Algorithm] = alg.ddpm
+    reference = "comfy.k_diffusion.sampling.sample_ddpm"
     diffusers_class = "DDPMScheduler"
 
 
@@ -84,6 +90,7 @@ class HeunPP2(KDiscreteSampler):
     aliases: ClassVar[tuple[str, ...]] = ("Heun++ 2", "heun++2", "heunpp")
     order = 3
     algorithm: ClassVar[Algorithm] = alg.heunpp2
+    reference = "comfy.k_diffusion.sampling.sample_heunpp2"
 
 
 class EulerCFGPP(KDiscreteSampler):
@@ -92,6 +99,7 @@ class EulerCFGPP(KDiscreteSampler):
     aliases: ClassVar[tuple[str, ...]] = ("Euler CFG++", "euler_cfgpp")
     needs_uncond = True
     algorithm: ClassVar[Algorithm] = alg.euler_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"
 
 
 class DPMPP2MCFGPP(KDiscreteSampler):
@@ -100,6 +108,7 @@ class DPMPP2MCFGPP(KDiscreteSampler):
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M CFG++", "dpmpp_2m_cfgpp")
     needs_uncond = True
     algorithm: ClassVar[Algorithm] = alg.dpmpp_2m_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"
 
 
 # -- flow models (ComfyUI's samplers on CONST model sampling) -------------------------------------
@@ -117,6 +126,7 @@ class EulerAncestralFlow(_Flow):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.euler_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_euler_ancestral_RF"
 
 
 class HeunFlow(_Flow):
@@ -125,6 +135,7 @@ class HeunFlow(_Flow):
     variant_of = "heun"
     order = 2
     algorithm: ClassVar[Algorithm] = alg.heun
+    reference = "k_diffusion.sampling.sample_heun"
 
 
 class DPMPP2MFlow(_Flow):
@@ -132,6 +143,7 @@ class DPMPP2MFlow(_Flow):
     label = "DPM++ 2M"
     variant_of = "dpmpp_2m"
     algorithm: ClassVar[Algorithm] = alg.dpmpp_2m
+    reference = "k_diffusion.sampling.sample_dpmpp_2m"
 
 
 class DPMPP2SAncestralFlow(_Flow):
@@ -142,6 +154,7 @@ class DPMPP2SAncestralFlow(_Flow):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpmpp_2s_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2s_ancestral_RF"
 
 
 class LMSFlow(_Flow):
@@ -149,6 +162,7 @@ class LMSFlow(_Flow):
     label = "LMS"
     variant_of = "lms"
     algorithm: ClassVar[Algorithm] = alg.lms
+    reference = "comfy.k_diffusion.sampling.sample_lms"
 
 
 class DPM2Flow(_Flow):
@@ -157,6 +171,7 @@ class DPM2Flow(_Flow):
     variant_of = "dpm_2"
     order = 2
     algorithm: ClassVar[Algorithm] = alg.dpm_2
+    reference = "k_diffusion.sampling.sample_dpm_2"
 
 
 class DPM2AncestralFlow(_Flow):
@@ -167,6 +182,7 @@ class DPM2AncestralFlow(_Flow):
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpm_2_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpm_2_ancestral_RF"
 
 
 class HeunPP2Flow(_Flow):
@@ -175,6 +191,7 @@ class HeunPP2Flow(_Flow):
     variant_of = "heunpp2"
     order = 3
     algorithm: ClassVar[Algorithm] = alg.heunpp2
+    reference = "comfy.k_diffusion.sampling.sample_heunpp2"
 
 
 class EulerCFGPPFlow(_Flow):
@@ -183,3 +200,4 @@ class EulerCFGPPFlow(_Flow):
     variant_of = "euler_cfg_pp"
     needs_uncond = True
     algorithm: ClassVar[Algorithm] = alg.euler_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"

@@ -84,6 +84,8 @@ class KSampler(Scheduler):
     docstring) and mix in one of the two model types below."""
 
     algorithm: ClassVar[Algorithm]
+    # The reference function it is checked against (k-diffusion's, else ComfyUI's).
+    reference: ClassVar[str] = ""
 
     # -- what the model type provides -------------------------------------------------------
 
