@@ -21,6 +21,8 @@ none where it does not (the step to sigma 0), so a replay can feed the reference
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -41,11 +43,11 @@ def _d(x: F32, denoised: F32, sigma: np.float32) -> F32:
 
 def _lerp_half(a: np.float32, b: np.float32) -> np.float32:
     """``torch.lerp(a, b, 0.5)`` (its CPU kernel: ``b - (b - a) * (1 - w)`` for w >= 0.5)."""
-    return np.float32(b - (b - a) * HALF)
+    return cast(np.float32, np.float32(b - (b - a) * HALF))
 
 
 def _sqrt(x: np.float32) -> np.float32:
-    return np.float32(np.sqrt(x))
+    return cast(np.float32, np.float32(np.sqrt(x)))
 
 
 def ancestral_step(sigma_from: np.float32, sigma_to: np.float32) -> tuple[np.float32, np.float32]:
@@ -66,7 +68,7 @@ def rf_ancestral_step(sigma: np.float32, sigma_next: np.float32) -> tuple[np.flo
 
 
 def _s_noise(run: Run) -> np.float32:
-    return np.float32(run.options.get("s_noise", 1.0))
+    return cast(np.float32, np.float32(run.options.get("s_noise", 1.0)))
 
 
 # -- k-diffusion ---------------------------------------------------------------------------------
@@ -367,9 +369,9 @@ def ddpm(run: Run) -> Steps:
 def _half_log_snr(sigma: np.float32, flow: bool) -> np.float32:
     """ComfyUI's ``sigma_to_half_log_snr``: -log sigma, or -logit sigma for a flow model."""
     if not flow:
-        return -log32(sigma)
+        return cast(np.float32, -log32(sigma))
     with np.errstate(divide="ignore"):  # sigma 1: -logit(1) = -inf, alpha 0, as torch
-        return -log32(np.float32(sigma / (ONE - sigma)))
+        return cast(np.float32, -log32(np.float32(sigma / (ONE - sigma))))
 
 
 def euler_cfg_pp(run: Run) -> Steps:

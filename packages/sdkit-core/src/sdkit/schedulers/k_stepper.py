@@ -199,7 +199,10 @@ class KDiscreteSampler(KSampler, SigmaScheduler):
         out = []
         for sigma in call_sigmas:
             hits = np.nonzero(step_sigmas[:-1] == sigma)[0]
-            out.append(step_t[hits[0]] if hits.size else noise_schedule.sigma_to_t(np.array([sigma], np.float64), log_train)[0])
+            if hits.size:
+                out.append(step_t[hits[0]])
+            else:
+                out.append(noise_schedule.sigma_to_t(np.array([sigma], np.float64), log_train)[0])
         return np.array(out, dtype=np.float64)
 
     def _x0(self, model_output: F32, sample: F32, sigma: np.float32) -> F32:
