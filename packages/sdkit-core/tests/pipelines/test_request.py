@@ -38,6 +38,7 @@ BEFORE_SAMPLERS = {
     "heunpp2": "Heun++ 2",
     "euler_cfg_pp": "Euler CFG++",
     "dpmpp_2m_cfg_pp": "DPM++ 2M CFG++",
+    "restart": "Restart",
     "euler_a_flow": "Euler a",
     "heun_flow": "Heun",
     "dpmpp_2m_flow": "DPM++ 2M",

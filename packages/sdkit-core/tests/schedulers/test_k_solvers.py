@@ -28,7 +28,7 @@ import pytest
 
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
-from sdkit.schedulers.k_algorithms import lms_coefficient
+from sdkit.schedulers.k_algorithms import lms_coefficient, restart_pairs
 
 GOLDEN = Path(__file__).resolve().parents[4] / "fixtures" / "schedulers" / "golden.npz"
 TOL = 1e-6
@@ -322,6 +322,7 @@ def test_labels_and_names() -> None:
         "Heun++ 2": "heunpp2",
         "Euler CFG++": "euler_cfg_pp",
         "DPM++ 2M CFG++": "dpmpp_2m_cfg_pp",
+        "Restart": "restart",
     }
     comfy = ["dpm_2", "dpm_2_ancestral", "dpmpp_2s_ancestral", "dpmpp_3m_sde", "lms", "ddpm", "heunpp2"]
     for label, name in labels.items():
@@ -331,3 +332,21 @@ def test_labels_and_names() -> None:
         assert scheduler_class(name).name in labels.values()
     assert create_scheduler("DPM2 a Karras").schedule == "karras"
     assert create_scheduler("DPM++ 3M SDE Exponential").schedule == "exponential"
+
+
+def test_restart_segments() -> None:
+    """A1111's automatic restart list: below 20 steps plain Heun over the schedule; at 20 the main
+    schedule is 11 Karras steps and, after the step nearest sigma 0.1, 9 segments from the sigma
+    nearest 2 back down to it; at 36, 18 main steps and that segment (10 sigmas) twice."""
+    sigmas = np.append(np.geomspace(14.6, 0.03, 8), 0).astype(np.float32)
+    assert restart_pairs(sigmas) == list(zip(sigmas[:-1], sigmas[1:], strict=True))
+    for steps, main, extra in ((20, 11, 9), (36, 18, 18)):
+        sigmas = np.append(np.geomspace(14.6, 0.03, steps), 0).astype(np.float32)
+        pairs = restart_pairs(sigmas)
+        assert len(pairs) == main + extra
+        jumps = [k for k in range(1, len(pairs)) if pairs[k][0] > pairs[k - 1][1]]
+        assert len(jumps) == extra // 9  # each restart adds noise once
+        assert abs(float(pairs[jumps[0]][0]) - 2) < 0.6 and abs(float(pairs[jumps[0] - 1][1]) - 0.1) < 0.05
+    sched = create_scheduler("Restart")
+    sched.set_timesteps(20)
+    assert len(sched.timesteps) == 2 * 20 - 1  # Heun: two calls per segment, one on the last

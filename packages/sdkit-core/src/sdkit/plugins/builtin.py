@@ -44,6 +44,7 @@ SCHEDULERS = (
             "HeunPP2",
             "EulerCFGPP",
             "DPMPP2MCFGPP",
+            "Restart",
             "EulerAncestralFlow",
             "HeunFlow",
             "DPMPP2MFlow",

@@ -42,9 +42,11 @@ heunpp2        Heun++ 2                                   ComfyUI's sample_heunp
 euler_cfg_pp   Euler CFG++                                ComfyUI's sample_euler_cfg_pp (takes ``uncond=``)
 dpmpp_2m_cfg_  DPM++ 2M CFG++                             ComfyUI's sample_dpmpp_2m_cfg_pp (takes ``uncond=``)
 pp
+restart        Restart                                    A1111's restart_sampler (from 20 steps: Karras sigmas
+                                                          plus restart segments, more calls than steps)
 =============  =========================================  ========================================================
 
-The last nine (``sdkit.schedulers.k_solvers``) list every model call in ``timesteps`` (DPM2: two
+The last ten (``sdkit.schedulers.k_solvers``) list every model call in ``timesteps`` (DPM2: two
 per step) and start img2img at a step, on the tail of the sigmas, as A1111 and ComfyUI do. Flow
 variants, as ComfyUI runs them on SD3/Flux/Chroma: ``euler_a_flow``, ``heun_flow``,
 ``dpmpp_2m_flow``, ``dpmpp_2s_a_flow``, ``lms_flow``, ``dpm_2_flow``, ``dpm_2_a_flow``,

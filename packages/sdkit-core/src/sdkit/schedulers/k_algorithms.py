@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from sdkit.schedulers.base import f32
 from sdkit.schedulers.k_stepper import Run, Steps
-from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32
+from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32, torch_linspace_f32
 
 F32 = NDArray[np.float32]
 ONE = np.float32(1.0)
@@ -417,4 +417,64 @@ def dpmpp_2m_cfg_pp(run: Run) -> Steps:
             mix = f32(mix - factor * f32(ev.denoised - old))
         x = f32(ev.denoised + mix + decay * ev.x)
         old = ev.uncond
+    return x
+
+
+# -- A1111 only -------------------------------------------------------------------------------------
+
+
+def karras_f32(n: int, sigma_min: float, sigma_max: float, rho: float = 7.0) -> F32:
+    """k-diffusion's ``get_sigmas_karras`` as torch computes it: a float32 ramp, the ends' 1/rho powers
+    in Python floats, the rest in float32; the final 0 appended."""
+    ramp = torch_linspace_f32(0.0, 1.0, n)
+    min_inv, max_inv = sigma_min ** (1 / rho), sigma_max ** (1 / rho)
+    sigmas = (np.float32(max_inv) + ramp * np.float32(min_inv - max_inv)) ** np.float32(rho)
+    return np.append(sigmas, np.float32(0)).astype(np.float32)
+
+
+def restart_pairs(s: F32) -> list[tuple[np.float32, np.float32]]:
+    """The (sigma, next sigma) segments of A1111's ``restart_sampler`` with its automatic restart list.
+
+    Below 20 steps: the schedule's own steps (plain Heun). From 20 (36) steps: the main schedule
+    becomes Karras over [s[-2], s[0]] with ``steps - 9`` (``steps - 2 * (steps // 4)``) steps; after
+    the step that lands nearest sigma 0.1 the segment from the sigma nearest 2 back down to it is run
+    again once (twice), in ``10`` (``steps // 4 + 1``) Karras sigmas; each restart jumps up by adding noise.
+    """
+    steps = len(s) - 1
+    restarts: dict[float, tuple[int, int, float]] = {}
+    if steps >= 20:
+        restart_steps, times = (steps // 4, 2) if steps >= 36 else (9, 1)
+        s = karras_f32(steps - restart_steps * times, float(s[-2]), float(s[0]))
+        restarts = {0.1: (restart_steps + 1, times, 2.0)}
+    at = {int(np.argmin(np.abs(s - np.float32(key)))): value for key, value in restarts.items()}
+    pairs = []
+    for i in range(len(s) - 1):
+        pairs.append((s[i], s[i + 1]))
+        if i + 1 in at:
+            count, times, top = at[i + 1]
+            low, high = i + 1, int(np.argmin(np.abs(s - np.float32(top))))
+            if high < low:
+                segment = karras_f32(count, float(s[low]), float(s[high]))[:-1]
+                pairs += list(zip(segment[:-1], segment[1:], strict=True)) * times
+    return pairs
+
+
+def restart(run: Run) -> Steps:
+    """A1111's ``restart_sampler`` (Xu et al. 2023, "Restart Sampling for Improving Generative
+    Processes"): Heun steps (Euler to sigma 0) over :func:`restart_pairs`; where a segment starts
+    above the last sigma reached, x += z * s_noise * sqrt(sigma^2 - last^2) first (z ~ N(0, 1))."""
+    x, s_noise = run.x, _s_noise(run)
+    last: np.float32 | None = None
+    for k, (sigma, sigma_next) in enumerate(restart_pairs(run.sigmas)):
+        if last is not None and last < sigma:
+            x = f32(x + f32(run.noise() * s_noise) * _sqrt(np.float32(sigma * sigma - last * last)))
+        ev = yield x, sigma, k
+        x, dt = ev.x, np.float32(sigma_next - sigma)
+        d = _d(x, ev.denoised, sigma)
+        if sigma_next == 0:
+            x = f32(x + d * dt)
+        else:
+            ev2 = yield f32(x + d * dt), sigma_next, k
+            x = f32(x + f32((d + _d(ev2.x, ev2.denoised, sigma_next)) / np.float32(2)) * dt)
+        last = sigma_next
     return x

@@ -111,6 +111,20 @@ class DPMPP2MCFGPP(KDiscreteSampler):
     reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"
 
 
+class Restart(KDiscreteSampler):
+    """A1111's Restart sampler; from 20 steps it replaces the schedule by Karras sigmas and adds its
+    restart segments (see ``k_algorithms.restart_pairs``), so it runs more model calls than steps."""
+
+    name = "restart"
+    label = "Restart"
+    aliases: ClassVar[tuple[str, ...]] = ("Restart", "restart_sampler")
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = alg.restart
+    reference = "stable-diffusion-webui modules/sd_samplers_extra.py restart_sampler"
+
+
 # -- flow models (ComfyUI's samplers on CONST model sampling) -------------------------------------
 
 
