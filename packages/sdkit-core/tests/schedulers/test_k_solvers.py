@@ -17,6 +17,7 @@ Tolerance: TOL (1e-6, relative above 1) unless listed with its cause.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from functools import lru_cache
@@ -339,7 +340,7 @@ def test_restart_segments() -> None:
     schedule is 11 Karras steps and, after the step nearest sigma 0.1, 9 segments from the sigma
     nearest 2 back down to it; at 36, 18 main steps and that segment (10 sigmas) twice."""
     sigmas = np.append(np.geomspace(14.6, 0.03, 8), 0).astype(np.float32)
-    assert restart_pairs(sigmas) == list(zip(sigmas[:-1], sigmas[1:], strict=True))
+    assert restart_pairs(sigmas) == list(itertools.pairwise(sigmas))
     for steps, main, extra in ((20, 11, 9), (36, 18, 18)):
         sigmas = np.append(np.geomspace(14.6, 0.03, steps), 0).astype(np.float32)
         pairs = restart_pairs(sigmas)

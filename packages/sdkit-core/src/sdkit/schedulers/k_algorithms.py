@@ -21,6 +21,7 @@ none where it does not (the step to sigma 0), so a replay can feed the reference
 
 from __future__ import annotations
 
+import itertools
 from typing import cast
 
 import numpy as np
@@ -455,7 +456,7 @@ def restart_pairs(s: F32) -> list[tuple[np.float32, np.float32]]:
             low, high = i + 1, int(np.argmin(np.abs(s - np.float32(top))))
             if high < low:
                 segment = karras_f32(count, float(s[low]), float(s[high]))[:-1]
-                pairs += list(zip(segment[:-1], segment[1:], strict=True)) * times
+                pairs += list(itertools.pairwise(segment)) * times
     return pairs
 
 
