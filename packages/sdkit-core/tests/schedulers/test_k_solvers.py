@@ -280,7 +280,7 @@ def test_img2img_starts_at_a_step_of_the_tail() -> None:
     assert np.allclose(start, x + x * tail.sigmas[0])
 
 
-def test_set_begin_index_takes_a_step_start_only() -> None:
+def test_set_begin_index_starts_at_a_step() -> None:
     sched = create_scheduler("dpm_2")
     sched.set_timesteps(6)
     sched.set_begin_index(4)  # step 2 (calls 0-1, 2-3 before it)
@@ -288,6 +288,16 @@ def test_set_begin_index_takes_a_step_start_only() -> None:
     sched.set_timesteps(6)
     with pytest.raises(InputError, match="first model call of a step"):
         sched.set_begin_index(3)
+    heunpp2 = create_scheduler("heunpp2")  # 3, 3, 3, 2, 1 calls: step 4 starts at call 11, not 12
+    heunpp2.set_timesteps(5)
+    heunpp2.set_begin_index(11)
+    assert len(heunpp2.timesteps) == 1
+    restart = create_scheduler("Restart")  # the hires fix at 24 steps keeping 12: the schedule's tail
+    restart.set_timesteps(24)
+    full = restart.sigmas.copy()
+    restart.set_begin_index(12 * restart.order)
+    assert len(restart.timesteps) == 2 * 12 - 1  # 12 steps left: below 20, no restart segments
+    assert restart.sigmas[0] == restart._all_sigmas[12] and restart.sigmas[0] not in full[:-1]
 
 
 def test_flow_variants_resolve_and_label() -> None:

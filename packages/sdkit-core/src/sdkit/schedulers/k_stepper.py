@@ -136,15 +136,25 @@ class KSampler(Scheduler):
         self._steps: Steps | None = None
 
     def set_begin_index(self, index: int) -> None:
-        """As the base class, at the first model call of a step (``timesteps`` lists every call):
-        the run then starts at that step, with the tail of the sigmas."""
-        super().set_begin_index(index)
-        if index not in self._step_starts:
+        """Start at schedule step ``index // order`` (diffusers' ``t_start * order``, what img2img-like
+        callers pass: the hires fix, a refiner), or at the step whose first model call is ``index``:
+        the run then starts there, on the tail of the schedule's sigmas (as A1111 and ComfyUI hand
+        k-diffusion the tail), and ``timesteps`` lists the calls from there."""
+        if self.num_inference_steps is None:
+            raise InputError("call set_timesteps() before set_begin_index()")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InputError(f"begin index must be an integer, got {index!r}")
+        steps = len(self._all_sigmas) - 1 - self._first
+        if index >= 0 and index % self.order == 0 and index // self.order < steps:
+            step = int(index) // self.order
+        elif index in self._step_starts:
+            step = self._step_starts.index(index)
+        else:
             raise InputError(
-                f"begin index {index} is not the first model call of a step of {self.name!r} "
-                f"(those are {self._step_starts})"
+                f"begin index {index} is neither step * {self.order} (of {steps} steps) nor the first model "
+                f"call of a step of {self.name!r} (those are {self._step_starts})"
             )
-        self._plan(self._first + self._step_starts.index(index))
+        self._plan(self._first + step)
         self._index = self._begin = 0
 
     # -- stepping -----------------------------------------------------------------------------
