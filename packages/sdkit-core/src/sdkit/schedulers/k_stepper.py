@@ -84,6 +84,8 @@ class KSampler(Scheduler):
     docstring) and mix in one of the two model types below."""
 
     algorithm: ClassVar[Algorithm]
+    _flow: ClassVar[bool] = False  # the model type's: flow sigmas (ComfyUI's CONST)
+    _noise: NoiseFn | None = None  # the noise callable of the step in progress
     # The reference function it is checked against (k-diffusion's, else ComfyUI's).
     reference: ClassVar[str] = ""
 
@@ -161,12 +163,13 @@ class KSampler(Scheduler):
 
     def _step(self, model_output: F32, sample: F32, noise: NoiseFn | None) -> F32:
         sigma = self._sigmas[self._index]
+        sample = sample.copy()  # the algorithm may keep it for a later stage; the caller may reuse its array
+        self._noise = noise
         if self._steps is None:
             self._steps = type(self).algorithm(
                 Run(self._run_sigmas, sample, lambda shape: self._draw(self._noise, shape), self.options, self._flow)
             )
-            next(self._steps)
-        self._noise = noise
+            next(self._steps)  # runs to the first model call, on this sample
         denoised = self._x0(model_output, sample, sigma)
         uncond = denoised if self._uncond is None else self._x0(self._uncond, sample, sigma)
         try:
@@ -175,9 +178,6 @@ class KSampler(Scheduler):
             self._steps = None
             return f32(done.value)
         return f32(x_next)
-
-    _flow: ClassVar[bool] = False
-    _noise: NoiseFn | None = None
 
 
 def _zeros(shape: tuple[int, ...]) -> F32:
