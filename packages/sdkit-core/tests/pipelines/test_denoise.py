@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from sdkit.errors import OptionError
 from sdkit.model import Model
 from sdkit.pipelines import Component, DenoiseLoop, ModelInMemory, Step, StepHook
 from sdkit.schedulers import create_scheduler, noise_from_seed
@@ -193,3 +194,12 @@ def test_stop_after_runs_the_first_steps_only() -> None:
         uncond, cond = np.split((0.1 * x + embeddings * (np.float32(t) / 1000)).astype(np.float32), 2)
         want = scheduler.step(uncond + SCALE * (cond - uncond), t, want)
     np.testing.assert_allclose(partial, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cfg_pp_without_guidance_is_refused() -> None:
+    """CFG++ needs the unguided prediction; without guidance there is none (ComfyUI would run the
+    unconditional pass anyway at cfg 1): one clear error, not a silent fall back to Euler."""
+    latents, embeddings = _inputs()
+    loop = DenoiseLoop(_unet(_denoiser()), _scheduler("euler_cfg_pp"), 1.0, {"encoder_hidden_states": embeddings[2:]})
+    with pytest.raises(OptionError, match=r"guidance_scale > 1"):
+        loop.run(latents)

@@ -23,8 +23,8 @@ A1111 and ComfyUI pass the truncated list to k-diffusion), so multistep samplers
 afresh there.
 
 CFG++ samplers also need the unguided prediction: ``step(..., uncond=...)`` (the denoise loop passes
-it to schedulers whose ``needs_uncond`` is set). Without it (no guidance) the guided prediction
-stands in for it.
+it to schedulers whose ``needs_uncond`` is set, and refuses them without guidance). A direct caller
+that passes none gets the guided prediction in its place (the sampler then equals Euler / DPM++ 2M).
 """
 
 from __future__ import annotations

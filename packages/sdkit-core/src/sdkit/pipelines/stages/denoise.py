@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from sdkit.backend import CompiledModel
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, OptionError
 from sdkit.pipelines.stages.components import Component
 from sdkit.pipelines.stages.execution import input_info, run_batched
 
@@ -108,6 +108,14 @@ class DenoiseLoop:
         return self.guidance_scale > 1.0
 
     def run(self, latents: np.ndarray) -> np.ndarray:
+        if getattr(self.scheduler, "needs_uncond", False) and not self.guided:
+            name = getattr(self.scheduler, "name", type(self.scheduler).__name__)
+            raise OptionError(
+                f"sampler {name!r} (CFG++) renoises with the unguided prediction, which only classifier-free "
+                f"guidance computes: use guidance_scale > 1 (this run has {self.guidance_scale:g}; "
+                "a guidance-distilled model such as FLUX.1 dev has none)"
+            )
+
         def held(compiled: CompiledModel) -> np.ndarray:
             def loop() -> np.ndarray:
                 return self._run(compiled, latents)
