@@ -29,7 +29,8 @@ import pytest
 
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
-from sdkit.schedulers.k_algorithms import lms_coefficient, restart_pairs
+from sdkit.schedulers.k_algorithms import lms_coefficient
+from sdkit.schedulers.ui_algorithms import restart_pairs
 
 GOLDEN = Path(__file__).resolve().parents[4] / "fixtures" / "schedulers" / "golden.npz"
 TOL = 1e-6

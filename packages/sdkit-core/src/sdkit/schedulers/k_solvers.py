@@ -1,6 +1,6 @@
 """The samplers of k-diffusion and ComfyUI beyond Euler/Heun/DPM++, for sigma and flow models.
 
-Each class joins an algorithm of ``sdkit.schedulers.k_algorithms`` with a model type of
+Each class joins an algorithm of ``sdkit.schedulers.k_algorithms`` (or ``ui_algorithms``) with a model type of
 ``sdkit.schedulers.k_stepper`` and the names A1111 (its label, also written in PNG parameters),
 ComfyUI and diffusers use. The ``*_flow`` classes are the flow-model variants ComfyUI runs on SD3,
 Flux and Chroma (``variant_of``: "DPM2" on a flow model is ``dpm_2_flow``).
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sdkit.schedulers import k_algorithms as alg
+from sdkit.schedulers import ui_algorithms as ui
 from sdkit.schedulers.k_stepper import Algorithm, KDiscreteSampler, KFlowSampler
 
 S_NOISE: dict[str, float] = {"s_noise": 1.0}  # A1111's "sigma noise": scales the noise each step adds
@@ -79,7 +80,7 @@ class DDPM(KDiscreteSampler):
     label = "DDPM"
     aliases: ClassVar[tuple[str, ...]] = ("DDPM", "ddpm_discrete")
     needs_noise = True
-    algorithm: ClassVar[Algorithm] = alg.ddpm
+    algorithm: ClassVar[Algorithm] = ui.ddpm
     reference = "comfy.k_diffusion.sampling.sample_ddpm"
     diffusers_class = "DDPMScheduler"
 
@@ -89,7 +90,7 @@ class HeunPP2(KDiscreteSampler):
     label = "Heun++ 2"
     aliases: ClassVar[tuple[str, ...]] = ("Heun++ 2", "heun++2", "heunpp")
     order = 3
-    algorithm: ClassVar[Algorithm] = alg.heunpp2
+    algorithm: ClassVar[Algorithm] = ui.heunpp2
     reference = "comfy.k_diffusion.sampling.sample_heunpp2"
 
 
@@ -98,7 +99,7 @@ class EulerCFGPP(KDiscreteSampler):
     label = "Euler CFG++"
     aliases: ClassVar[tuple[str, ...]] = ("Euler CFG++", "euler_cfgpp")
     needs_uncond = True
-    algorithm: ClassVar[Algorithm] = alg.euler_cfg_pp
+    algorithm: ClassVar[Algorithm] = ui.euler_cfg_pp
     reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"
 
 
@@ -107,7 +108,7 @@ class DPMPP2MCFGPP(KDiscreteSampler):
     label = "DPM++ 2M CFG++"
     aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M CFG++", "dpmpp_2m_cfgpp")
     needs_uncond = True
-    algorithm: ClassVar[Algorithm] = alg.dpmpp_2m_cfg_pp
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2m_cfg_pp
     reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"
 
 
@@ -121,7 +122,7 @@ class Restart(KDiscreteSampler):
     order = 2
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
-    algorithm: ClassVar[Algorithm] = alg.restart
+    algorithm: ClassVar[Algorithm] = ui.restart
     reference = "stable-diffusion-webui modules/sd_samplers_extra.py restart_sampler"
 
 
@@ -139,7 +140,7 @@ class EulerAncestralFlow(_Flow):
     variant_of = "euler_a"
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
-    algorithm: ClassVar[Algorithm] = alg.euler_a_rf
+    algorithm: ClassVar[Algorithm] = ui.euler_a_rf
     reference = "comfy.k_diffusion.sampling.sample_euler_ancestral_RF"
 
 
@@ -167,7 +168,7 @@ class DPMPP2SAncestralFlow(_Flow):
     order = 2
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
-    algorithm: ClassVar[Algorithm] = alg.dpmpp_2s_a_rf
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2s_a_rf
     reference = "comfy.k_diffusion.sampling.sample_dpmpp_2s_ancestral_RF"
 
 
@@ -195,7 +196,7 @@ class DPM2AncestralFlow(_Flow):
     order = 2
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
-    algorithm: ClassVar[Algorithm] = alg.dpm_2_a_rf
+    algorithm: ClassVar[Algorithm] = ui.dpm_2_a_rf
     reference = "comfy.k_diffusion.sampling.sample_dpm_2_ancestral_RF"
 
 
@@ -204,7 +205,7 @@ class HeunPP2Flow(_Flow):
     label = "Heun++ 2"
     variant_of = "heunpp2"
     order = 3
-    algorithm: ClassVar[Algorithm] = alg.heunpp2
+    algorithm: ClassVar[Algorithm] = ui.heunpp2
     reference = "comfy.k_diffusion.sampling.sample_heunpp2"
 
 
@@ -213,5 +214,5 @@ class EulerCFGPPFlow(_Flow):
     label = "Euler CFG++"
     variant_of = "euler_cfg_pp"
     needs_uncond = True
-    algorithm: ClassVar[Algorithm] = alg.euler_cfg_pp
+    algorithm: ClassVar[Algorithm] = ui.euler_cfg_pp
     reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"
