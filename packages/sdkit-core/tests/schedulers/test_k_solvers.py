@@ -321,6 +321,8 @@ def test_flow_variants_resolve_and_label() -> None:
         assert float(sched.sigmas[0]) <= 1.0 and float(sched.sigmas[-1]) == 0.0
     with pytest.raises(OptionError, match="flow"):
         create_scheduler("DDPM", config=flow)
+    with pytest.raises(OptionError, match="clip_sample"):
+        create_scheduler("DDPM", config={"clip_sample": True})
 
 
 def test_labels_and_names() -> None:

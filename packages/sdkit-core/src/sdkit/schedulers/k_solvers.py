@@ -8,8 +8,10 @@ Flux and Chroma (``variant_of``: "DPM2" on a flow model is ``dpm_2_flow``).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from sdkit.errors import OptionError
 from sdkit.schedulers import k_algorithms as alg
 from sdkit.schedulers import ui_algorithms as ui
 from sdkit.schedulers.k_stepper import Algorithm, KDiscreteSampler, KFlowSampler
@@ -76,11 +78,26 @@ class LMS(KDiscreteSampler):
 
 
 class DDPM(KDiscreteSampler):
+    """ComfyUI's ddpm: diffusers' DDPMScheduler step ("fixed_small" variance) on any sigma schedule;
+    x0 is not clipped, so a config asking for ``clip_sample`` is refused."""
+
     name = "ddpm"
     label = "DDPM"
     aliases: ClassVar[tuple[str, ...]] = ("DDPM", "ddpm_discrete")
     needs_noise = True
     algorithm: ClassVar[Algorithm] = ui.ddpm
+
+    def __init__(
+        self,
+        schedule: str = "normal",
+        config: Mapping[str, Any] | None = None,
+        prediction_type: str | None = None,
+        **options: float,
+    ) -> None:
+        super().__init__(schedule, config, prediction_type, **options)
+        if self.config.clip_sample:
+            raise OptionError("scheduler config clip_sample=True is not supported by 'ddpm' (ComfyUI's does not clip)")
+
     reference = "comfy.k_diffusion.sampling.sample_ddpm"
     diffusers_class = "DDPMScheduler"
 
