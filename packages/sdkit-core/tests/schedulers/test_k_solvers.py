@@ -364,3 +364,9 @@ def test_restart_segments() -> None:
     sched = create_scheduler("Restart")
     sched.set_timesteps(20)
     assert len(sched.timesteps) == 2 * 20 - 1  # Heun: two calls per segment, one on the last
+
+
+def test_tolerance_exceptions_are_real_cases() -> None:
+    keys = {c["key"] for c in _cases("ksolver_cases") + _cases("ksolver_diffusers_cases")}
+    assert set(TOLERANCE) <= keys
+    assert all(tol <= 5e-6 for tol in TOLERANCE.values())
