@@ -285,6 +285,9 @@ def test_sampler_names_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "--list-samplers"]) == 0
     listing = capsys.readouterr().out
     assert "dpmpp_2m: DPM++ 2M" in listing and "karras" in listing and "euler_flow" in listing
+    for label in ("DPM2", "DPM2 a", "DPM++ 2S a", "DPM++ 3M SDE", "LMS", "DDPM", "Heun++ 2", "Euler CFG++"):
+        assert f": {label}," in listing  # k_solvers' A1111 labels, each with its ComfyUI name
+    assert "dpm_2_a_flow" in listing
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     help_text = capsys.readouterr().out

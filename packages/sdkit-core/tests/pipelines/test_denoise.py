@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from sdkit.errors import OptionError
 from sdkit.model import Model
 from sdkit.pipelines import Component, DenoiseLoop, ModelInMemory, Step, StepHook
 from sdkit.schedulers import create_scheduler, noise_from_seed
@@ -94,13 +95,14 @@ def _oracle(latents: np.ndarray, embeddings: np.ndarray, scheduler: Any, noise: 
         if hooked:
             prediction += np.float32(0.01 * (index + 1))
         uncond, cond = np.split(prediction, 2)
-        latents = scheduler.step(uncond + SCALE * (cond - uncond), t, latents, noise=noise)
+        unguided = {"uncond": uncond} if scheduler.needs_uncond else {}  # CFG++ samplers take it
+        latents = scheduler.step(uncond + SCALE * (cond - uncond), t, latents, noise=noise, **unguided)
         if hooked:
             latents = latents * np.float32(0.5)
     return np.asarray(latents)
 
 
-@pytest.mark.parametrize("sampler", ["euler", "euler_a"])
+@pytest.mark.parametrize("sampler", ["euler", "euler_a", "dpm_2_a", "euler_cfg_pp", "dpmpp_2m_cfg_pp"])
 def test_the_loop_is_cfg_plus_scheduler_steps(sampler: str) -> None:
     latents, embeddings = _inputs()
     seen: list[tuple[int, int]] = []
@@ -115,7 +117,16 @@ def test_the_loop_is_cfg_plus_scheduler_steps(sampler: str) -> None:
     got = loop.run(latents)
     want = _oracle(latents, embeddings, _scheduler(sampler), noise_from_seed(7), hooked=False)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert seen == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    calls = len(_scheduler(sampler).timesteps)  # model calls: 7 for DPM2 a's 4 steps
+    assert seen == [(i, calls) for i in range(calls)]
+    if _scheduler(sampler).needs_uncond:  # without the unguided prediction the result differs
+        scheduler = _scheduler(sampler)
+        for t in scheduler.timesteps:
+            x = scheduler.scale_model_input(latents, t)
+            prediction = (0.1 * np.concatenate([x, x]) + embeddings * (np.float32(t) / 1000)).astype(np.float32)
+            uncond, cond = np.split(prediction, 2)
+            latents = scheduler.step(uncond + SCALE * (cond - uncond), t, latents)
+        assert np.abs(latents - got).max() > 1e-3
 
 
 def test_hooks_add_feeds_change_the_input_and_the_latents() -> None:
@@ -183,3 +194,12 @@ def test_stop_after_runs_the_first_steps_only() -> None:
         uncond, cond = np.split((0.1 * x + embeddings * (np.float32(t) / 1000)).astype(np.float32), 2)
         want = scheduler.step(uncond + SCALE * (cond - uncond), t, want)
     np.testing.assert_allclose(partial, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cfg_pp_without_guidance_is_refused() -> None:
+    """CFG++ needs the unguided prediction; without guidance there is none (ComfyUI would run the
+    unconditional pass anyway at cfg 1): one clear error, not a silent fall back to Euler."""
+    latents, embeddings = _inputs()
+    loop = DenoiseLoop(_unet(_denoiser()), _scheduler("euler_cfg_pp"), 1.0, {"encoder_hidden_states": embeddings[2:]})
+    with pytest.raises(OptionError, match=r"guidance_scale > 1"):
+        loop.run(latents)

@@ -185,7 +185,24 @@ def test_parameters_and_refusals(reference: Any) -> None:
     with pytest.raises(UnsupportedFeatureError, match=r"FLUX.1 pipelines do not support A1111 prompt weighting"):
         pipe.generate("a photo", **kwargs_for("flux_schnell"), prompt_weighting="a1111")
     with pytest.raises(OptionError, match="does not run 'flow' models"):
-        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "dpmpp_2m"})
+        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "dpmpp_2m_sde"})
+
+
+def test_other_samplers_run_on_the_family_schedule(reference: Any) -> None:
+    """A sampler other than Euler is its flow variant (ComfyUI's algorithm on flow sigmas, checked in
+    tests/schedulers/test_k_solvers.py) on the sigmas Euler gets (shift, Flux's linear sigmas, mu);
+    the PNG names its A1111 label."""
+    c = case("flux_dev")
+    pipe = reference["flux_dev"]
+    base = pipe.plan(pipe.accept(pipe.request_class.create(c["prompt"], **kwargs_for("flux_dev"))))
+    for sampler, name in (("DPM++ 2M", "dpmpp_2m_flow"), ("DPM2 a", "dpm_2_a_flow"), ("LMS", "lms_flow")):
+        request = pipe.request_class.create(c["prompt"], **kwargs_for("flux_dev"), sampler=sampler)
+        scheduler = pipe.plan(pipe.accept(request)).scheduler
+        assert scheduler.name == name
+        assert np.array_equal(scheduler._all_sigmas, base.scheduler.sigmas)
+    schnell = reference["flux_schnell"]
+    [image] = schnell.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "Euler a", "output_type": "pil"})
+    assert "Sampler: Euler a, Schedule type: Automatic" in image.info["parameters"]
 
 
 def test_batch_is_the_single_images(reference: Any) -> None:

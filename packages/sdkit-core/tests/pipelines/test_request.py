@@ -28,6 +28,26 @@ BEFORE_SAMPLERS = {
     "ddim": "DDIM",
     "lcm": "LCM",
     "euler_flow": "Euler",  # flow matching (SD3, Flux): A1111/Forge write "Euler"
+    # sdkit.schedulers.k_solvers, and their flow variants under the same labels
+    "dpm_2": "DPM2",
+    "dpm_2_a": "DPM2 a",
+    "dpmpp_2s_a": "DPM++ 2S a",
+    "dpmpp_3m_sde": "DPM++ 3M SDE",
+    "lms": "LMS",
+    "ddpm": "DDPM",
+    "heunpp2": "Heun++ 2",
+    "euler_cfg_pp": "Euler CFG++",
+    "dpmpp_2m_cfg_pp": "DPM++ 2M CFG++",
+    "restart": "Restart",
+    "euler_a_flow": "Euler a",
+    "heun_flow": "Heun",
+    "dpmpp_2m_flow": "DPM++ 2M",
+    "dpmpp_2s_a_flow": "DPM++ 2S a",
+    "lms_flow": "LMS",
+    "dpm_2_flow": "DPM2",
+    "dpm_2_a_flow": "DPM2 a",
+    "heunpp2_flow": "Heun++ 2",
+    "euler_cfg_pp_flow": "Euler CFG++",
 }
 BEFORE_SCHEDULES = {
     "normal": "Automatic",

@@ -113,12 +113,15 @@ def samplers() -> list[SamplerItem]:
 
     registry = get_plugins().schedulers
     aliases = registry.aliases()
-    items = []
+    by_label: dict[str, list[str]] = {}  # one item per label: a flow variant ("euler_a_flow") joins its sampler's
     for canonical in registry.names():
         label = sampler_label(canonical)
         names = [canonical, *(a for a, c in aliases.items() if c == canonical)]
-        items.append(SamplerItem(name=label, aliases=[n for n in dict.fromkeys(names) if n != label]))
-    return items
+        by_label.setdefault(label, []).extend(names)
+    return [
+        SamplerItem(name=label, aliases=[n for n in dict.fromkeys(names) if n != label])
+        for label, names in by_label.items()
+    ]
 
 
 # A1111's labels for the sigma schedules sdkit has; others are title-cased.

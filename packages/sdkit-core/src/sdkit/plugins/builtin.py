@@ -32,6 +32,30 @@ SCHEDULERS = (
     "sdkit.schedulers.ddim:DDIM",
     "sdkit.schedulers.ddim:LCM",
     "sdkit.schedulers.flow_match:FlowMatchEuler",
+    *(
+        f"sdkit.schedulers.k_solvers:{name}"
+        for name in (
+            "DPM2",
+            "DPM2Ancestral",
+            "DPMPP2SAncestral",
+            "DPMPP3MSDE",
+            "LMS",
+            "DDPM",
+            "HeunPP2",
+            "EulerCFGPP",
+            "DPMPP2MCFGPP",
+            "Restart",
+            "EulerAncestralFlow",
+            "HeunFlow",
+            "DPMPP2MFlow",
+            "DPMPP2SAncestralFlow",
+            "LMSFlow",
+            "DPM2Flow",
+            "DPM2AncestralFlow",
+            "HeunPP2Flow",
+            "EulerCFGPPFlow",
+        )
+    ),
 )
 MODEL_FAMILIES = (
     *(

@@ -31,7 +31,26 @@ lcm            LCM                                        LCMScheduler (schedule
 euler_flow     flow_match_euler, FlowMatchEulerDiscrete   FlowMatchEulerDiscreteScheduler (flow matching: SD3,
                (label "Euler"; "Euler" on a flow model)   Flux, Chroma; shift, dynamic shift mu; every schedule:
                                                           see sdkit.schedulers.flow_match)
+dpm_2          DPM2, dpm2, k_dpm_2, KDPM2Discrete         k-diffusion sample_dpm_2; KDPM2DiscreteScheduler
+dpm_2_a        DPM2 a, dpm_2_ancestral, k_dpm_2_a         k-diffusion sample_dpm_2_ancestral;
+                                                          KDPM2AncestralDiscreteScheduler
+dpmpp_2s_a     DPM++ 2S a, dpmpp_2s_ancestral             k-diffusion sample_dpmpp_2s_ancestral
+dpmpp_3m_sde   DPM++ 3M SDE, k_dpmpp_3m_sde               k-diffusion sample_dpmpp_3m_sde
+lms            LMS, k_lms, LMSDiscrete                    k-diffusion sample_lms; LMSDiscreteScheduler
+ddpm           DDPM                                       ComfyUI's sample_ddpm; DDPMScheduler
+heunpp2        Heun++ 2                                   ComfyUI's sample_heunpp2 (see k_algorithms)
+euler_cfg_pp   Euler CFG++                                ComfyUI's sample_euler_cfg_pp (takes ``uncond=``)
+dpmpp_2m_cfg_  DPM++ 2M CFG++                             ComfyUI's sample_dpmpp_2m_cfg_pp (takes ``uncond=``)
+pp
+restart        Restart                                    A1111's restart_sampler (from 20 steps: Karras sigmas
+                                                          plus restart segments, more calls than steps)
 =============  =========================================  ========================================================
+
+The last ten (``sdkit.schedulers.k_solvers``) list every model call in ``timesteps`` (DPM2: two
+per step) and start img2img at a step, on the tail of the sigmas, as A1111 and ComfyUI do. Flow
+variants, as ComfyUI runs them on SD3/Flux/Chroma: ``euler_a_flow``, ``heun_flow``,
+``dpmpp_2m_flow``, ``dpmpp_2s_a_flow``, ``lms_flow``, ``dpm_2_flow``, ``dpm_2_a_flow``,
+``heunpp2_flow``, ``euler_cfg_pp_flow`` (the ancestral ones are ComfyUI's rectified-flow variants).
 
 Flow-matching models (``prediction_type="flow"``, implied by a ``FlowMatch*`` scheduler config)
 take the samplers registered for them: ``create_scheduler("Euler", config=flux_config)`` and

@@ -204,6 +204,7 @@ class Scheduler(ABC):
         ``options`` holds the values in force.
       prediction_types: the model predictions it integrates: ``epsilon`` and ``v_prediction``
         (discrete-time samplers) or ``flow`` (flow-matching velocity: SD3, Flux, Chroma).
+      needs_uncond: whether ``step`` uses the unguided prediction (``uncond=``; CFG++ samplers).
       variant_of: for a sampler of another prediction type, the sampler whose name asks for it
         (``euler_flow`` is ``euler`` for flow models): ``scheduler_class(name, prediction_type)``
         and ``create_scheduler`` pick it, so a user's "Euler" works on every model.
@@ -219,6 +220,7 @@ class Scheduler(ABC):
     needs_noise: ClassVar[bool] = False
     option_defaults: ClassVar[dict[str, float]] = {}
     prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction")
+    needs_uncond: ClassVar[bool] = False
     variant_of: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
@@ -259,6 +261,7 @@ class Scheduler(ABC):
         self._sigmas: NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         self._begin = 0
         self._index = 0
+        self._uncond: NDArray[np.float32] | None = None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -332,13 +335,18 @@ class Scheduler(ABC):
         timestep: float | NDArray[Any],
         sample: NDArray[np.float32],
         noise: NoiseFn | None = None,
+        uncond: NDArray[np.float32] | None = None,
     ) -> NDArray[np.float32]:
-        """One solver step: the sample for the next timestep."""
+        """One solver step: the sample for the next timestep. ``uncond``: the unguided (negative
+        prompt) prediction, which CFG++ samplers (``needs_uncond``) use; others ignore it."""
         self._check_timestep(timestep)
         out = as_f32(model_output, "model_output")
         x = as_f32(sample, "sample")
         if out.shape != x.shape:
             raise InputError(f"model_output shape {out.shape} differs from sample shape {x.shape}")
+        self._uncond = None if uncond is None else as_f32(uncond, "uncond")
+        if self._uncond is not None and self._uncond.shape != x.shape:
+            raise InputError(f"uncond shape {self._uncond.shape} differs from sample shape {x.shape}")
         if self.draws_noise and noise is None:
             raise InputError(
                 f"sampler {self.name!r} adds noise in step(): pass noise=callable(shape) "

@@ -9,7 +9,7 @@ Per step, exactly as diffusers' pipelines do::
     feeds = {sample: x, timestep: t, **conditioning, **hook.extra_feeds(step)}   # ControlNet residuals
     prediction = denoiser(feeds)                         # in chunks when its graph fixes the batch
     prediction = uncond + scale * (cond - uncond)        # when guided
-    latents = scheduler.step(prediction, t, latents, noise)
+    latents = scheduler.step(prediction, t, latents, noise)   # + uncond= for CFG++ samplers
     latents = hook.after_step(step, latents)             # masked img2img: blend with the image
     callback(index, total, latents)
 
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from sdkit.backend import CompiledModel
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, OptionError
 from sdkit.pipelines.stages.components import Component
 from sdkit.pipelines.stages.execution import input_info, run_batched
 
@@ -108,6 +108,14 @@ class DenoiseLoop:
         return self.guidance_scale > 1.0
 
     def run(self, latents: np.ndarray) -> np.ndarray:
+        if getattr(self.scheduler, "needs_uncond", False) and not self.guided:
+            name = getattr(self.scheduler, "name", type(self.scheduler).__name__)
+            raise OptionError(
+                f"sampler {name!r} (CFG++) renoises with the unguided prediction, which only classifier-free "
+                f"guidance computes: use guidance_scale > 1 (this run has {self.guidance_scale:g}; "
+                "a guidance-distilled model such as FLUX.1 dev has none)"
+            )
+
         def held(compiled: CompiledModel) -> np.ndarray:
             def loop() -> np.ndarray:
                 return self._run(compiled, latents)
@@ -128,16 +136,20 @@ class DenoiseLoop:
             if self.guided:
                 sample = np.concatenate([sample, sample], axis=0)
             step = Step(index, len(timesteps), timestep, latents, sample)
-            prediction = self._predict(compiled, step, t)
-            latents = np.asarray(scheduler.step(prediction, timestep, latents, noise=self.noise), dtype=np.float32)
+            prediction, uncond = self._predict(compiled, step, t)
+            extra = {"uncond": uncond} if uncond is not None and getattr(scheduler, "needs_uncond", False) else {}
+            latents = np.asarray(
+                scheduler.step(prediction, timestep, latents, noise=self.noise, **extra), dtype=np.float32
+            )
             for hook in self.hooks:
                 latents = hook.after_step(step, latents)
             if self.callback is not None:
                 self.callback(index, len(timesteps), latents)
         return latents
 
-    def _predict(self, compiled: CompiledModel, step: Step, t: float) -> np.ndarray:
-        """The denoiser's guided prediction for one step."""
+    def _predict(self, compiled: CompiledModel, step: Step, t: float) -> tuple[np.ndarray, np.ndarray | None]:
+        """The denoiser's guided prediction for one step, and the unguided one when guided (CFG++
+        samplers, ``scheduler.needs_uncond``, take it)."""
         sample = step.model_input
         for hook in self.hooks:
             sample = hook.model_input(step, sample)
@@ -149,7 +161,9 @@ class DenoiseLoop:
         batch = sample.shape[0]
         batched = tuple(k for k, v in step.feeds.items() if k == names.sample or _batched(k, v, names, batch))
         prediction = run_batched(compiled, step.feeds, batched, names.outputs, self.denoiser.name).astype(np.float32)
-        return self.guide(prediction) if self.guided else prediction
+        if not self.guided:
+            return prediction, None
+        return self.guide(prediction), np.split(prediction, 2, axis=0)[0]
 
     def guide(self, prediction: np.ndarray) -> np.ndarray:
         """Classifier-free guidance: ``uncond + scale * (cond - uncond)``."""

@@ -1,0 +1,235 @@
+"""The samplers of k-diffusion and ComfyUI beyond Euler/Heun/DPM++, for sigma and flow models.
+
+Each class joins an algorithm of ``sdkit.schedulers.k_algorithms`` (or ``ui_algorithms``) with a model type of
+``sdkit.schedulers.k_stepper`` and the names A1111 (its label, also written in PNG parameters),
+ComfyUI and diffusers use. The ``*_flow`` classes are the flow-model variants ComfyUI runs on SD3,
+Flux and Chroma (``variant_of``: "DPM2" on a flow model is ``dpm_2_flow``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from sdkit.errors import OptionError
+from sdkit.schedulers import k_algorithms as alg
+from sdkit.schedulers import ui_algorithms as ui
+from sdkit.schedulers.k_stepper import Algorithm, KDiscreteSampler, KFlowSampler
+
+S_NOISE: dict[str, float] = {"s_noise": 1.0}  # A1111's "sigma noise": scales the noise each step adds
+
+
+class DPM2(KDiscreteSampler):
+    name = "dpm_2"
+    label = "DPM2"
+    aliases: ClassVar[tuple[str, ...]] = ("DPM2", "dpm2", "k_dpm_2", "kdpm2", "KDPM2Discrete")
+    order = 2
+    algorithm: ClassVar[Algorithm] = alg.dpm_2
+    reference = "k_diffusion.sampling.sample_dpm_2"
+    diffusers_class = "KDPM2DiscreteScheduler"
+
+
+class DPM2Ancestral(KDiscreteSampler):
+    name = "dpm_2_a"
+    label = "DPM2 a"
+    aliases: ClassVar[tuple[str, ...]] = (
+        "DPM2 a",
+        "dpm_2_ancestral",
+        "k_dpm_2_a",
+        "k_dpm_2_ancestral",
+        "KDPM2AncestralDiscrete",
+    )
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = alg.dpm_2_a
+    reference = "k_diffusion.sampling.sample_dpm_2_ancestral"
+    diffusers_class = "KDPM2AncestralDiscreteScheduler"
+
+
+class DPMPP2SAncestral(KDiscreteSampler):
+    name = "dpmpp_2s_a"
+    label = "DPM++ 2S a"
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2S a", "dpmpp_2s_ancestral", "k_dpmpp_2s_a", "k_dpmpp_2s_ancestral")
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = alg.dpmpp_2s_a
+    reference = "k_diffusion.sampling.sample_dpmpp_2s_ancestral"
+
+
+class DPMPP3MSDE(KDiscreteSampler):
+    name = "dpmpp_3m_sde"
+    label = "DPM++ 3M SDE"
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 3M SDE", "k_dpmpp_3m_sde")
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = alg.dpmpp_3m_sde
+    reference = "k_diffusion.sampling.sample_dpmpp_3m_sde"
+
+
+class LMS(KDiscreteSampler):
+    name = "lms"
+    label = "LMS"
+    aliases: ClassVar[tuple[str, ...]] = ("LMS", "k_lms", "lms_discrete", "LMSDiscrete")
+    algorithm: ClassVar[Algorithm] = alg.lms
+    reference = "k_diffusion.sampling.sample_lms"
+    diffusers_class = "LMSDiscreteScheduler"
+
+
+class DDPM(KDiscreteSampler):
+    """ComfyUI's ddpm: diffusers' DDPMScheduler step ("fixed_small" variance) on any sigma schedule;
+    x0 is not clipped, so a config asking for ``clip_sample`` is refused."""
+
+    name = "ddpm"
+    label = "DDPM"
+    aliases: ClassVar[tuple[str, ...]] = ("DDPM", "ddpm_discrete")
+    needs_noise = True
+    algorithm: ClassVar[Algorithm] = ui.ddpm
+
+    def __init__(
+        self,
+        schedule: str = "normal",
+        config: Mapping[str, Any] | None = None,
+        prediction_type: str | None = None,
+        **options: float,
+    ) -> None:
+        super().__init__(schedule, config, prediction_type, **options)
+        if self.config.clip_sample:
+            raise OptionError("scheduler config clip_sample=True is not supported by 'ddpm' (ComfyUI's does not clip)")
+
+    reference = "comfy.k_diffusion.sampling.sample_ddpm"
+    diffusers_class = "DDPMScheduler"
+
+
+class HeunPP2(KDiscreteSampler):
+    name = "heunpp2"
+    label = "Heun++ 2"
+    aliases: ClassVar[tuple[str, ...]] = ("Heun++ 2", "heun++2", "heunpp")
+    order = 3
+    algorithm: ClassVar[Algorithm] = ui.heunpp2
+    reference = "comfy.k_diffusion.sampling.sample_heunpp2"
+
+
+class EulerCFGPP(KDiscreteSampler):
+    name = "euler_cfg_pp"
+    label = "Euler CFG++"
+    aliases: ClassVar[tuple[str, ...]] = ("Euler CFG++", "euler_cfgpp")
+    needs_uncond = True
+    algorithm: ClassVar[Algorithm] = ui.euler_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"
+
+
+class DPMPP2MCFGPP(KDiscreteSampler):
+    name = "dpmpp_2m_cfg_pp"
+    label = "DPM++ 2M CFG++"
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M CFG++", "dpmpp_2m_cfgpp")
+    needs_uncond = True
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2m_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"
+
+
+class Restart(KDiscreteSampler):
+    """A1111's Restart sampler; from 20 steps it replaces the schedule by Karras sigmas and adds its
+    restart segments (see ``k_algorithms.restart_pairs``), so it runs more model calls than steps."""
+
+    name = "restart"
+    label = "Restart"
+    aliases: ClassVar[tuple[str, ...]] = ("Restart", "restart_sampler")
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.restart
+    reference = "stable-diffusion-webui modules/sd_samplers_extra.py restart_sampler"
+
+
+# -- flow models (ComfyUI's samplers on CONST model sampling) -------------------------------------
+
+
+class _Flow(KFlowSampler):
+    aliases: ClassVar[tuple[str, ...]] = ()
+    diffusers_class = ""
+
+
+class EulerAncestralFlow(_Flow):
+    name = "euler_a_flow"
+    label = "Euler a"
+    variant_of = "euler_a"
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.euler_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_euler_ancestral_RF"
+
+
+class HeunFlow(_Flow):
+    name = "heun_flow"
+    label = "Heun"
+    variant_of = "heun"
+    order = 2
+    algorithm: ClassVar[Algorithm] = alg.heun
+    reference = "k_diffusion.sampling.sample_heun"
+
+
+class DPMPP2MFlow(_Flow):
+    name = "dpmpp_2m_flow"
+    label = "DPM++ 2M"
+    variant_of = "dpmpp_2m"
+    algorithm: ClassVar[Algorithm] = alg.dpmpp_2m
+    reference = "k_diffusion.sampling.sample_dpmpp_2m"
+
+
+class DPMPP2SAncestralFlow(_Flow):
+    name = "dpmpp_2s_a_flow"
+    label = "DPM++ 2S a"
+    variant_of = "dpmpp_2s_a"
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2s_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2s_ancestral_RF"
+
+
+class LMSFlow(_Flow):
+    name = "lms_flow"
+    label = "LMS"
+    variant_of = "lms"
+    algorithm: ClassVar[Algorithm] = alg.lms
+    reference = "comfy.k_diffusion.sampling.sample_lms"
+
+
+class DPM2Flow(_Flow):
+    name = "dpm_2_flow"
+    label = "DPM2"
+    variant_of = "dpm_2"
+    order = 2
+    algorithm: ClassVar[Algorithm] = alg.dpm_2
+    reference = "k_diffusion.sampling.sample_dpm_2"
+
+
+class DPM2AncestralFlow(_Flow):
+    name = "dpm_2_a_flow"
+    label = "DPM2 a"
+    variant_of = "dpm_2_a"
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.dpm_2_a_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpm_2_ancestral_RF"
+
+
+class HeunPP2Flow(_Flow):
+    name = "heunpp2_flow"
+    label = "Heun++ 2"
+    variant_of = "heunpp2"
+    order = 3
+    algorithm: ClassVar[Algorithm] = ui.heunpp2
+    reference = "comfy.k_diffusion.sampling.sample_heunpp2"
+
+
+class EulerCFGPPFlow(_Flow):
+    name = "euler_cfg_pp_flow"
+    label = "Euler CFG++"
+    variant_of = "euler_cfg_pp"
+    needs_uncond = True
+    algorithm: ClassVar[Algorithm] = ui.euler_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"

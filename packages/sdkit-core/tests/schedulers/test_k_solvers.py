@@ -1,0 +1,372 @@
+"""DPM2, DPM2 a, DPM++ 2S a, DPM++ 3M SDE, LMS, DDPM, Heun++ 2, Euler CFG++, DPM++ 2M CFG++ and the
+flow-model samplers (sdkit.schedulers.k_solvers) against their references.
+
+Oracles (fixtures/schedulers/make_golden.py, ``ksolvers/`` and ``ksolvers_diffusers/``):
+- k-diffusion 0.1.1.post1's ``sample_dpm_2``, ``sample_dpm_2_ancestral``, ``sample_dpmpp_2s_ancestral``,
+  ``sample_dpmpp_3m_sde``, ``sample_lms``, ``sample_heun``, ``sample_dpmpp_2m`` (the last three are
+  also ComfyUI's code on flow sigmas), run on SD 1.5's or a flow model's sigmas with a fake denoiser;
+  every model call and noise draw recorded and replayed teacher-forced: sdkit's step from the
+  recorded sample and x0 estimate must give the sample of the reference's next model call;
+- ComfyUI-only algorithms (heunpp2, ddpm, the CFG++ samplers, the rectified-flow ancestral
+  samplers, LMS's last step on flow models): the torch versions in the golden script, plus a
+  hand-worked example each below;
+- diffusers' KDPM2DiscreteScheduler, KDPM2AncestralDiscreteScheduler, LMSDiscreteScheduler and
+  DDPMScheduler, replayed step by step (model input, output, next sample, injected noise).
+Tolerance: TOL (1e-6, relative above 1) unless listed with its cause.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sdkit.errors import InputError, OptionError
+from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
+from sdkit.schedulers.k_algorithms import lms_coefficient
+from sdkit.schedulers.ui_algorithms import restart_pairs
+
+GOLDEN = Path(__file__).resolve().parents[4] / "fixtures" / "schedulers" / "golden.npz"
+TOL = 1e-6
+# Measured worst cases above TOL, with their cause.
+# torch's CPU sqrt / pow(0.5) of a 0-d float32 tensor is not always correctly rounded (1 ulp off in 2
+# of the 5 sigma_down of the DPM2 a case, in 2 of 7 noise scales of the 3M SDE case: measured);
+# numpy's is, and the step amplifies that ulp (ancestral: sigma_down = sqrt(s'^2 - up^2) cancels).
+# diffusers' DDPMScheduler goes through x0 and its posterior coefficients, sdkit's (ComfyUI's) ddpm
+# through eps and sqrt(1 / alpha): the same formula, other float32 roundings.
+TOLERANCE: dict[str, float] = {
+    "ksolvers/dpm_2_a-normal-6-s_noise1.0": 5e-6,  # measured 1.11e-6
+    "ksolvers/dpmpp_3m_sde-karras-8-s_noise1.0": 5e-6,  # measured 1.91e-6
+    "ksolvers_diffusers/dpm_2_a-KDPM2AncestralDiscreteScheduler-6-epsilon": 5e-6,  # measured 1.51e-6
+    "ksolvers_diffusers/ddpm-DDPMScheduler-6-epsilon": 5e-6,  # measured 1.93e-6
+    "ksolvers_diffusers/ddpm-DDPMScheduler-5-v_prediction": 5e-6,  # measured 1.77e-6
+}
+
+
+@lru_cache(maxsize=1)
+def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    with np.load(GOLDEN) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(arrays.pop("meta").tobytes().decode())
+    return meta, arrays
+
+
+def _cases(kind: str) -> list[dict[str, Any]]:
+    if not GOLDEN.is_file():
+        return []
+    return list(load()[0].get(kind, []))
+
+
+def _record(key: str) -> dict[str, np.ndarray]:
+    return {k[len(key) + 1 :]: v for k, v in load()[1].items() if k.startswith(key + "/")}
+
+
+def scaled_error(ours: Any, reference: Any) -> float:
+    a, b = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
+    assert a.shape == b.shape, f"{a.shape} != {b.shape}"
+    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if a.size else 0.0
+
+
+class Tape:
+    """Hands out the recorded noise in order."""
+
+    def __init__(self, draws: np.ndarray) -> None:
+        self.draws, self.used = draws, 0
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        assert self.used < len(self.draws), "drew more noise than the reference"
+        value = self.draws[self.used]
+        assert value.shape == shape
+        self.used += 1
+        return value
+
+
+pytestmark = pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not found")
+
+
+def _scheduler(spec: dict[str, Any]) -> Any:
+    options = {"s_noise": spec["s_noise"]} if "s_noise" in scheduler_class(spec["sampler"]).option_defaults else {}
+    if "flow_config" not in spec:
+        sched = create_scheduler(spec["sampler"], schedule=spec["schedule"], **options)
+        sched.set_timesteps(spec["steps"])
+        return sched
+    config = load()[0]["flow_configs"][spec["flow_config"]]
+    sched = create_scheduler(spec["sampler"], schedule=spec["schedule"], config=config, **options)
+    steps = spec["steps"]
+    if sched.uses_dynamic_shifting:
+        linear = np.linspace(1.0, 1 / steps, steps) if spec["flow_linear_sigmas"] else None
+        sched.set_timesteps(steps, sigmas=linear, mu=sched.mu_for(spec["flow_seq_len"]))
+    else:
+        sched.set_timesteps(steps)
+    return sched
+
+
+@pytest.mark.parametrize("spec", _cases("ksolver_cases"), ids=lambda c: c["key"])
+def test_replays_reference(spec: dict[str, Any]) -> None:
+    rec = _record(spec["key"])
+    sched = _scheduler(spec)
+    flow = "flow_config" in spec
+    assert sched.prediction_type == ("flow" if flow else "epsilon")
+    assert scaled_error(sched.sigmas[:-1], rec["sigma"]) <= TOL  # every model call's sigma
+    assert len(sched.timesteps) == len(rec["x"])
+    xs = [*rec["x"], rec["final"]]
+    tape = Tape(rec["noise"])
+    worst = 0.0
+    for i, t in enumerate(sched.timesteps):
+        x, sigma = rec["x"][i], rec["sigma"][i]
+        prediction = ((x - rec["denoised"][i]) / sigma).astype(np.float32)  # eps, or a flow velocity
+        uncond = ((x - rec["uncond"][i]) / sigma).astype(np.float32)
+        sched.scale_model_input(x, t)
+        out = sched.step(prediction, t, x, noise=tape, uncond=uncond if sched.needs_uncond else None)
+        worst = max(worst, scaled_error(out, xs[i + 1]))
+    assert tape.used == len(rec["noise"])
+    assert worst <= TOLERANCE.get(spec["key"], TOL), f"scaled error {worst:.3g}"
+
+
+@pytest.mark.parametrize("spec", _cases("ksolver_diffusers_cases"), ids=lambda c: c["key"])
+def test_replays_diffusers(spec: dict[str, Any]) -> None:
+    """diffusers' scheduler step by step. DDPMScheduler works on the variance-preserving sample
+    x / sqrt(sigma^2 + 1) (sdkit's ddpm, as ComfyUI's, on x): converted both ways; it also draws
+    one more noise on its last step (multiplied by a zero variance)."""
+    rec = _record(spec["key"])
+    sched = create_scheduler(spec["sampler"], config=spec["config"], prediction_type=spec["prediction"])
+    sched.set_timesteps(spec["steps"])
+    assert scaled_error(sched.timesteps, rec["timesteps"]) <= 1e-4  # diffusers' float32 / int64 copies
+    vp = spec["sampler"] == "ddpm"
+    sigmas = sched.sigmas
+    tape = Tape(rec["noise"])
+    latents = rec["start"]
+    for i, t in enumerate(sched.timesteps):
+        scale = np.sqrt(sigmas[i] * sigmas[i] + np.float32(1)) if vp else np.float32(1)
+        x = (latents * scale).astype(np.float32)
+        assert scaled_error(sched.scale_model_input(x, t), rec["model_in"][i]) <= TOL
+        out = sched.step(rec["model_out"][i], t, x, noise=tape)
+        next_scale = np.sqrt(sigmas[i + 1] * sigmas[i + 1] + np.float32(1)) if vp else np.float32(1)
+        err = scaled_error(out / next_scale, rec["prev"][i])
+        assert err <= TOLERANCE.get(spec["key"], TOL), f"step {i}: scaled error {err:.3g}"
+        latents = rec["prev"][i]
+    assert tape.used == len(rec["noise"]) - (1 if vp else 0)
+
+
+# -- hand-worked examples of the ComfyUI-only algorithms ------------------------------------------------
+# One-element samples on the sigmas [2, 1, 0.5, 0] with a model whose x0 estimate is a fixed number
+# per call, checked against arithmetic done here in Python floats from the formulas of
+# sdkit.schedulers.k_algorithms (ComfyUI's comfy/k_diffusion/sampling.py).
+
+
+def _drive(name: str, sigmas: list[float], x0: float, estimates: list[float]) -> tuple[Any, list[float]]:
+    """Run ``name`` (epsilon model) on a hand-made sigma list with the x0 estimate of each model
+    call given; the sample after every call."""
+    sched = create_scheduler(name)
+    sched.set_timesteps(len(sigmas) - 1)
+    sched._all_sigmas = np.array(sigmas, np.float32)
+    sched._all_t = np.arange(len(sigmas) - 1, 0, -1, dtype=np.float64) * 100
+    sched._plan(0)
+    x, out = np.full((1,), x0, np.float32), []
+    for i, t in enumerate(sched.timesteps):
+        eps = np.array([(float(x[0]) - estimates[i]) / float(sched.sigmas[i])], np.float32)
+        x = sched.step(eps, t, x, noise=lambda shape: np.ones(shape, np.float32))
+        out.append(float(x[0]))
+    return sched, out
+
+
+def test_heunpp2_worked_example() -> None:
+    # sigmas 2, 1, 0.5, 0; x = 3; x0 estimates D at the calls (2, 1, 0.5 | 1, 0.5 | 0.5).
+    sched, xs = _drive("heunpp2", [2.0, 1.0, 0.5, 0.0], 3.0, [1.0, 0.5, 0.25, 0.2, 0.1, 0.05])
+    assert np.allclose(sched.sigmas[:-1], [2, 1, 0.5, 1, 0.5, 0.5])  # 3 + 2 + 1 calls
+    # step 0 (three calls): d = (3-1)/2 = 1, dt = -1; x2 = 2, d2 = (2-0.5)/1 = 1.5;
+    # x3 = 2 + 1.5 * -0.5 = 1.25, d3 = (1.25-0.25)/0.5 = 2; w2 = 1/6, w3 = 0.5/6, w1 = 0.75:
+    # x = 3 - (0.75 + 1.5/6 + 2 * 0.5/6) = 11/6
+    assert xs[:3] == pytest.approx([2.0, 1.25, 11 / 6], abs=1e-6)
+    # step 1 (two calls, w2 = 0.5 / (2 * 2) = 0.125): d = 11/6 - 0.2, x2 = 11/6 - 0.5 d,
+    # d2 = (x2 - 0.1) / 0.5, x = 11/6 - 0.5 (0.875 d + 0.125 d2)
+    d = 11 / 6 - 0.2
+    x2 = 11 / 6 - 0.5 * d
+    assert xs[3:5] == pytest.approx([x2, 11 / 6 - 0.5 * (0.875 * d + 0.125 * (x2 - 0.1) / 0.5)], abs=1e-6)
+    assert xs[5] == pytest.approx(0.05, abs=1e-6)  # step 2: Euler to 0 lands on D
+
+
+def test_ddpm_worked_example() -> None:
+    # sigma 1 -> 0.5: a = 1/2, a' = 0.8, alpha = 0.625; x = 2, D = 1: eps = 1, x_vp = 2 / sqrt(2);
+    # mu = sqrt(1.6) (sqrt(2) - 0.375 / sqrt(0.5)) + sqrt(0.375 * 0.2 / 0.5) z (z = 1), x = mu sqrt(1.25);
+    # then sigma 0.5 -> 0 with D = 0.3: x = D (up to rounding), no noise.
+    _, xs = _drive("ddpm", [1.0, 0.5, 0.0], 2.0, [1.0, 0.3])
+    mu = math.sqrt(1.6) * (math.sqrt(2) - 0.375 / math.sqrt(0.5)) + math.sqrt(0.375 * 0.2 / 0.5)
+    assert xs == pytest.approx([mu * math.sqrt(1.25), 0.3], abs=1e-6)
+
+
+def test_euler_cfg_pp_worked_example() -> None:
+    # sigma 2 -> 1, x = 3, guided D = 1, unguided U = 0.4 (alpha = 1 for a sigma model):
+    # d = (3 - 0.4) / 2 = 1.3; x = D + 1 * d = 2.3. Plain Euler would give 3 + (3-1)/2 * -1 = 2.
+    sched = create_scheduler("euler_cfg_pp")
+    sched.set_timesteps(2)
+    sched._all_sigmas = np.array([2.0, 1.0, 0.0], np.float32)
+    sched._plan(0)
+    x = np.array([3.0], np.float32)
+    out = sched.step(np.array([1.0], np.float32), sched.timesteps[0], x, uncond=np.array([1.3], np.float32))
+    assert float(out[0]) == pytest.approx(2.3, abs=1e-6)  # eps 1 -> D = 1; eps_u 1.3 -> U = 0.4
+
+
+def test_dpmpp_2m_cfg_pp_worked_example() -> None:
+    # sigmas 2, 1, 0.5: h = log 2 each step, exp(-h) = 0.5, expm1(-h) = -0.5, r = 1.
+    # step 0: x = D0 - 0.5 U0 + 0.5 x = 1 - 0.2 + 1.5 = 2.3 (x = 3, D0 = 1, U0 = 0.4)
+    # step 1: x = D1 - 0.5 U1 + 0.5 * (D1 - U0) * 0.5 + 0.5 x with D1 = 0.8, U1 = 0.6:
+    #         0.8 - 0.3 + 0.1 + 1.15 = 1.75
+    sched = create_scheduler("dpmpp_2m_cfg_pp")
+    sched.set_timesteps(3)
+    sched._all_sigmas = np.array([2.0, 1.0, 0.5, 0.0], np.float32)
+    sched._plan(0)
+    x = np.array([3.0], np.float32)
+    x = sched.step(np.array([1.0], np.float32), sched.timesteps[0], x, uncond=np.array([1.3], np.float32))
+    assert float(x[0]) == pytest.approx(2.3, abs=1e-6)
+    eps, eps_u = (2.3 - 0.8) / 1.0, (2.3 - 0.6) / 1.0
+    x = sched.step(np.array([eps], np.float32), sched.timesteps[1], x, uncond=np.array([eps_u], np.float32))
+    assert float(x[0]) == pytest.approx(1.75, abs=1e-6)
+
+
+def test_rf_ancestral_worked_example() -> None:
+    # Flow Euler a, sigma 0.8 -> 0.4, x = 1, D = 0.2, noise z = 1: sigma_down = 0.4 * 0.5 = 0.2,
+    # ratio 0.25: x = 0.25 + 0.75 * 0.2 = 0.4; rescale (0.6 / 0.8) = 0.75;
+    # renoise sqrt(0.16 - 0.04 * 0.36 / 0.64) = sqrt(0.1375): x = 0.3 + sqrt(0.1375)
+    sched = create_scheduler("euler_a", config={"_class_name": "FlowMatchEulerDiscreteScheduler"})
+    assert sched.name == "euler_a_flow"
+    sched.set_timesteps(2)
+    sched._all_sigmas = np.array([0.8, 0.4, 0.0], np.float32)
+    sched._all_t = np.array([800.0, 400.0])
+    sched._plan(0)
+    v = np.array([(1.0 - 0.2) / 0.8], np.float32)
+    out = sched.step(v, sched.timesteps[0], np.ones(1, np.float32), noise=lambda shape: np.ones(shape, np.float32))
+    assert float(out[0]) == pytest.approx(0.3 + math.sqrt(0.1375), abs=1e-6)
+
+
+def test_lms_coefficients_against_closed_forms() -> None:
+    """Order 1 is the step length; order 2 on nodes t0, t1 over [t1, t2] is the integral of
+    the two linear Lagrange bases (Adams-Bashforth 2 for equal steps: 3/2 h and -1/2 h)."""
+    t = np.array([3.0, 2.0, 1.0, 0.0])
+    assert lms_coefficient(1, t, 0, 0) == pytest.approx(-1.0)
+    assert lms_coefficient(2, t, 1, 0) == pytest.approx(-1.5)
+    assert lms_coefficient(2, t, 1, 1) == pytest.approx(0.5)
+    # AB3 for equal steps h = -1: 23/12 h, -16/12 h, 5/12 h
+    assert [lms_coefficient(3, t, 2, j) for j in range(3)] == pytest.approx([-23 / 12, 16 / 12, -5 / 12])
+
+
+# -- the scheduler contract for multi-call samplers ---------------------------------------------------
+
+
+def test_timesteps_list_every_model_call() -> None:
+    sched = create_scheduler("DPM2")
+    sched.set_timesteps(4)
+    assert len(sched.timesteps) == 7  # two calls per step, one on the step to sigma 0 (as KDPM2)
+    assert sched.order == 2
+    lms = create_scheduler("LMS Karras")
+    lms.set_timesteps(5)
+    assert len(lms.timesteps) == 5 and lms.schedule == "karras"
+
+
+def test_img2img_starts_at_a_step_of_the_tail() -> None:
+    full = create_scheduler("dpm_2")
+    full.set_timesteps(6)
+    tail = create_scheduler("dpm_2")
+    tail.set_timesteps(6, strength=0.5)  # the last 3 steps: 2 + 2 + 1 calls
+    assert len(tail.timesteps) == 5
+    assert tail.timesteps[0] == full.timesteps[6]
+    x = np.ones((1, 4, 2, 2), np.float32)
+    start = tail.add_noise(x, x, tail.timesteps[0])
+    assert np.allclose(start, x + x * tail.sigmas[0])
+
+
+def test_set_begin_index_starts_at_a_step() -> None:
+    sched = create_scheduler("dpm_2")
+    sched.set_timesteps(6)
+    sched.set_begin_index(4)  # step 2 (calls 0-1, 2-3 before it)
+    assert len(sched.timesteps) == 7
+    sched.set_timesteps(6)
+    with pytest.raises(InputError, match="first model call of a step"):
+        sched.set_begin_index(3)
+    heunpp2 = create_scheduler("heunpp2")  # 3, 3, 3, 2, 1 calls: step 4 starts at call 11, not 12
+    heunpp2.set_timesteps(5)
+    heunpp2.set_begin_index(11)
+    assert len(heunpp2.timesteps) == 1
+    restart = create_scheduler("Restart")  # the hires fix at 24 steps keeping 12: the schedule's tail
+    restart.set_timesteps(24)
+    full = restart.sigmas.copy()
+    restart.set_begin_index(12 * restart.order)
+    assert len(restart.timesteps) == 2 * 12 - 1  # 12 steps left: below 20, no restart segments
+    assert restart.sigmas[0] == restart._all_sigmas[12] and restart.sigmas[0] not in full[:-1]
+
+
+def test_flow_variants_resolve_and_label() -> None:
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    for name, variant in [
+        ("Euler a", "euler_a_flow"),
+        ("Heun", "heun_flow"),
+        ("DPM++ 2M", "dpmpp_2m_flow"),
+        ("DPM++ 2S a", "dpmpp_2s_a_flow"),
+        ("LMS", "lms_flow"),
+        ("DPM2", "dpm_2_flow"),
+        ("DPM2 a", "dpm_2_a_flow"),
+        ("heunpp2", "heunpp2_flow"),
+        ("Euler CFG++", "euler_cfg_pp_flow"),
+    ]:
+        sched = create_scheduler(name, config=flow)
+        assert sched.name == variant
+        assert sampler_label(variant) == sampler_label(scheduler_class(name).name)
+        sched.set_timesteps(4)
+        assert float(sched.sigmas[0]) <= 1.0 and float(sched.sigmas[-1]) == 0.0
+    with pytest.raises(OptionError, match="flow"):
+        create_scheduler("DDPM", config=flow)
+    with pytest.raises(OptionError, match="clip_sample"):
+        create_scheduler("DDPM", config={"clip_sample": True})
+
+
+def test_labels_and_names() -> None:
+    labels = {
+        "DPM2": "dpm_2",
+        "DPM2 a": "dpm_2_a",
+        "DPM++ 2S a": "dpmpp_2s_a",
+        "DPM++ 3M SDE": "dpmpp_3m_sde",
+        "LMS": "lms",
+        "DDPM": "ddpm",
+        "Heun++ 2": "heunpp2",
+        "Euler CFG++": "euler_cfg_pp",
+        "DPM++ 2M CFG++": "dpmpp_2m_cfg_pp",
+        "Restart": "restart",
+    }
+    comfy = ["dpm_2", "dpm_2_ancestral", "dpmpp_2s_ancestral", "dpmpp_3m_sde", "lms", "ddpm", "heunpp2"]
+    for label, name in labels.items():
+        assert scheduler_class(label).name == name
+        assert sampler_label(name) == label
+    for name in [*comfy, "euler_cfg_pp", "dpmpp_2m_cfg_pp"]:
+        assert scheduler_class(name).name in labels.values()
+    assert create_scheduler("DPM2 a Karras").schedule == "karras"
+    assert create_scheduler("DPM++ 3M SDE Exponential").schedule == "exponential"
+
+
+def test_restart_segments() -> None:
+    """A1111's automatic restart list: below 20 steps plain Heun over the schedule; at 20 the main
+    schedule is 11 Karras steps and, after the step nearest sigma 0.1, 9 segments from the sigma
+    nearest 2 back down to it; at 36, 18 main steps and that segment (10 sigmas) twice."""
+    sigmas = np.append(np.geomspace(14.6, 0.03, 8), 0).astype(np.float32)
+    assert restart_pairs(sigmas) == list(itertools.pairwise(sigmas))
+    for steps, main, extra in ((20, 11, 9), (36, 18, 18)):
+        sigmas = np.append(np.geomspace(14.6, 0.03, steps), 0).astype(np.float32)
+        pairs = restart_pairs(sigmas)
+        assert len(pairs) == main + extra
+        jumps = [k for k in range(1, len(pairs)) if pairs[k][0] > pairs[k - 1][1]]
+        assert len(jumps) == extra // 9  # each restart adds noise once
+        assert abs(float(pairs[jumps[0]][0]) - 2) < 0.6 and abs(float(pairs[jumps[0] - 1][1]) - 0.1) < 0.05
+    sched = create_scheduler("Restart")
+    sched.set_timesteps(20)
+    assert len(sched.timesteps) == 2 * 20 - 1  # Heun: two calls per segment, one on the last
+
+
+def test_tolerance_exceptions_are_real_cases() -> None:
+    keys = {c["key"] for c in _cases("ksolver_cases") + _cases("ksolver_diffusers_cases")}
+    assert set(TOLERANCE) <= keys
+    assert all(tol <= 5e-6 for tol in TOLERANCE.values())
