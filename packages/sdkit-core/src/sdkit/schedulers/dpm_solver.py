@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import OptionError
-from sdkit.schedulers import noise_schedule, table_schedules
+from sdkit.schedulers import noise_schedule, sigma_schedules, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -79,6 +79,10 @@ class DPMSolverMultistep(Scheduler):
         if self.schedule in table_schedules.TABLE_SCHEDULES:  # ComfyUI's simple, ddim_uniform, beta
             picked, sigmas = table_schedules.table_schedule(self.schedule, steps, train_sigmas)
             timesteps = picked.astype(np.int64)
+        elif self.schedule in sigma_schedules.COMPUTED_SCHEDULES:  # AYS, KL optimal, linear-quadratic
+            ends = float(train_sigmas[0]), float(train_sigmas[-1])
+            sigmas = sigma_schedules.computed_sigmas(self.schedule, steps, *ends)
+            timesteps = noise_schedule.sigma_to_t(sigmas, log_train_sigmas).round().astype(np.int64)
         elif self.schedule in ("karras", "exponential"):
             sigma_min, sigma_max = float(train_sigmas[0]), float(train_sigmas[-1])
             if self.schedule == "karras":

@@ -158,6 +158,9 @@ class FlowMatchEuler(Scheduler):
         "euler_flow_match",
     )
     variant_of = "euler"
+    schedules: ClassVar[tuple[str, ...]] = (
+        "normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta"
+    )
     prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
     diffusers_class = "FlowMatchEulerDiscreteScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {"num_train_timesteps": 1000, "prediction_type": "flow"}
