@@ -38,6 +38,14 @@ class DPMSolverMultistep(Scheduler):
     """Shared by DPM++ 2M and DPM++ 2M SDE; ``stochastic`` picks the SDE update."""
 
     stochastic: ClassVar[bool] = False
+    # Config settings that would pick another algorithm than the name's, with the value it uses.
+    required_settings: ClassVar[tuple[tuple[str, object], ...]] = (
+        ("solver_type", "midpoint"),
+        ("lower_order_final", True),
+        ("euler_at_final", False),
+    )
+    # Whether Karras timesteps are rounded for the cosine beta schedule too (UniPC, DEIS do).
+    round_cosine_karras: ClassVar[bool] = False
     diffusers_class = "DPMSolverMultistepScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
         "beta_start": 0.0001,
@@ -56,7 +64,7 @@ class DPMSolverMultistep(Scheduler):
     ) -> None:
         super().__init__(schedule, config, prediction_type, **options)
         # The sampler name picks the algorithm; settings that would change it are refused.
-        for key, wanted in (("solver_type", "midpoint"), ("lower_order_final", True), ("euler_at_final", False)):
+        for key, wanted in self.required_settings:
             value = self.config.extra.get(key, wanted)
             if value != wanted:
                 raise OptionError(
@@ -89,7 +97,7 @@ class DPMSolverMultistep(Scheduler):
                 sigmas = noise_schedule.karras_sigmas(sigma_min, sigma_max, steps)
                 # diffusers rounds Karras timesteps (except for squaredcos_cap_v2) ...
                 fractional = noise_schedule.sigma_to_t(sigmas, log_train_sigmas)
-                if cfg.beta_schedule != "squaredcos_cap_v2":
+                if cfg.beta_schedule != "squaredcos_cap_v2" or self.round_cosine_karras:
                     fractional = fractional.round()
             else:
                 sigmas = noise_schedule.exponential_sigmas(sigma_min, sigma_max, steps)
