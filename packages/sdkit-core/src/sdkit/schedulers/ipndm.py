@@ -77,6 +77,7 @@ def variable_weights(h: list[float]) -> tuple[float, ...]:
 class IPNDMSolver(Scheduler):
     """The iPNDM step; the class it is combined with gives ``_derivative``."""
 
+    reference: ClassVar[str] = ""  # the written-down algorithm a class without a diffusers oracle follows
     variable: ClassVar[bool] = False
     max_order: ClassVar[int] = 4
 
@@ -133,6 +134,7 @@ class IPNDMV(IPNDM):
     aliases: ClassVar[tuple[str, ...]] = ("iPNDM_v", "ipndm-v")
     variable = True
     diffusers_class = ""
+    reference = "ComfyUI's sample_ipndm_v (sdkit.schedulers.ipndm)"
 
 
 class IPNDMFlow(IPNDMSolver, FlowMatchEuler):
@@ -141,6 +143,7 @@ class IPNDMFlow(IPNDMSolver, FlowMatchEuler):
     aliases: ClassVar[tuple[str, ...]] = ()
     variant_of = "ipndm"
     diffusers_class = ""
+    reference = "ComfyUI's sample_ipndm on flow sigmas (sdkit.schedulers.ipndm)"
 
     def _derivative(self, model_output: F32, sample: F32) -> tuple[F32, F32]:
         # (x - x0) / sigma with x0 = x - sigma * v is v itself.
