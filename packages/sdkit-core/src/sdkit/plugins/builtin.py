@@ -38,6 +38,7 @@ SCHEDULERS = (
     "sdkit.schedulers.deis:DEIS",
     "sdkit.schedulers.ipndm:IPNDM",
     "sdkit.schedulers.ipndm:IPNDMV",
+    "sdkit.schedulers.tcd:TCD",
     "sdkit.schedulers.unipc:UniPCFlow",
     "sdkit.schedulers.unipc:UniPCBh2Flow",
     "sdkit.schedulers.deis:DEISFlow",

@@ -110,7 +110,7 @@ class UniPCSolver(Coordinates):
         x_t = self._base(i + 1, i, x, m0, h_phi_1)
         if not d1s:
             return x_t
-        rhos = np.array([HALF]) if order == 2 else np.linalg.solve(rows[:-1, :-1], b[:-1]).astype(np.float32)
+        rhos = np.array([HALF]) if order == 2 else _solve(rows[:-1, :-1], b[:-1])
         residual = _weighted(rhos, d1s)
         alpha_t, _ = self._coords(self._sigmas[i + 1])
         return f32(x_t - (alpha_t * b_h) * residual)
@@ -121,7 +121,7 @@ class UniPCSolver(Coordinates):
         m0 = self._history[-1]
         h, rks, d1s = self._differences(i, i - 1, [i - k - 1 for k in range(1, order)], m0)
         h_phi_1, b_h, rows, b = self._coefficients(h, rks)
-        rhos = np.array([HALF]) if order == 1 else np.linalg.solve(rows, b).astype(np.float32)
+        rhos = np.array([HALF]) if order == 1 else _solve(rows, b)
         x_t = self._base(i, i - 1, last, m0, h_phi_1)
         correction = f32(rhos[-1] * f32(model_t - m0))
         if d1s:
@@ -129,6 +129,12 @@ class UniPCSolver(Coordinates):
         alpha_t, _ = self._coords(self._sigmas[i])
         del x  # the predictor's result is replaced, as in diffusers
         return f32(x_t - (alpha_t * b_h) * correction)
+
+
+def _solve(rows: F32, b: F32) -> F32:
+    """diffusers' float32 ``torch.linalg.solve``, solved in float64 and rounded (LAPACK builds
+    round float32 solves differently; this is as exact as float32 allows)."""
+    return np.linalg.solve(rows.astype(np.float64), b.astype(np.float64)).astype(np.float32)
 
 
 def _weighted(weights: NDArray[Any], arrays: list[F32]) -> F32:
