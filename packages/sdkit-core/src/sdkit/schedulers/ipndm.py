@@ -16,9 +16,11 @@ run and, with ``h = sigma_{i+1} - sigma_i``:
   Adams-Bashforth 2). Third order adds ``t1 = (1 - h_n / (3 (h_n + h_{n-1})) * (h_n (h_n +
   h_{n-1})) / (h_{n-1} (h_{n-1} + h_{n-2}))) / 2`` to the first weight, ``-(1 + h_{n-1} /
   h_{n-2}) t1`` to the second and ``t1 h_{n-1} / h_{n-2}`` as the third; the fourth order adds a
-  ``t2`` term likewise. Every order's weights sum to 1; with equal steps the third order is
-  Adams-Bashforth 3 (23, -16, 5) / 12, but the fourth is (57, -64, 41, -10) / 24, not
-  Adams-Bashforth 4 (55, -59, 37, -9) / 24: ComfyUI's fourth-order expression is kept as it is.
+  ``t2`` term likewise. The weights of orders 1-3 sum to 1; with equal steps the third order is
+  Adams-Bashforth 3 (23, -16, 5) / 12. The fourth order's sum to ``1 + t2 * ratio * (h_{n-2} /
+  h_{n-3} - h_{n-1} / h_{n-2})`` (1 only when the earlier steps shrink geometrically) and with equal
+  steps are (57, -65, 43, -11) / 24, not Adams-Bashforth 4 (55, -59, 37, -9) / 24: ComfyUI's
+  fourth-order expression is kept as it is, so results match ComfyUI's.
 
 Worked example (iPNDM_v, third order): sigmas 4, 3, 2, 1 at the step from 2 to 1: h_n = h_{n-1} =
 h_{n-2} = -1, r = 1, t1 = (1 - (1/6) * 1) / 2 = 5/12, so the weights are 3/2 + 5/12 = 23/12,

@@ -25,7 +25,7 @@ SCHEDULE_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
     "exponential": ("Exponential", ()),
     "sgm_uniform": ("SGM Uniform", ("sgm", "trailing")),
     "simple": ("Simple", ()),
-    "ddim_uniform": ("DDIM", ()),  # A1111's "DDIM" schedule type
+    "ddim_uniform": ("DDIM", ("ddim",)),  # A1111's "DDIM" schedule type (its name "ddim")
     "beta": ("Beta", ()),
     # A1111 picks the SDXL table for SDXL models; so does sdkit's SDXL pipeline.
     "align_your_steps": ("Align Your Steps", ("ays", "ays_sd15", "align_your_steps_sd15")),

@@ -18,8 +18,8 @@ align_your_steps (A1111 1.9+ "Align Your Steps"; Sabour et al. 2024)
     schedule differs (it never samples at 0.029). Worked example, SD 1.5, steps = 6: x_new =
     0, 0.2, ..., 1 lands on table points 0, 2, 4, 6, 8, 10 (positions 2 j in the reversed table),
     so the sigmas are 14.615, 3.861, 1.886, 0.963, 0.399, 0.029 exactly; steps = 5 lands on
-    positions 0, 2.5, 5, 7.5, 10, so the second sigma is halfway in log between 6.475 and 3.861,
-    sqrt(6.475 * 3.861) = 4.9999975, and the fourth sqrt(0.652 * 0.399) = 0.5100471
+    positions 0, 2.5, 5, 7.5, 10, so the second sigma is halfway in log between 3.861 and 2.697,
+    sqrt(3.861 * 2.697) = 3.2269362, and the fourth sqrt(0.652 * 0.399) = 0.5100471
     The tables are the SD 1.x / SDXL / SVD models' own: ``align_your_steps`` takes SD 1.5's,
     ``align_your_steps_sdxl`` SDXL's (the SDXL pipeline picks it for "Align Your Steps", as A1111
     does), ``align_your_steps_svd`` SVD's.
