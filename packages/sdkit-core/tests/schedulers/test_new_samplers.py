@@ -195,3 +195,22 @@ def test_tcd_eta_zero_draws_no_noise() -> None:
     for t in sched.timesteps:
         x = sched.step(np.float32(0.2) * x, t, x)  # no noise callable needed
     assert np.all(np.isfinite(x))
+
+
+@pytest.mark.parametrize(
+    ("typed", "schedule", "written"),
+    [
+        ("UniPC", "Align Your Steps", "Sampler: UniPC, Schedule type: Align Your Steps"),
+        ("uni_pc_bh2", "kl_optimal", "Sampler: UniPC bh2, Schedule type: KL Optimal"),
+        ("deis", "linear_quadratic", "Sampler: DEIS, Schedule type: Linear Quadratic"),
+        ("ipndm_v", "ays", "Sampler: iPNDM_v, Schedule type: Align Your Steps"),
+        ("tcd", None, "Sampler: TCD, Schedule type: Automatic"),
+    ],
+)
+def test_png_parameters_write_a1111_labels(typed: str, schedule: str | None, written: str) -> None:
+    from sdkit.pipelines.imaging.images import GenerationParameters
+
+    sampler, canonical_schedule = resolve(typed, schedule)
+    text = GenerationParameters("p", "", 20, sampler, canonical_schedule, 7.0, 1, 64, 64, "m").a1111_text()
+    assert written in text
+    assert resolve(sampler_label(sampler), schedule_label(canonical_schedule))[0] == sampler
