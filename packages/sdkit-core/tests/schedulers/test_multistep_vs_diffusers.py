@@ -143,7 +143,11 @@ def test_flow_variant_matches_diffusers(spec: dict[str, Any]) -> None:
     sched.set_timesteps(steps, spec["strength"], **kwargs)
     tail = len(rec["all_sigmas"]) - len(sched.sigmas)
     assert max_scaled_error(sched.sigmas, rec["all_sigmas"][tail:]) <= TOL
-    start = rec["init_noise"] if spec["strength"] >= 1 else sched.add_noise(rec["clean"], rec["init_noise"], sched.timesteps[0])
+    start = (
+        rec["init_noise"]
+        if spec["strength"] >= 1
+        else sched.add_noise(rec["clean"], rec["init_noise"], sched.timesteps[0])
+    )
     assert max_scaled_error(start, rec["start"]) <= TOL
     latents = rec["start"]
     n = len(sched.timesteps)

@@ -22,6 +22,7 @@ def lagrange_weights(sigmas: list[float], i: int, order: int) -> list[float]:
     h = sigmas[i + 1] - sigmas[i]
     out = []
     for j in range(order):
+
         def basis(tau: float, j: int = j) -> float:
             value = 1.0
             for k in range(order):
@@ -155,8 +156,14 @@ def test_unknown_names_are_refused_with_the_list() -> None:
 
 @pytest.mark.parametrize(
     ("name", "flow"),
-    [("UniPC", "uni_pc_flow"), ("uni_pc_bh2", "uni_pc_bh2_flow"), ("deis", "deis_flow"), ("ipndm", "ipndm_flow"),
-     ("ipndm_v", "ipndm_v_flow"), ("Euler", "euler_flow")],
+    [
+        ("UniPC", "uni_pc_flow"),
+        ("uni_pc_bh2", "uni_pc_bh2_flow"),
+        ("deis", "deis_flow"),
+        ("ipndm", "ipndm_flow"),
+        ("ipndm_v", "ipndm_v_flow"),
+        ("Euler", "euler_flow"),
+    ],
 )
 def test_flow_models_get_the_flow_variant(name: str, flow: str) -> None:
     assert scheduler_class(name, prediction_type="flow").name == flow

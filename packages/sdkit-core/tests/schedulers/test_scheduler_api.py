@@ -184,7 +184,11 @@ def test_misuse_of_step_is_an_input_error() -> None:
 def test_schedules_constant_lists_them_all() -> None:
     assert SCHEDULES[:7] == ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
     assert set(SCHEDULES[7:]) == {
-        "align_your_steps", "align_your_steps_sdxl", "align_your_steps_svd", "kl_optimal", "linear_quadratic"
+        "align_your_steps",
+        "align_your_steps_sdxl",
+        "align_your_steps_svd",
+        "kl_optimal",
+        "linear_quadratic",
     }
     assert set(BUILTINS) <= set(scheduler_names())
 

@@ -81,8 +81,9 @@ def samplers() -> list[SamplerItem]:
         if base and registry.get(base) is not None:
             variants.setdefault(base, []).append(canonical)
     items = []
-    for canonical, cls in registry.items():
-        if canonical in {v for names in variants.values() for v in names}:
+    listed_under_base = {v for names in variants.values() for v in names}
+    for canonical in registry.names():
+        if canonical in listed_under_base:
             continue
         label = sampler_label(canonical)
         names = [canonical, *(a for a, c in aliases.items() if c == canonical), *variants.get(canonical, [])]

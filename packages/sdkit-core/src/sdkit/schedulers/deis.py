@@ -17,7 +17,7 @@ interpolation variable, so its images differ slightly from these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,7 +28,10 @@ from sdkit.schedulers.exponential import Coordinates, FlowCoordinates, VPCoordin
 
 F32 = NDArray[np.float32]
 ONE = np.float32(1.0)
-F = np.float32
+
+
+def F(value: Any) -> np.float32:
+    return cast(np.float32, np.float32(value))
 
 
 def _ind2(t: np.float32, b: np.float32, c: np.float32) -> np.float32:
@@ -79,7 +82,7 @@ class DEISSolver(Coordinates):
             return x0
         final, second = (n < 15 and i == n - 1), (n < 15 and i == n - 2)
         if self._order == 1 or warm < 1 or final:
-            return self._first_order(sample, eps)
+            return self._deis_first_order(sample, eps)
         alpha_t = self._coords(self._sigmas[i + 1])[0]
         rho_t, rho_s0, rho_s1 = self._rho(i + 1), self._rho(i), self._rho(i - 1)
         m0, m1 = self._history[-1], self._history[-2]
@@ -93,7 +96,7 @@ class DEISSolver(Coordinates):
         coef3 = F(_ind3(rho_t, rho_s2, rho_s0, rho_s1) - _ind3(rho_s0, rho_s2, rho_s0, rho_s1))
         return f32(alpha_t * (sample / alpha_s + coef1 * m0 + coef2 * m1 + coef3 * m2))
 
-    def _first_order(self, sample: F32, eps: F32) -> F32:
+    def _deis_first_order(self, sample: F32, eps: F32) -> F32:
         i = self._index
         alpha_t, sigma_t = self._coords(self._sigmas[i + 1])
         alpha_s, sigma_s = self._coords(self._sigmas[i])

@@ -159,7 +159,13 @@ class FlowMatchEuler(Scheduler):
     )
     variant_of = "euler"
     schedules: ClassVar[tuple[str, ...]] = (
-        "normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta"
+        "normal",
+        "karras",
+        "exponential",
+        "sgm_uniform",
+        "simple",
+        "ddim_uniform",
+        "beta",
     )
     prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
     diffusers_class = "FlowMatchEulerDiscreteScheduler"

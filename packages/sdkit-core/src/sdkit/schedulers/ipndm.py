@@ -64,9 +64,9 @@ def variable_weights(h: list[float]) -> tuple[float, ...]:
     if len(h) == 3:
         return first + t1, second - (1 + h_1 / h_2) * t1, t1 * h_1 / h_2
     h_3 = h[3]
-    t2 = (
-        (1 - h_n / (3 * (h_n + h_1))) / 2 + (1 - h_n / (2 * (h_n + h_1))) * h_n / (6 * (h_n + h_1 + h_2))
-    ) * (h_n * (h_n + h_1) * (h_n + h_1 + h_2) / (h_1 * (h_1 + h_2) * (h_1 + h_2 + h_3)))
+    t2 = ((1 - h_n / (3 * (h_n + h_1))) / 2 + (1 - h_n / (2 * (h_n + h_1))) * h_n / (6 * (h_n + h_1 + h_2))) * (
+        h_n * (h_n + h_1) * (h_n + h_1 + h_2) / (h_1 * (h_1 + h_2) * (h_1 + h_2 + h_3))
+    )
     ratio = h_1 * (h_1 + h_2) / (h_2 * (h_2 + h_3))
     return (
         first + t1 + t2,

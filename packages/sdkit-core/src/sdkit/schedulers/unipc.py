@@ -85,7 +85,9 @@ class UniPCSolver(Coordinates):
             h_phi_k = np.float32(h_phi_k / hh - np.float32(1 / factorial))
         return h_phi_1, b_h, np.array(rows, dtype=np.float32), np.array(b, dtype=np.float32)
 
-    def _differences(self, t: int, s0: int, earlier: list[int], m0: F32) -> tuple[np.float32, list[np.float32], list[F32]]:
+    def _differences(
+        self, t: int, s0: int, earlier: list[int], m0: F32
+    ) -> tuple[np.float32, list[np.float32], list[F32]]:
         """h, the ratios r_k and the scaled differences D1_k of the earlier estimates."""
         lambda_s0 = self._lambda(s0)
         h = np.float32(self._lambda(t) - lambda_s0)
