@@ -131,6 +131,9 @@ def sampler_listing(registry: SchedulerRegistry | None = None) -> str:
         names.setdefault(canonical, []).append(alias)
     lines = ["samplers (any name on a line; a schedule may follow, as in 'DPM++ 2M Karras'):"]
     lines += [f"  {name}: {', '.join(aliases)}" if aliases else f"  {name}" for name, aliases in names.items()]
+    lines += [
+        f"  {short}: {sampler} with schedule {schedule}" for short, (sampler, schedule) in SAMPLER_SHORTHANDS.items()
+    ]
     schedules: dict[str, list[str]] = {name: [] for name in SCHEDULES}
     for alias, canonical in SCHEDULE_ALIASES.items():
         if alias != canonical:
