@@ -193,7 +193,7 @@ def test_schedules_constant_lists_them_all() -> None:
     assert set(BUILTINS) <= set(scheduler_names())
 
 
-@pytest.mark.parametrize("name", ["heun", "dpmpp_sde"])
+@pytest.mark.parametrize("name", ["heun", "dpmpp_sde", "uni_pc", "uni_pc_bh2", "deis", "ipndm_v"])
 def test_two_stage_samplers_do_not_alias_the_callers_array(name: str) -> None:
     def run(reuse: bool) -> np.ndarray:
         sched = create_scheduler(name)

@@ -58,10 +58,10 @@ class UniPCSolver(Coordinates):
         i = self._index
         x0 = self._clean(model_output, sample)
         if self._last_sample is not None:  # UniC: correct the previous step with this model output
-            sample = self._correct(x0, self._last_sample, sample, self._this_order)
+            sample = self._correct(x0, self._last_sample, self._this_order)
         self._history = [*self._history, x0][-self._order :]
         self._this_order = min(self._order, len(self._timesteps) - i, self._warm + 1)
-        self._last_sample = sample
+        self._last_sample = sample.copy()  # the caller may reuse its array (the corrector reads it next step)
         self._warm = min(self._warm + 1, self._order)
         if self._sigmas[i + 1] == 0:
             return x0
@@ -117,8 +117,9 @@ class UniPCSolver(Coordinates):
         alpha_t, _ = self._coords(self._sigmas[i + 1])
         return f32(x_t - (alpha_t * b_h) * residual)
 
-    def _correct(self, model_t: F32, last: F32, x: F32, order: int) -> F32:
-        """UniC of the step from index i - 1 to i (diffusers' multistep_uni_c_bh_update)."""
+    def _correct(self, model_t: F32, last: F32, order: int) -> F32:
+        """UniC of the step from index i - 1 to i (diffusers' multistep_uni_c_bh_update): the
+        predictor's result is replaced by the corrected one, from ``last`` (the sample at i - 1)."""
         i = self._index
         m0 = self._history[-1]
         h, rks, d1s = self._differences(i, i - 1, [i - k - 1 for k in range(1, order)], m0)
@@ -129,7 +130,6 @@ class UniPCSolver(Coordinates):
         if d1s:
             correction = f32(_weighted(rhos[:-1], d1s) + correction)
         alpha_t, _ = self._coords(self._sigmas[i])
-        del x  # the predictor's result is replaced, as in diffusers
         return f32(x_t - (alpha_t * b_h) * correction)
 
 
