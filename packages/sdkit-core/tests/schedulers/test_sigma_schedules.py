@@ -118,3 +118,22 @@ def test_ddim_and_lcm_refuse_sigma_schedules() -> None:
     for sampler in ("ddim", "lcm", "tcd"):
         with pytest.raises(OptionError, match="does not support schedule"):
             create_scheduler(sampler, schedule="align_your_steps")
+
+
+@pytest.mark.parametrize("sampler", ["Euler", "UniPC", "ipndm"])
+def test_flow_kl_optimal_and_linear_quadratic_use_comfyui_flow_table_ends(sampler: str) -> None:
+    """On a flow model the two formulas span ComfyUI's shifted flow table: sigma_min = shift(1/N)
+    (SD3: N = 1000, shift 3 -> 3 * 0.001 / (1 + 2 * 0.001); Flux dev: N = 10000, mu), sigma_max = 1."""
+    sd3 = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    sched = create_scheduler(sampler, schedule="kl_optimal", config=sd3)
+    sched.set_timesteps(5)
+    expected = kl_optimal_sigmas(3 * 0.001 / (1 + 2 * 0.001), 1.0, 5)
+    expected[0] = min(expected[0], 1.0 - (1e-6 if sampler == "UniPC" else 0.0))  # UniPC's first-sigma offset
+    np.testing.assert_allclose(sched.sigmas, [*expected, 0.0], rtol=1e-6)
+    flux = {"_class_name": "FlowMatchEulerDiscreteScheduler", "use_dynamic_shifting": True, "shift": 3.0}
+    sched = create_scheduler(sampler, schedule="linear_quadratic", config=flux)
+    sched.set_timesteps(4, mu=0.8)
+    expected = linear_quadratic_sigmas(1.0, 4)
+    expected[0] = min(expected[0], 1.0 - (1e-6 if sampler == "UniPC" else 0.0))
+    np.testing.assert_allclose(sched.sigmas, [*expected, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(sched.timesteps, np.float32(sched.sigmas[:-1]) * 1000, rtol=1e-6)
