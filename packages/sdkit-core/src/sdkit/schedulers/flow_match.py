@@ -259,6 +259,7 @@ class FlowMatchEuler(Scheduler):
         return np.linspace(top, bottom, steps) / total
 
     def _build(self, steps: int, strength: float) -> None:
+        shifted: Floats
         if self.schedule in ("kl_optimal", "linear_quadratic"):
             # ComfyUI computes these from its (shifted) flow table's ends, and shifts nothing after.
             table = self.flow.apply(self._comfy_table_t(), self._mu)
