@@ -44,3 +44,41 @@ def test_flow_samplers_run_and_are_labelled(schnell: Any) -> None:
 def test_flow_model_refuses_what_has_no_flow_variant(schnell: Any) -> None:
     with pytest.raises(OptionError, match="does not run 'flow'"):
         schnell.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "tcd"})
+
+
+def multistep_goldens() -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    import json
+
+    if not (ROOT / "golden_multistep.npz").is_file():
+        return [], {}
+    with np.load(ROOT / "golden_multistep.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    return json.loads((ROOT / "golden_multistep.json").read_text(encoding="utf-8"))["cases"], arrays
+
+
+@pytest.mark.parametrize("index", [0, pytest.param(1, marks=pytest.mark.slow)], ids=["flux_schnell", "flux_dev"])
+def test_uni_pc_bh2_on_flux_reproduces_diffusers(index: int) -> None:
+    """uni_pc_bh2 on the tiny FLUX.1 folders against diffusers' FluxPipeline with a flow UniPC (bh2,
+    order 3; goldens by fixtures/tiny_flow/make_multistep_goldens.py), within 1e-3 on [0, 1] pixels."""
+    cases, arrays = multistep_goldens()
+    if not cases:
+        pytest.skip("fixtures/tiny_flow/golden_multistep.npz missing")
+    c = cases[index]
+    pipe = sdkit.load_pipeline(ROOT / c["family"], backend="reference", threads=1)
+    try:
+        image = pipe.generate(
+            c["prompt"],
+            seed=c["seed"],
+            steps=c["steps"],
+            guidance_scale=c["guidance_scale"],
+            width=c["width"],
+            height=c["height"],
+            max_sequence_length=c["max_sequence_length"],
+            sampler="uni_pc_bh2",
+            output_type="np",
+        )
+    finally:
+        pipe.close()
+    expected = arrays[f"{c['key']}/image"]
+    assert image.shape == expected.shape
+    assert np.abs(image - expected).max() <= 1e-3
