@@ -13,7 +13,8 @@ from sdkit.schedulers.base import SD15_CONFIG
 
 SHAPE = (1, 4, 3, 3)
 BUILTINS = ["euler", "euler_a", "heun", "dpmpp_2m", "dpmpp_2m_sde", "dpmpp_sde", "ddim", "lcm"]
-COMBINATIONS = [(name, schedule) for name in BUILTINS for schedule in scheduler_class(name).schedules]
+ISSUE_27 = ["uni_pc", "uni_pc_bh2", "deis", "ipndm", "ipndm_v", "tcd"]  # UniPC, DEIS, iPNDM, TCD
+COMBINATIONS = [(name, schedule) for name in BUILTINS + ISSUE_27 for schedule in scheduler_class(name).schedules]
 
 
 def _fake_model(x: np.ndarray, t: Any) -> np.ndarray:
@@ -39,7 +40,7 @@ def test_txt2img_loop_runs(name: str, schedule: str) -> None:
     assert sched.sigmas[-1] == 0.0
 
 
-@pytest.mark.parametrize("name", ["euler", "heun", "dpmpp_2m", "ddim"])
+@pytest.mark.parametrize("name", ["euler", "heun", "dpmpp_2m", "ddim", "uni_pc", "deis", "ipndm_v"])
 def test_img2img_keeps_the_tail(name: str) -> None:
     full = create_scheduler(name)
     full.set_timesteps(10)
