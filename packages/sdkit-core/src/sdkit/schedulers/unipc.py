@@ -10,8 +10,9 @@ predicts the next sample (UniP) from the last ``order`` clean estimates. ``B(h)`
 
 Schedules and coordinates: :mod:`sdkit.schedulers.exponential` (the step to sigma 0 returns the
 clean estimate: diffusers' bh1 gives NaN there, ``0 * inf``; bh2 gives the same value). ComfyUI
-runs its own port on k-diffusion sigmas and ends at sigma 0.001 instead of 0, so its images differ
-slightly from these.
+runs its own port of the original UniPC code (time-continuous noise schedule interpolated from the
+training table, another handling of the last step), and A1111 its own on discrete timesteps, so
+their images differ slightly from these (the same algorithm, not the same rounding or schedule).
 """
 
 from __future__ import annotations
