@@ -166,7 +166,7 @@ def test_core_registers_its_own_implementations_by_reference() -> None:
         "sd3_medium", "sd35_large", "sd35_medium", "chroma", "tiny_digits",
     ]  # fmt: skip
     assert all(plugins.families.owner(name) == "core" for name in plugins.families.names())
-    assert plugins.schedulers.names() == [
+    assert plugins.schedulers.names()[:9] == [
         "euler",
         "euler_a",
         "heun",
@@ -177,6 +177,11 @@ def test_core_registers_its_own_implementations_by_reference() -> None:
         "lcm",
         "euler_flow",
     ]
+    # issue 27's samplers (UniPC, DEIS, iPNDM, TCD and their flow variants) follow
+    assert {"uni_pc", "uni_pc_bh2", "deis", "ipndm", "ipndm_v", "tcd", "uni_pc_flow", "deis_flow"} <= set(
+        plugins.schedulers.names()
+    )
+    assert all(plugins.schedulers.owner(name) == "core" for name in plugins.schedulers.names())
 
 
 def test_reset_plugins_forgets_backend_instances_and_probes() -> None:

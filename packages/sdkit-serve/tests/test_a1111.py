@@ -159,3 +159,16 @@ def test_scheduler_labels_and_names() -> None:
     assert schedule_name("Polyexponential") == "Polyexponential"  # sdkit says what it knows
     for item in schedulers()[1:]:
         assert plan({"scheduler": item.label, "steps": 4}).generate["schedule"] == item.name
+
+
+def test_listings_name_issue_27_samplers_and_schedules() -> None:
+    """/sdapi/v1/samplers and /sdapi/v1/schedulers (A1111 1.9+ shape) list what sdkit has; a flow
+    variant is one more name of its sampler, not a second entry."""
+    from sdkit_serve.schemas import samplers, schedulers
+
+    listed = {item.name: item.aliases for item in samplers()}
+    assert {"UniPC", "DEIS", "iPNDM", "iPNDM_v", "TCD"} <= set(listed)
+    assert "uni_pc_flow" in listed["UniPC"] and len(listed) == len({item.name for item in samplers()})
+    labels = {item.label: item for item in schedulers()}
+    assert {"Align Your Steps", "KL Optimal", "Linear Quadratic"} <= set(labels)
+    assert labels["Align Your Steps"].name == "align_your_steps" and "ays" in (labels["Align Your Steps"].aliases or [])

@@ -163,7 +163,7 @@ def test_ignored_fields_and_loras_are_reported(server: ServerProcess) -> None:
     ("payload", "status", "error"),
     [
         ({"sampler_name": "Eulr"}, 400, "UnknownSchedulerError"),
-        ({"scheduler": "Align Your Steps"}, 400, "UnknownSchedulerError"),
+        ({"scheduler": "Polyexponential"}, 400, "UnknownSchedulerError"),
         ({"width": 4096}, 400, "InputError"),
         ({"width": 12}, 422, "ValidationError"),
         ({"steps": 0}, 422, "ValidationError"),

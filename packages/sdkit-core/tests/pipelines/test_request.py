@@ -49,6 +49,22 @@ BEFORE_SAMPLERS = {
     "heunpp2_flow": "Heun++ 2",
     "euler_cfg_pp_flow": "Euler CFG++",
 }
+# issue 27: UniPC, DEIS, iPNDM, TCD and their flow variants (A1111's "UniPC"; the others ComfyUI's)
+BEFORE_SAMPLERS.update(
+    {
+        "uni_pc": "UniPC",
+        "uni_pc_bh2": "UniPC bh2",
+        "deis": "DEIS",
+        "ipndm": "iPNDM",
+        "ipndm_v": "iPNDM_v",
+        "tcd": "TCD",
+        "uni_pc_flow": "UniPC",
+        "uni_pc_bh2_flow": "UniPC bh2",
+        "deis_flow": "DEIS",
+        "ipndm_flow": "iPNDM",
+        "ipndm_v_flow": "iPNDM_v",
+    }
+)
 BEFORE_SCHEDULES = {
     "normal": "Automatic",
     "karras": "Karras",

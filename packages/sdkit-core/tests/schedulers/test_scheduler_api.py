@@ -13,7 +13,8 @@ from sdkit.schedulers.base import SD15_CONFIG
 
 SHAPE = (1, 4, 3, 3)
 BUILTINS = ["euler", "euler_a", "heun", "dpmpp_2m", "dpmpp_2m_sde", "dpmpp_sde", "ddim", "lcm"]
-COMBINATIONS = [(name, schedule) for name in BUILTINS for schedule in scheduler_class(name).schedules]
+ISSUE_27 = ["uni_pc", "uni_pc_bh2", "deis", "ipndm", "ipndm_v", "tcd"]  # UniPC, DEIS, iPNDM, TCD
+COMBINATIONS = [(name, schedule) for name in BUILTINS + ISSUE_27 for schedule in scheduler_class(name).schedules]
 
 
 def _fake_model(x: np.ndarray, t: Any) -> np.ndarray:
@@ -39,7 +40,7 @@ def test_txt2img_loop_runs(name: str, schedule: str) -> None:
     assert sched.sigmas[-1] == 0.0
 
 
-@pytest.mark.parametrize("name", ["euler", "heun", "dpmpp_2m", "ddim"])
+@pytest.mark.parametrize("name", ["euler", "heun", "dpmpp_2m", "ddim", "uni_pc", "deis", "ipndm_v"])
 def test_img2img_keeps_the_tail(name: str) -> None:
     full = create_scheduler(name)
     full.set_timesteps(10)
@@ -182,11 +183,18 @@ def test_misuse_of_step_is_an_input_error() -> None:
 
 
 def test_schedules_constant_lists_them_all() -> None:
-    assert SCHEDULES == ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
+    assert SCHEDULES[:7] == ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
+    assert set(SCHEDULES[7:]) == {
+        "align_your_steps",
+        "align_your_steps_sdxl",
+        "align_your_steps_svd",
+        "kl_optimal",
+        "linear_quadratic",
+    }
     assert set(BUILTINS) <= set(scheduler_names())
 
 
-@pytest.mark.parametrize("name", ["heun", "dpmpp_sde"])
+@pytest.mark.parametrize("name", ["heun", "dpmpp_sde", "uni_pc", "uni_pc_bh2", "deis", "ipndm_v"])
 def test_two_stage_samplers_do_not_alias_the_callers_array(name: str) -> None:
     def run(reuse: bool) -> np.ndarray:
         sched = create_scheduler(name)

@@ -70,7 +70,8 @@ def test_builtin_schedulers_come_from_the_core_plugin() -> None:
         cls = registry.get(name)
         assert cls is not None
         assert issubclass(cls, Scheduler)
-        assert cls.diffusers_class or getattr(cls, "reference", "")  # every built-in names its oracle
+        # every built-in names its oracle: a diffusers class, else the written-down algorithm it follows
+        assert cls.diffusers_class or getattr(cls, "reference", "")
     assert np.array_equal(
         create_scheduler("euler", registry=registry).alphas_cumprod, create_scheduler("euler").alphas_cumprod
     )

@@ -107,16 +107,25 @@ class ErrorResponse(BaseModel):
 
 
 def samplers() -> list[SamplerItem]:
-    """Every registered sampler under its A1111 label, its other names as aliases."""
+    """Every registered sampler under its A1111 label, its other names as aliases. A flow model's
+    variant of a sampler ("uni_pc_flow") is listed under that sampler, as one more name."""
     from sdkit.plugins import get_plugins
     from sdkit.schedulers import sampler_label
 
     registry = get_plugins().schedulers
     aliases = registry.aliases()
+    variants: dict[str, list[str]] = {}
+    for canonical, cls in registry.items():
+        base = getattr(cls, "variant_of", "")
+        if base and registry.get(base) is not None:
+            variants.setdefault(base, []).append(canonical)
+    listed_under_base = {v for names in variants.values() for v in names}
     by_label: dict[str, list[str]] = {}  # one item per label: a flow variant ("euler_a_flow") joins its sampler's
     for canonical in registry.names():
+        if canonical in listed_under_base:
+            continue
         label = sampler_label(canonical)
-        names = [canonical, *(a for a, c in aliases.items() if c == canonical)]
+        names = [canonical, *(a for a, c in aliases.items() if c == canonical), *variants.get(canonical, [])]
         by_label.setdefault(label, []).extend(names)
     return [
         SamplerItem(name=label, aliases=[n for n in dict.fromkeys(names) if n != label])
@@ -124,18 +133,31 @@ def samplers() -> list[SamplerItem]:
     ]
 
 
-# A1111's labels for the sigma schedules sdkit has; others are title-cased.
-SCHEDULE_LABELS = {"normal": "Normal", "sgm_uniform": "SGM Uniform", "ddim_uniform": "DDIM"}
+# A1111's labels where the listing's differ from the "Schedule type:" ones sdkit writes: "normal" is
+# "Normal" here ("Automatic", the sampler's own, is the first item), and Align Your Steps' SDXL and
+# SVD tables get labels of their own so each can be picked ("Align Your Steps" on an SDXL model
+# takes the SDXL table anyway).
+SCHEDULE_LABELS = {
+    "normal": "Normal",
+    "align_your_steps_sdxl": "Align Your Steps SDXL",
+    "align_your_steps_svd": "Align Your Steps SVD",
+}
 
 
 def schedulers() -> list[SchedulerItem]:
-    """``automatic`` (the sampler's own) and the sigma schedules sdkit implements."""
-    from sdkit.schedulers.names import SCHEDULE_ALIASES
+    """``automatic`` (the sampler's own) and every schedule sdkit has, in A1111 1.9+'s shape."""
+    from sdkit.schedulers.names import SCHEDULE_TABLE
 
     items = [SchedulerItem(name="automatic", label="Automatic")]
-    for name in dict.fromkeys(SCHEDULE_ALIASES.values()):  # every schedule sdkit resolves, once
-        label = SCHEDULE_LABELS.get(name, name.replace("_", " ").title())
-        items.append(SchedulerItem(name=name, label=label, default_rho=7.0 if name == "karras" else -1))
+    for name, (label, aliases) in SCHEDULE_TABLE.items():
+        items.append(
+            SchedulerItem(
+                name=name,
+                label=SCHEDULE_LABELS.get(name, label),
+                aliases=list(aliases) or None,
+                default_rho=7.0 if name == "karras" else -1,
+            )
+        )
     return items
 
 

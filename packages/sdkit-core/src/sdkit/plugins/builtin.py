@@ -56,6 +56,18 @@ SCHEDULERS = (
             "EulerCFGPPFlow",
         )
     ),
+    # issue 27 (UniPC, DEIS, iPNDM, TCD and their flow variants)
+    "sdkit.schedulers.unipc:UniPC",
+    "sdkit.schedulers.unipc:UniPCBh2",
+    "sdkit.schedulers.deis:DEIS",
+    "sdkit.schedulers.ipndm:IPNDM",
+    "sdkit.schedulers.ipndm:IPNDMV",
+    "sdkit.schedulers.tcd:TCD",
+    "sdkit.schedulers.unipc:UniPCFlow",
+    "sdkit.schedulers.unipc:UniPCBh2Flow",
+    "sdkit.schedulers.deis:DEISFlow",
+    "sdkit.schedulers.ipndm:IPNDMFlow",
+    "sdkit.schedulers.ipndm:IPNDMVFlow",
 )
 MODEL_FAMILIES = (
     *(

@@ -44,6 +44,15 @@ dpmpp_2m_cfg_  DPM++ 2M CFG++                             ComfyUI's sample_dpmpp
 pp
 restart        Restart                                    A1111's restart_sampler (from 20 steps: Karras sigmas
                                                           plus restart segments, more calls than steps)
+uni_pc         UniPC, unipc, uni_pc_bh1                   UniPCMultistepScheduler(solver_type="bh1"), option
+                                                          order 1..3 (default 3); sdkit.schedulers.unipc
+uni_pc_bh2     UniPC bh2, unipc_bh2                       UniPCMultistepScheduler(solver_type="bh2")
+deis           DEIS                                       DEISMultistepScheduler (log-rho), option order (3)
+ipndm          iPNDM                                      IPNDMScheduler fed the same sigmas; ComfyUI's ipndm
+ipndm_v        iPNDM_v                                    ComfyUI's ipndm_v, written down in sdkit.schedulers.ipndm
+tcd            TCD                                        TCDScheduler, option eta (gamma, default 0.3)
+*_flow         uni_pc_flow, uni_pc_bh2_flow, deis_flow,   the flow variants ("UniPC" on a flow model): diffusers'
+               ipndm_flow, ipndm_v_flow                   use_flow_sigmas UniPC / DEIS on FlowMatchEuler's sigmas
 =============  =========================================  ========================================================
 
 The last ten (``sdkit.schedulers.k_solvers``) list every model call in ``timesteps`` (DPM2: two
@@ -51,6 +60,10 @@ per step) and start img2img at a step, on the tail of the sigmas, as A1111 and C
 variants, as ComfyUI runs them on SD3/Flux/Chroma: ``euler_a_flow``, ``heun_flow``,
 ``dpmpp_2m_flow``, ``dpmpp_2s_a_flow``, ``lms_flow``, ``dpm_2_flow``, ``dpm_2_a_flow``,
 ``heunpp2_flow``, ``euler_cfg_pp_flow`` (the ancestral ones are ComfyUI's rectified-flow variants).
+
+
+The step to sigma 0 of UniPC and DEIS returns the clean estimate (diffusers' bh1 and DEIS cannot
+evaluate it; see sdkit.schedulers.exponential), as iPNDM's does (ComfyUI's).
 
 Flow-matching models (``prediction_type="flow"``, implied by a ``FlowMatch*`` scheduler config)
 take the samplers registered for them: ``create_scheduler("Euler", config=flux_config)`` and
@@ -89,7 +102,13 @@ beta         none (diffusers' ``use_beta_sigmas`` spaces      ComfyUI "beta", A1
              sigmas, not timesteps: a different formula)
 ===========  ===============================================  ============================================
 
-The last three are sigma schedules: every sampler but ddim and lcm takes them. Sampler
+align_your_steps  none; A1111's "Align Your Steps" (NVIDIA's SD 1.5 table, log-linear to any
+[ays]             step count; ``align_your_steps_sdxl`` / ``_svd`` the SDXL / SVD tables, the SDXL
+                  pipeline's choice for "Align Your Steps"): sdkit.schedulers.sigma_schedules
+kl_optimal        none; ComfyUI "kl_optimal", A1111 "KL Optimal" (evenly spaced in atan sigma)
+linear_quadratic  none; ComfyUI "linear_quadratic" (Mochi's)
+
+The last six are sigma schedules: every sampler but ddim, lcm and tcd takes them. Sampler
 options (keyword arguments of ``create_scheduler``): ``eta`` for ddim (default 0; noise
 as diffusers' ``DDIMScheduler.step(eta=...)``), ``s_noise`` for euler_a, dpmpp_2m_sde and
 dpmpp_sde (A1111's "sigma noise", default 1: multiplies the noise each step adds, as

@@ -33,7 +33,21 @@ from sdkit.schedulers import noise_schedule
 NoiseFn = Callable[[tuple[int, ...]], NDArray[np.float32]]
 """Draws standard-normal float32 noise of a shape; samplers that inject noise call it."""
 
-SCHEDULES = ("normal", "karras", "exponential", "sgm_uniform", "simple", "ddim_uniform", "beta")
+SCHEDULES = (
+    "normal",
+    "karras",
+    "exponential",
+    "sgm_uniform",
+    "simple",
+    "ddim_uniform",
+    "beta",
+    # sdkit.schedulers.sigma_schedules
+    "align_your_steps",
+    "align_your_steps_sdxl",
+    "align_your_steps_svd",
+    "kl_optimal",
+    "linear_quadratic",
+)
 PREDICTION_TYPES = ("epsilon", "v_prediction", "flow")
 
 # Stable Diffusion 1.x's scheduler_config.json (what ``config=None`` means).

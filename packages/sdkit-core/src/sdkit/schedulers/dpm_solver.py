@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import OptionError
-from sdkit.schedulers import noise_schedule, table_schedules
+from sdkit.schedulers import noise_schedule, sigma_schedules, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -38,6 +38,14 @@ class DPMSolverMultistep(Scheduler):
     """Shared by DPM++ 2M and DPM++ 2M SDE; ``stochastic`` picks the SDE update."""
 
     stochastic: ClassVar[bool] = False
+    # Config settings that would pick another algorithm than the name's, with the value it uses.
+    required_settings: ClassVar[tuple[tuple[str, object], ...]] = (
+        ("solver_type", "midpoint"),
+        ("lower_order_final", True),
+        ("euler_at_final", False),
+    )
+    # Whether Karras timesteps are rounded for the cosine beta schedule too (UniPC, DEIS do).
+    round_cosine_karras: ClassVar[bool] = False
     diffusers_class = "DPMSolverMultistepScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {
         "beta_start": 0.0001,
@@ -56,7 +64,7 @@ class DPMSolverMultistep(Scheduler):
     ) -> None:
         super().__init__(schedule, config, prediction_type, **options)
         # The sampler name picks the algorithm; settings that would change it are refused.
-        for key, wanted in (("solver_type", "midpoint"), ("lower_order_final", True), ("euler_at_final", False)):
+        for key, wanted in self.required_settings:
             value = self.config.extra.get(key, wanted)
             if value != wanted:
                 raise OptionError(
@@ -79,13 +87,17 @@ class DPMSolverMultistep(Scheduler):
         if self.schedule in table_schedules.TABLE_SCHEDULES:  # ComfyUI's simple, ddim_uniform, beta
             picked, sigmas = table_schedules.table_schedule(self.schedule, steps, train_sigmas)
             timesteps = picked.astype(np.int64)
+        elif self.schedule in sigma_schedules.COMPUTED_SCHEDULES:  # AYS, KL optimal, linear-quadratic
+            ends = float(train_sigmas[0]), float(train_sigmas[-1])
+            sigmas = sigma_schedules.computed_sigmas(self.schedule, steps, *ends)
+            timesteps = noise_schedule.sigma_to_t(sigmas, log_train_sigmas).round().astype(np.int64)
         elif self.schedule in ("karras", "exponential"):
             sigma_min, sigma_max = float(train_sigmas[0]), float(train_sigmas[-1])
             if self.schedule == "karras":
                 sigmas = noise_schedule.karras_sigmas(sigma_min, sigma_max, steps)
                 # diffusers rounds Karras timesteps (except for squaredcos_cap_v2) ...
                 fractional = noise_schedule.sigma_to_t(sigmas, log_train_sigmas)
-                if cfg.beta_schedule != "squaredcos_cap_v2":
+                if cfg.beta_schedule != "squaredcos_cap_v2" or self.round_cosine_karras:
                     fractional = fractional.round()
             else:
                 sigmas = noise_schedule.exponential_sigmas(sigma_min, sigma_max, steps)

@@ -38,6 +38,9 @@ ddim_uniform the picks of :mod:`sdkit.schedulers.table_schedules`, the same code
 beta        samplers use. N is ComfyUI's table size: 10000 for a dynamically shifted model
              (``ModelSamplingFlux``), else ``num_train_timesteps`` (``ModelSamplingDiscreteFlow``)
 sgm_uniform  ComfyUI's: ``linspace(1, sigma_min, steps + 1)[:-1]`` with that table's ``sigma_min``
+kl_optimal,  ComfyUI's formulas (:mod:`sdkit.schedulers.sigma_schedules`) between the ends of that
+linear_     shifted table, ``sigma_min = shift(1 / N)`` and ``sigma_max = shift(1) = 1``, not shifted
+quadratic    again (no diffusers equivalent; checked against the formulas)
 ===========  ========================================================================================
 
 The non-default schedules are checked against diffusers by handing it those unshifted sigmas
@@ -57,7 +60,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError, OptionError
-from sdkit.schedulers import noise_schedule, table_schedules
+from sdkit.schedulers import noise_schedule, sigma_schedules, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -158,6 +161,17 @@ class FlowMatchEuler(Scheduler):
         "euler_flow_match",
     )
     variant_of = "euler"
+    schedules: ClassVar[tuple[str, ...]] = (
+        "normal",
+        "karras",
+        "exponential",
+        "sgm_uniform",
+        "simple",
+        "ddim_uniform",
+        "beta",
+        "kl_optimal",
+        "linear_quadratic",
+    )
     prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
     diffusers_class = "FlowMatchEulerDiscreteScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {"num_train_timesteps": 1000, "prediction_type": "flow"}
@@ -245,7 +259,13 @@ class FlowMatchEuler(Scheduler):
         return np.linspace(top, bottom, steps) / total
 
     def _build(self, steps: int, strength: float) -> None:
-        shifted = self.flow.stretch(self.flow.apply(self._unshifted(steps), self._mu))
+        shifted: Floats
+        if self.schedule in ("kl_optimal", "linear_quadratic"):
+            # ComfyUI computes these from its (shifted) flow table's ends, and shifts nothing after.
+            table = self.flow.apply(self._comfy_table_t(), self._mu)
+            shifted = sigma_schedules.computed_sigmas(self.schedule, steps, float(table[0]), float(table[-1]))
+        else:
+            shifted = self.flow.stretch(self.flow.apply(self._unshifted(steps), self._mu))
         if self.schedule == "karras":
             shifted = noise_schedule.karras_sigmas(float(shifted[-1]), float(shifted[0]), len(shifted))
         elif self.schedule == "exponential":

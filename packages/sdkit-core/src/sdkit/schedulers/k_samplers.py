@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.schedulers import noise_schedule, table_schedules
+from sdkit.schedulers import noise_schedule, sigma_schedules, table_schedules
 from sdkit.schedulers.base import NoiseFn, Scheduler, f32
 
 F32 = NDArray[np.float32]
@@ -35,6 +35,10 @@ class SigmaScheduler(Scheduler):
         train_sigmas = noise_schedule.training_sigmas(self.alphas_cumprod)
         if self.schedule in table_schedules.TABLE_SCHEDULES:  # ComfyUI's simple, ddim_uniform, beta
             return table_schedules.table_schedule(self.schedule, steps, train_sigmas)
+        if self.schedule in sigma_schedules.COMPUTED_SCHEDULES:  # AYS, KL optimal, linear-quadratic
+            ends = float(train_sigmas[0]), float(train_sigmas[-1])
+            sigmas = sigma_schedules.computed_sigmas(self.schedule, steps, *ends)
+            return noise_schedule.sigma_to_t(sigmas, np.log(train_sigmas)), sigmas
         sigmas = noise_schedule.interpolate_sigmas(timesteps, train_sigmas)
         if self.schedule in ("karras", "exponential"):
             sigma_min, sigma_max = float(sigmas[-1]), float(sigmas[0])

@@ -15,31 +15,35 @@ from sdkit.errors import OptionError, UnknownSchedulerError
 from sdkit.plugins import SchedulerRegistry, get_plugins
 from sdkit.schedulers.base import PREDICTION_TYPES, SCHEDULES, Scheduler
 
-# Schedule names and the spellings A1111 ("Karras", "SGM Uniform", "Uniform") and ComfyUI use.
+# One row per schedule: canonical name -> (the label A1111 writes in an image's "Schedule type:"
+# field, the other names A1111 / ComfyUI / stable-diffusion.cpp users type for it). Names are
+# matched after ``normalize``; a new schedule is one row here plus its code.
+SCHEDULE_TABLE: dict[str, tuple[str, tuple[str, ...]]] = {
+    # "discrete" is stable-diffusion.cpp's --scheduler name, "automatic" A1111's sampler default
+    "normal": ("Automatic", ("uniform", "default", "discrete", "automatic")),
+    "karras": ("Karras", ()),
+    "exponential": ("Exponential", ()),
+    "sgm_uniform": ("SGM Uniform", ("sgm", "trailing")),
+    "simple": ("Simple", ()),
+    "ddim_uniform": ("DDIM", ("ddim",)),  # A1111's "DDIM" schedule type (its name "ddim")
+    "beta": ("Beta", ()),
+    # A1111 picks the SDXL table for SDXL models; so does sdkit's SDXL pipeline.
+    "align_your_steps": ("Align Your Steps", ("ays", "ays_sd15", "align_your_steps_sd15")),
+    "align_your_steps_sdxl": ("Align Your Steps", ("ays_sdxl",)),
+    "align_your_steps_svd": ("Align Your Steps", ("ays_svd",)),
+    "kl_optimal": ("KL Optimal", ()),
+    "linear_quadratic": ("Linear Quadratic", ()),
+}
+# Names of other tools that pick a sampler and a schedule at once -> (sampler, schedule).
+SAMPLER_SHORTHANDS: dict[str, tuple[str, str]] = {
+    "ddim_trailing": ("ddim", "sgm_uniform"),  # stable-diffusion.cpp's --sampling-method
+}
+# Normalised schedule name or alias -> canonical schedule.
 SCHEDULE_ALIASES: dict[str, str] = {
-    "normal": "normal",
-    "uniform": "normal",
-    "default": "normal",
-    "discrete": "normal",  # stable-diffusion.cpp's name for it
-    "karras": "karras",
-    "exponential": "exponential",
-    "sgm_uniform": "sgm_uniform",
-    "sgm": "sgm_uniform",
-    "trailing": "sgm_uniform",
-    "simple": "simple",
-    "ddim_uniform": "ddim_uniform",
-    "beta": "beta",
+    name: canonical for canonical, (_, aliases) in SCHEDULE_TABLE.items() for name in (canonical, *aliases)
 }
 # What A1111 writes in an image's "Schedule type:" field for each schedule.
-SCHEDULE_LABELS: dict[str, str] = {
-    "normal": "Automatic",
-    "karras": "Karras",
-    "exponential": "Exponential",
-    "sgm_uniform": "SGM Uniform",
-    "simple": "Simple",
-    "beta": "Beta",
-    "ddim_uniform": "DDIM",  # A1111's "DDIM" schedule type
-}
+SCHEDULE_LABELS: dict[str, str] = {canonical: label for canonical, (label, _) in SCHEDULE_TABLE.items()}
 
 
 def normalize(name: str) -> str:
@@ -98,6 +102,8 @@ def resolve(sampler: str, schedule: str | None = None, registry: SchedulerRegist
     key = normalize(sampler)
     canonical = _lookup_sampler(key, table)
     suffix_schedule: str | None = None
+    if canonical is None and key in SAMPLER_SHORTHANDS and SAMPLER_SHORTHANDS[key][0] in table.values():
+        canonical, suffix_schedule = SAMPLER_SHORTHANDS[key]
     if canonical is None:
         # "DPM++ 2M Karras", "dpmpp_2m_sde_exponential", "Euler SGM Uniform"...
         for alias in sorted(SCHEDULE_ALIASES, key=len, reverse=True):
@@ -125,6 +131,9 @@ def sampler_listing(registry: SchedulerRegistry | None = None) -> str:
         names.setdefault(canonical, []).append(alias)
     lines = ["samplers (any name on a line; a schedule may follow, as in 'DPM++ 2M Karras'):"]
     lines += [f"  {name}: {', '.join(aliases)}" if aliases else f"  {name}" for name, aliases in names.items()]
+    lines += [
+        f"  {short}: {sampler} with schedule {schedule}" for short, (sampler, schedule) in SAMPLER_SHORTHANDS.items()
+    ]
     schedules: dict[str, list[str]] = {name: [] for name in SCHEDULES}
     for alias, canonical in SCHEDULE_ALIASES.items():
         if alias != canonical:

@@ -191,6 +191,12 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
             xl_plan.parameters["Refiner switch at"] = f"{request.refiner_switch_at:g}"
         return xl_plan
 
+    def make_scheduler(self, request: GenerationRequest) -> Any:
+        """As every pipeline's, but A1111's "Align Your Steps" takes the SDXL table (as A1111 does)."""
+        if request.schedule == "align_your_steps":
+            request = request.replace(schedule="align_your_steps_sdxl")
+        return super().make_scheduler(request)
+
     def plan_refiner(self, plan: GenerationPlan, refiner: Any) -> RefinerStage:
         request = plan.request
         assert isinstance(request, XLRequest)
