@@ -69,7 +69,7 @@ def _send_job(job: dict[str, Any], out: Connection) -> None:
     try:
         out.send(header)
         for array in raw.values():
-            out.send_bytes(memoryview(array.reshape(-1)).cast("B"))
+            out.send_bytes(array.reshape(-1).view(np.uint8).data)
     except OSError:  # the child died: its exit status, not this, is the news
         pass
     finally:
@@ -82,7 +82,7 @@ def _receive_job(source: Connection) -> dict[str, Any]:
     weights = dict(job.pop("pickled_weights"))
     for name, dtype, shape in job.pop("raw_weights"):
         array = np.empty(shape, np.dtype(dtype))
-        if source.recv_bytes_into(memoryview(array.reshape(-1)).cast("B")) != array.nbytes:
+        if source.recv_bytes_into(array.reshape(-1).view(np.uint8).data) != array.nbytes:
             raise OSError(f"weight {name!r} arrived truncated")
         weights[name] = array
     source.close()

@@ -8,6 +8,7 @@ compiled artifact, stays the same when only weights change.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from sdkit.errors import InputError, ModelFormatError
+from sdkit.errors import InputError, ModelFormatError, SdkitError
 from sdkit.external_data import load_external
 from sdkit.limits import check_shape, empty_input_message
 from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
@@ -150,7 +151,7 @@ class WeightSet(Mapping[str, np.ndarray]):
         total = 0
         for entry in self._arrays.values():
             shape, dtype = _entry_spec(entry)
-            total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            total += math.prod(int(d) for d in shape) * dtype.itemsize  # Python ints: no wrap
         return total
 
     def hash(self) -> str:
@@ -435,7 +436,7 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
         check_external_locations(proto, path.parent, path.name)
         # external initializers are memory-mapped, read on access (sdkit.external_data)
         external = load_external(proto, path.parent)
-    except ModelFormatError:
+    except SdkitError:  # a refused location, an external tensor over the memory budget
         raise
     except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
         raise ModelFormatError(
