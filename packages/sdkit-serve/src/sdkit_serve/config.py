@@ -58,10 +58,13 @@ class ServerConfig:
     api_key: str | None = None
     preview_decoder: Path | None = None
     lora_dir: Path | None = None
+    host: str = "127.0.0.1"  # the address it listens on: the Host headers a keyless server accepts
 
     def __post_init__(self) -> None:
         if not self.models:
             raise OptionError("give at least one --model")
+        if self.api_key is not None:
+            check_api_key(self.api_key)
         names = [model_name(p) for p in self.models]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -72,6 +75,18 @@ class ServerConfig:
             raise InputError(f"preview decoder not found: {self.preview_decoder}")
         if self.lora_dir is not None and not Path(self.lora_dir).is_dir():
             raise InputError(f"LoRA folder not found: {self.lora_dir}")
+
+
+def check_api_key(key: str) -> None:
+    """An API key a client can send: not empty (that would start an open server unnoticed), and
+    printable ASCII without spaces (an HTTP header cannot carry anything else reliably)."""
+    if not key.strip():
+        raise OptionError("the API key is empty: give a real one, or leave --api-key out for a keyless loopback server")
+    if not all(33 <= ord(c) <= 126 for c in key):
+        raise OptionError(
+            "the API key must be printable ASCII without spaces (clients send it in an HTTP header, "
+            "which cannot carry other characters reliably)"
+        )
 
 
 def model_name(path: Path) -> str:
