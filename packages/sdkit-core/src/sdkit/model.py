@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from sdkit.errors import InputError, ModelFormatError, SdkitError
 from sdkit.external_data import load_external
+from sdkit.files import check_safetensors_header
 from sdkit.limits import check_shape, empty_input_message
 from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
 from sdkit.types import Dim, TensorInfo
@@ -194,6 +195,7 @@ class WeightSet(Mapping[str, np.ndarray]):
 
         path = Path(path)
         refuse_unsafe_or_missing(path, "weights file")
+        check_safetensors_header(path)  # shapes, duplicate names, the budget: before the reader allocates
         try:
             return cls(load_file(str(path)))
         except (SafetensorError, OSError, ValueError) as exc:
