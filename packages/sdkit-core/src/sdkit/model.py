@@ -24,7 +24,13 @@ from sdkit.errors import InputError, ModelFormatError, SdkitError
 from sdkit.external_data import load_external
 from sdkit.files import check_safetensors_header
 from sdkit.limits import check_shape, empty_input_message
-from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
+from sdkit.onnx_checks import (
+    check_declared_dims,
+    check_external_locations,
+    check_nodes,
+    check_opsets,
+    refuse_external,
+)
 from sdkit.types import Dim, TensorInfo
 
 # Pickle-based formats: never loaded (arbitrary code execution on load).
@@ -364,6 +370,7 @@ def strip_weights(
     external = external or {}
     check_opsets(proto, name)
     check_declared_dims(proto, name)
+    check_nodes(proto, name)
     refuse_external(proto, name, initializers=not external)
     arrays: dict[str, np.ndarray | LazyArray] = {}
     stripped = _copy_without_initializers(proto)
