@@ -86,6 +86,39 @@ def _dense_external(location: str) -> onnx.ModelProto:
     )
 
 
+HUGE = 1 << 40  # a 1 TB sparse file (no disk): over any machine's memory budget
+
+
+def _huge_weight(length: int | None = None) -> onnx.ModelProto:
+    """``y = x + w[:2]``, ``w`` a 1 TB float32 external weight in a sparse file (``length``: what
+    the model claims instead, which makes it one read into memory, not mapped)."""
+    weight = TensorProto(name="w", data_type=F, dims=[HUGE // 4])
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "huge.bin"), ("offset", "0"), ("length", str(length or HUGE))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [helper.make_node("Slice", ["w", "s", "e"], ["t"]), helper.make_node("Add", ["x", "t"], ["y"])]
+    ends = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 0), ("e", 2))]
+    return _model(nodes, [_vi("x", [2])], [_vi("y", [2])], [weight, *ends])
+
+
+def _conv_group(group: int) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group)
+    return _model([node], [_vi("x", [1, 2, 4, 4])], [_vi("y", [1, 2, 4, 4])], [w])
+
+
+def _nested_if(depth: int) -> onnx.ModelProto:
+    """``y = x`` through ``depth`` If nodes, each in the one above's branches."""
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [_vi("y", [2])])
+    for level in range(depth):
+        node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
+        if level == depth - 1:
+            return _model([node], [_vi("c", [], TensorProto.BOOL), _vi("x", [2])], [_vi("y", [2])])
+        body = helper.make_graph([node], f"level{level}", [], [_vi("y", [2])])
+    return _relu([2])
+
+
 def _z(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     return np.zeros(shape, dtype)
 
@@ -133,6 +166,15 @@ CASES: dict[str, list[Case]] = {
         for kind in ("sparse", "dense")
         for loc in (MEMORY, "*", "/etc/passwd", "../../secret.bin")
     ],
+    "weights over the memory budget": [
+        ("1 TB sparse external weight", _huge_weight, {"x": _z(2)}, None, "error"),
+        ("1 TB external tensor read eagerly", lambda: _huge_weight(HUGE + 4), {"x": _z(2)}, None, "error"),
+    ],
+    "node attributes and nesting": [
+        ("Conv group=0", lambda: _conv_group(0), {"x": _z((1, 2, 4, 4))}, None, "error"),
+        ("Conv group=-1", lambda: _conv_group(-1), {"x": _z((1, 2, 4, 4))}, None, "error"),
+        ("If nested 14 deep", lambda: _nested_if(14), {"c": np.array(True), "x": _z(2)}, None, "error"),
+    ],
     "feeds that do not fit": [
         ("wrong dtype", lambda: _relu([2, 3]), {"x": _z((2, 3), np.float64)}, None, "error"),
         ("wrong rank", lambda: _relu([2, 3]), {"x": _z((6,))}, None, "error"),
@@ -166,6 +208,8 @@ def run_backend(backend: str) -> None:
 
     folder = Path(tempfile.mkdtemp(prefix="sdkit-bad-"))
     (folder / "*").write_bytes(b"\0" * 8192)  # the file a special location needs to pass onnx's checks
+    with (folder / "huge.bin").open("wb") as f:  # sparse: costs no disk
+        f.truncate(HUGE + 4)
     for klass, cases in CASES.items():
         for name, make, feeds, shapes, expect in cases:
             print(json.dumps({"start": [klass, name]}), flush=True)

@@ -173,3 +173,57 @@ def test_negative_declared_dims_refused() -> None:
     proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -3
     with pytest.raises(ModelFormatError, match=r"'x' declares a negative dimension \[-3\]"):
         Model.from_proto(proto)
+
+
+def _conv(group: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=group)],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("group", [0, -1])
+def test_a_convolution_group_below_one_is_refused(group: int) -> None:
+    """Issue 30, item 11: OpenVINO computed Conv group=0 as group=1; the checker accepts it."""
+    onnx.checker.check_model(_conv(group))
+    with pytest.raises(ModelFormatError, match=f"has group={group}; it must be at least 1"):
+        Model.from_proto(_conv(group))
+    Model.from_proto(_conv(1))
+
+
+def _nested_if(depth: int) -> onnx.ModelProto:
+    """``y = x`` through ``depth`` If nodes, each in the previous one's then-branch."""
+
+    def branch(level: int) -> onnx.GraphProto:
+        out = helper.make_tensor_value_info(f"y{level}", TensorProto.FLOAT, [1])
+        if level == depth:
+            return helper.make_graph([helper.make_node("Identity", ["x"], [f"y{level}"])], f"g{level}", [], [out])
+        inner = branch(level + 1)
+        node = helper.make_node("If", ["c"], [f"y{level}"], then_branch=inner, else_branch=inner)
+        return helper.make_graph([node], f"g{level}", [], [out])
+
+    main = branch(1).node[0] if depth else helper.make_node("Identity", ["x"], ["y1"])
+    graph = helper.make_graph(
+        [main],
+        "nested",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_control_flow_nested_too_deep_is_refused() -> None:
+    """Issue 30, item 11: OpenVINO's compile time doubles with each level of If (50 s at 21)."""
+    Model.from_proto(_nested_if(12))  # 11 subgraph levels below the main graph's If
+    with pytest.raises(ModelFormatError, match=r"sits 13 subgraphs deep .* at most 12"):
+        Model.from_proto(_nested_if(14))
+    x = np.array([3.0], np.float32)
+    out = sdkit.compile(Model.from_proto(_nested_if(3)), backend="reference").run({"c": np.array(True), "x": x})
+    np.testing.assert_array_equal(out["y1"], x)

@@ -27,8 +27,11 @@ def test_building_the_cli_imports_no_server_library() -> None:
     assert out.strip() == "[]"
 
 
-def test_public_host_without_key_is_refused(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
-    assert main(["serve", "--model", str(tiny), "--host", "0.0.0.0", "--api-key", ""]) == 1
+def test_public_host_without_key_is_refused(
+    capsys: pytest.CaptureFixture[str], tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SDKIT_API_KEY", "")  # empty: no key (an empty --api-key is refused: test_web_security)
+    assert main(["serve", "--model", str(tiny), "--host", "0.0.0.0"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("sdkit: error: refusing to listen on 0.0.0.0 without --api-key") and err.count("\n") == 1
 

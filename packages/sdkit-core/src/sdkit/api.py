@@ -15,7 +15,7 @@ from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
 from sdkit.isolation import isolated_compile, isolation_wanted, job_for
 from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
-from sdkit.limits import check_graph_memory, shape_like
+from sdkit.limits import check_graph_memory, check_weights, shape_like
 from sdkit.loaders import find_loader
 from sdkit.model import Model, refuse_unsafe_or_missing, shaped
 from sdkit.plugins import get_plugins
@@ -186,6 +186,7 @@ def compile(  # noqa: A001 - the public name the contract gives
     model = as_model(model)
     graph = shaped(model.graph, input_shapes)
     check_graph_memory(graph.proto, shape_like(graph.proto, model.weights))  # before any backend allocates
+    check_weights(model.weights.nbytes, len(model.weights))  # before a backend (or a child) maps them
     isolate = isolation_wanted(options.pop("isolate", None))
     measured: Measured | None = None
     if backend == "auto" and (tune or timings_stored()):

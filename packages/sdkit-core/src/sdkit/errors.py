@@ -152,6 +152,11 @@ class BackendCrashedError(SdkitError):
         super().__init__(message)
 
 
+class NonFiniteError(SdkitError):
+    """NaN or infinity appeared in a generation (a weight, a LoRA or a scheduler config that
+    holds them); the message names the first place, the component and the step, where they did."""
+
+
 class OptionError(SdkitError):
     """Unknown or invalid compile options."""
 

@@ -12,6 +12,7 @@ does not match the shape, a big-endian host) are loaded into the protobuf as bef
 
 from __future__ import annotations
 
+import errno
 import math
 import sys
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from sdkit.errors import ModelFormatError, ResourceLimitError
+from sdkit.limits import check_bytes, human
 from sdkit.onnx_checks import is_external
 
 # ONNX packs these several to a byte (numpy's ml_dtypes types hold one per byte): not mappable.
@@ -42,8 +45,23 @@ class ExternalTensor:
     dtype: np.dtype[Any]
 
     def load(self) -> np.ndarray:
-        mapped = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
+        try:
+            mapped = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
+        except MemoryError as exc:  # ENOMEM: the address space (``ulimit -v``) has no room for it
+            raise ResourceLimitError(self._failed(exc, "is more than this process can map")) from None
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+                raise ResourceLimitError(self._failed(exc, "is more than this process can map")) from None
+            raise ModelFormatError(self._failed(exc, "cannot be read")) from None
         return mapped.view(np.ndarray)  # a plain read-only array; the map lives as long as it
+
+    def _failed(self, exc: BaseException, why: str) -> str:
+        size = math.prod(self.shape) * self.dtype.itemsize
+        return (
+            f"external weight {self.path.name} ({human(size)} at offset {self.offset}) {why}: "
+            f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc} "
+            "(an address-space limit such as `ulimit -v` counts mapped files)"
+        )
 
 
 def _entries(tensor: TensorProto) -> dict[str, str]:
@@ -88,10 +106,24 @@ def load_external(proto: onnx.ModelProto, folder: Path) -> dict[str, ExternalTen
                 lazy[tensor.name] = found
     for tensor in _get_all_tensors(proto):  # subgraphs', functions' and Constant nodes' too
         if is_external(tensor) and not _is_mapped(tensor, lazy, folder):
+            check_bytes(_eager_bytes(tensor, folder), f"external tensor {tensor.name!r} (read into memory)")
             load_external_data_for_tensor(tensor, str(folder))
             tensor.data_location = TensorProto.DEFAULT
             del tensor.external_data[:]
     return lazy
+
+
+def _eager_bytes(tensor: TensorProto, folder: Path) -> int:
+    """What reading an external tensor into memory takes: its ``length``, else the rest of its
+    file from ``offset`` (what onnx reads then), before a byte is read."""
+    entries = _entries(tensor)
+    try:
+        if "length" in entries:
+            return max(int(entries["length"]), 0)
+        size = (folder / entries.get("location", "")).stat().st_size
+        return max(size - int(entries.get("offset", "0")), 0)
+    except (OSError, ValueError):
+        return 0  # the reader names what is wrong
 
 
 def _is_mapped(tensor: TensorProto, lazy: dict[str, ExternalTensor], folder: Path) -> bool:

@@ -35,6 +35,7 @@ SAFETENSORS_ITEMSIZE = {
     "I64": 8, "U64": 8, "F64": 8,
 }  # fmt: skip
 _NPY_MAX_HEADER = 10_000  # numpy's own default limit
+MAX_RANK = 64  # numpy's most dimensions
 
 
 def inside(folder: str | os.PathLike[str], path: str | os.PathLike[str], what: str = "file") -> Path:
@@ -49,15 +50,19 @@ def inside(folder: str | os.PathLike[str], path: str | os.PathLike[str], what: s
 
 def inside_model_folder(folder: str | os.PathLike[str], path: str | os.PathLike[str], what: str = "file") -> Path:
     """``inside``, also allowing the Hugging Face cache's layout, where the files of
-    ``models--org--name/snapshots/<revision>/`` are links into ``models--org--name/blobs/``."""
+    ``models--org--name/snapshots/<revision>/`` are links to files in ``models--org--name/blobs/``.
+    Only to those: ``blobs`` must be a real folder of the repository (a link from ``blobs`` to
+    ``/`` made ``/etc/passwd`` a blob), and the target a regular file directly inside it."""
     try:
         return inside(folder, path, what)
     except ModelFormatError:
         root = Path(folder).absolute()
         snapshot = next((p for p in (root, *root.parents) if p.parent.name == "snapshots"), None)
         target = (root / path).resolve()
-        if snapshot is not None and (snapshot.parent.parent / "blobs").resolve() in target.parents:
-            return target
+        if snapshot is not None:
+            blobs = snapshot.parent.parent.resolve() / "blobs"
+            if not blobs.is_symlink() and blobs.is_dir() and target.parent == blobs and target.is_file():
+                return target
         raise
 
 
@@ -109,9 +114,9 @@ def _safetensors_entries(path: Path) -> tuple[dict[str, Any], int]:
             raise ModelFormatError(f"{path.name}: its header length ({length} bytes) does not fit the file ({size})")
         raw = f.read(length)
     try:
-        header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelFormatError(f"{path.name}: its header is not JSON: {exc}") from None
+        header = json.loads(raw, object_pairs_hook=unique_keys)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ModelFormatError(f"{path.name}: its header is not JSON: {_short(exc)}") from None
     if not isinstance(header, dict):
         raise ModelFormatError(f"{path.name}: its header is not a JSON object")
     return header, size - 8 - length
@@ -131,12 +136,42 @@ def _entry_bytes(path: Path, name: str, entry: Any, data_size: int) -> int:
     if not 0 <= begin <= end <= data_size:
         raise ModelFormatError(f"{path.name}: tensor {name!r} lies outside the file ({offsets!r}, {data_size} bytes)")
     itemsize = SAFETENSORS_ITEMSIZE.get(str(dtype))
+    problem = shape_problem(shape, itemsize or 1)
+    if problem:
+        raise ModelFormatError(f"{path.name}: tensor {name!r} {problem}")
     declared = math.prod(shape) * itemsize if itemsize is not None else end - begin
     if declared != end - begin:
         raise ModelFormatError(
             f"{path.name}: tensor {name!r} is {dtype}{list(shape)} ({declared} bytes) but its data holds {end - begin}"
         )
     return declared
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` refusing a key given twice (JSON keeps the last,
+    silently: a safetensors header naming one tensor twice would describe two tensors as one)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice")
+            seen.add(key)
+    return found
+
+
+def shape_problem(shape: list[int] | tuple[int, ...], itemsize: int) -> str | None:
+    """Why no array can have ``shape`` (too many dims, or dims whose product, zeros left out,
+    passes 2**63 bytes: ``[0, 2**70]`` holds no byte but breaks every reader later), else None."""
+    if len(shape) > MAX_RANK:
+        return f"has {len(shape)} dimensions, more than {MAX_RANK}"
+    if math.prod(max(int(d), 1) for d in shape) * itemsize >= 1 << 63:
+        return f"has a shape no array can take ({list(shape)}: its nonzero dimensions multiply past 2**63 bytes)"
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def check_safetensors_header(path: str | os.PathLike[str], *, budget: bool = True) -> dict[str, Any]:
@@ -158,8 +193,8 @@ def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
     """A JSON file holding an object, or one ModelFormatError."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"{what} {path} cannot be read: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ModelFormatError(f"{what} {path} cannot be read: {_short(exc)}") from None
     if not isinstance(data, dict):
         raise ModelFormatError(f"{what} {path} does not hold a JSON object")
     return data

@@ -7,7 +7,9 @@ terabytes. Nothing gets OOM-killed (or, worse, wraps a size computation) for ask
 
 The budget is, first found: ``set_memory_budget(...)``, ``SDKIT_MEMORY_BUDGET`` (``"8G"``,
 ``"512MiB"``, ``"75%"`` of the machine, or a byte count), ``memory_budget`` in the config
-file, else what the machine has (physical memory, or the cgroup limit when lower).
+file, else what the machine has (physical memory, or the cgroup limit or ``ulimit -v`` when
+lower). A model's weights count too (``check_weights``): backends copy them into their own
+memory, even where they come memory-mapped from an external data file.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ _override: int | None = None
 
 
 def machine_memory() -> int:
-    """Physical memory, or the cgroup (container) limit when that is lower."""
+    """Physical memory, or the cgroup (container) limit or the address-space limit (``ulimit
+    -v``) when one is lower."""
     try:
         total = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not POSIX: no known bound
@@ -42,7 +45,18 @@ def machine_memory() -> int:
             continue
         if text.isdigit() and 0 < int(text) < total:
             total = int(text)
-    return total
+    return min(total, _address_space_limit())
+
+
+def _address_space_limit() -> int:
+    """``ulimit -v`` (RLIMIT_AS): no allocation or memory map may pass it, whatever is free."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):  # not POSIX
+        return 1 << 62
+    return soft if 0 < soft != resource.RLIM_INFINITY else 1 << 62
 
 
 def parse_size(text: str | int, what: str = ENV) -> int:
@@ -115,6 +129,13 @@ def check_bytes(nbytes: int, what: str, budget: int | None = None) -> None:
             f"{what} needs {human(nbytes)}, over the memory budget of {human(budget)} "
             f"(set {ENV}, e.g. {ENV}=64G, to change it)"
         )
+
+
+def check_weights(nbytes: int, count: int) -> None:
+    """Refuse weights (``count`` tensors, ``nbytes`` in all) over the budget, before a backend
+    maps or copies them: every backend holds a compiled model's weights in its own memory, and
+    a memory-mapped external file costs nothing until read."""
+    check_bytes(nbytes, f"loading the model's {count} weight tensors")
 
 
 def check_shape(shape: Sequence[int], dtype: Any, what: str) -> None:

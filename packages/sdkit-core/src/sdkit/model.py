@@ -8,6 +8,7 @@ compiled artifact, stays the same when only weights change.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,10 +20,17 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from sdkit.errors import InputError, ModelFormatError
+from sdkit.errors import InputError, ModelFormatError, SdkitError
 from sdkit.external_data import load_external
+from sdkit.files import check_safetensors_header
 from sdkit.limits import check_shape, empty_input_message
-from sdkit.onnx_checks import check_declared_dims, check_external_locations, check_opsets, refuse_external
+from sdkit.onnx_checks import (
+    check_declared_dims,
+    check_external_locations,
+    check_nodes,
+    check_opsets,
+    refuse_external,
+)
 from sdkit.types import Dim, TensorInfo
 
 # Pickle-based formats: never loaded (arbitrary code execution on load).
@@ -150,7 +158,7 @@ class WeightSet(Mapping[str, np.ndarray]):
         total = 0
         for entry in self._arrays.values():
             shape, dtype = _entry_spec(entry)
-            total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            total += math.prod(int(d) for d in shape) * dtype.itemsize  # Python ints: no wrap
         return total
 
     def hash(self) -> str:
@@ -193,6 +201,7 @@ class WeightSet(Mapping[str, np.ndarray]):
 
         path = Path(path)
         refuse_unsafe_or_missing(path, "weights file")
+        check_safetensors_header(path)  # shapes, duplicate names, the budget: before the reader allocates
         try:
             return cls(load_file(str(path)))
         except (SafetensorError, OSError, ValueError) as exc:
@@ -361,6 +370,7 @@ def strip_weights(
     external = external or {}
     check_opsets(proto, name)
     check_declared_dims(proto, name)
+    check_nodes(proto, name)
     refuse_external(proto, name, initializers=not external)
     arrays: dict[str, np.ndarray | LazyArray] = {}
     stripped = _copy_without_initializers(proto)
@@ -435,7 +445,7 @@ def load_onnx(path: str | os.PathLike[str], weights: str | os.PathLike[str] | No
         check_external_locations(proto, path.parent, path.name)
         # external initializers are memory-mapped, read on access (sdkit.external_data)
         external = load_external(proto, path.parent)
-    except ModelFormatError:
+    except SdkitError:  # a refused location, an external tensor over the memory budget
         raise
     except Exception as exc:  # protobuf DecodeError, missing external data, OSError...
         raise ModelFormatError(

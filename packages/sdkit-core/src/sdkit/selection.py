@@ -21,6 +21,7 @@ from sdkit.errors import (
     UnknownBackendError,
 )
 from sdkit.known_backends import known_backend, known_names, plugin_problem, unavailable
+from sdkit.limits import check_weights
 from sdkit.model import Graph, WeightSet
 from sdkit.options import PRECISIONS, make_options
 from sdkit.plugins import get_plugins
@@ -258,8 +259,10 @@ def _passed_over(name: str, measured: Measured, already: set[str]) -> list[tuple
 
 
 def compile_choice(choice: Choice, graph: Graph, weights: WeightSet, options: Mapping[str, Any]) -> CompiledModel:
-    """``choice.backend.compile`` with validated options; the result knows its backend's name."""
+    """``choice.backend.compile`` with validated options; the result knows its backend's name.
+    Weights over the memory budget are refused before the backend sees them."""
     opts = make_options(options, choice.backend.extra_options)
+    check_weights(weights.nbytes, len(weights))
     compiled = choice.backend.compile(graph, weights, choice.device, opts)
     compiled.backend_name = choice.backend.name
     return compiled

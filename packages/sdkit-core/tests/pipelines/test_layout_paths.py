@@ -47,3 +47,32 @@ def test_hugging_face_cache_layout_is_read(tiny_dir: Path, tmp_path: Path) -> No
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(Path("../" * (len(link.relative_to(repo).parts) - 1)) / "blobs" / blob.name)
     assert read_folder(snapshot).model_files["unet"].resolve().parent == blobs.resolve()
+
+
+@pytest.mark.parametrize("attack", ["blobs is a link to /", "a blob is a link out", "a link into a blob's subfolder"])
+def test_the_hugging_face_exception_reaches_only_real_blobs(attack: str, tiny_dir: Path, tmp_path: Path) -> None:
+    """Issue 30, item 10: ``<repo>/blobs`` linked to ``/`` made ``/etc/passwd`` a blob (and its
+    first line was printed in the error). Only regular files directly inside the repository's
+    own ``blobs`` folder are the exception."""
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / "0123abc"
+    shutil.copytree(tiny_dir, snapshot)
+    secret = tmp_path / "outside" / "secret.json"
+    secret.parent.mkdir()
+    secret.write_text('{"_class_name": "root:x:0:0:root:/root:/bin/bash"}')
+    target = snapshot / "unet" / "config.json"
+    target.unlink()
+    if attack == "blobs is a link to /":
+        (repo / "blobs").symlink_to(secret.parent, target_is_directory=True)
+        target.symlink_to(Path("../../../blobs") / secret.name)
+    elif attack == "a blob is a link out":
+        (repo / "blobs").mkdir()
+        (repo / "blobs" / "abc").symlink_to(secret)
+        target.symlink_to(Path("../../../blobs/abc"))
+    else:
+        (repo / "blobs" / "sub").mkdir(parents=True)
+        shutil.copyfile(secret, repo / "blobs" / "sub" / "abc")
+        target.symlink_to(Path("../../../blobs/sub/abc"))
+    with pytest.raises(ModelFormatError, match="points outside its folder") as refused:
+        read_folder(snapshot)
+    assert "root:x" not in str(refused.value)

@@ -30,7 +30,7 @@ from sdkit_serve.jobs import Job, JobCancelled, QueueFullError
 from sdkit_serve.model_choice import model_request, unhandled_overrides
 from sdkit_serve.model_routes import add_info_routes, add_model_routes
 from sdkit_serve.schemas import ErrorResponse, LoraItem, ProgressResponse, ProgressState
-from sdkit_serve.security import BodySizeLimit, require_api_key
+from sdkit_serve.security import BodySizeLimit, RequestGuard, limit_json_depth, require_api_key
 
 log = logging.getLogger("sdkit_serve")
 DISCONNECT_POLL_S = 0.1  # how often a waiting request checks whether its client is still there
@@ -106,22 +106,52 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def create_app(engine: Engine) -> FastAPI:
     """The ASGI app for a started ``Engine``."""
+    key = engine.config.api_key
     app = FastAPI(
         title="sdkit serve",
         version=__version__,
         description="AUTOMATIC1111-compatible API (/sdapi/v1) on sdkit pipelines.",
         responses=ERRORS,
+        # with a key, the docs and the schema are routes behind it (add_docs_routes)
+        docs_url=None if key else "/docs",
+        redoc_url=None if key else "/redoc",
+        openapi_url=None if key else "/openapi.json",
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=engine.config.limits.max_body_bytes)
-    router = APIRouter(dependencies=[Depends(require_api_key(engine.config.api_key))], responses=ERRORS)
+    app.add_middleware(RequestGuard, host=engine.config.host, api_key=engine.config.api_key)  # outermost
+    guards = [Depends(require_api_key(engine.config.api_key)), Depends(limit_json_depth)]
+    router = APIRouter(dependencies=guards, responses=ERRORS)
     add_generation_routes(router, engine)
     add_status_routes(router, engine)
     add_model_routes(router, engine, run_job)
     add_info_routes(router, engine)
     app.include_router(router)
+    if key:
+        add_docs_routes(app, key)
     app.state.engine = engine
     return app
+
+
+def add_docs_routes(app: FastAPI, key: str) -> None:
+    """``/openapi.json``, ``/docs`` and ``/redoc`` behind the key, as every other route. A browser
+    is asked for it with HTTP Basic (any user name, the key as password), which it then sends
+    with the page's own request for ``/openapi.json``."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    guard = [Depends(require_api_key(key, challenge='Basic realm="sdkit serve"'))]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guard)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=guard)
+    async def docs() -> Any:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=guard)
+    async def redoc() -> Any:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
 
 
 def images_response(
@@ -211,4 +241,8 @@ def add_status_routes(router: APIRouter, engine: Engine) -> None:
     async def loras() -> list[LoraItem]:
         """The LoRA files in ``--lora-dir``. The pipeline does not apply LoRAs yet: prompts that
         name them get them reported in ``info["ignored"]``."""
-        return [LoraItem(name=n, alias=n, path=str(p)) for n, p in engine.lora_files().items()]
+        folder = engine.config.lora_dir
+        return [
+            LoraItem(name=n, alias=n, path=str(p.relative_to(folder)) if folder is not None else p.name)
+            for n, p in engine.lora_files().items()
+        ]

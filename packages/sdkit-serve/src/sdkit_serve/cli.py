@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=7860, help="port (default: %(default)s, as A1111)")
     parser.add_argument(
         "--api-key",
-        default=os.environ.get(API_KEY_ENV),
-        help=f"require this key (Authorization: Bearer KEY); default: ${API_KEY_ENV}",
+        default=None,
+        help=f"require this key (Authorization: Bearer KEY); default: ${API_KEY_ENV} when set and not empty",
     )
     parser.add_argument(
         "--allow-public-without-key",
@@ -90,19 +90,28 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         options=options_from(args),
         limits=limits,
         queue_size=args.queue_size,
-        api_key=args.api_key or None,
+        api_key=api_key_from(args),
         preview_decoder=args.preview_decoder,
         lora_dir=args.lora_dir,
         ckpt_dir=args.ckpt_dir,
         vae_dir=args.vae_dir,
+        host=args.host,
     )
+
+
+def api_key_from(args: argparse.Namespace) -> str | None:
+    """``--api-key`` as given (an empty one is refused by ``ServerConfig``), else ``$SDKIT_API_KEY``
+    unless it is empty (an empty variable is an unset one)."""
+    if args.api_key is not None:
+        return str(args.api_key)
+    return os.environ.get(API_KEY_ENV) or None
 
 
 def run(args: argparse.Namespace) -> int:
     from sdkit_serve.config import check_bind
 
-    check_bind(args.host, args.api_key, args.allow_public_without_key)
     config = config_from(args)
+    check_bind(args.host, config.api_key, args.allow_public_without_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     if args.ray:
         from sdkit_serve.ray_serve import ReplicaSpec, serve_on_ray

@@ -60,10 +60,13 @@ class ServerConfig:
     lora_dir: Path | None = None
     ckpt_dir: Path | None = None  # A1111's models/Stable-diffusion: files and pipeline folders, subfolders too
     vae_dir: Path | None = None  # A1111's models/VAE: the files sd_vae names
+    host: str = "127.0.0.1"  # the address it listens on: the Host headers a keyless server accepts
 
     def __post_init__(self) -> None:
         if not self.models and self.ckpt_dir is None:
             raise OptionError("give at least one --model, or --ckpt-dir")
+        if self.api_key is not None:
+            check_api_key(self.api_key)
         names = [model_name(p) for p in self.models]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -77,6 +80,18 @@ class ServerConfig:
         for folder, flag in ((self.ckpt_dir, "--ckpt-dir"), (self.vae_dir, "--vae-dir")):
             if folder is not None and not Path(folder).is_dir():
                 raise InputError(f"folder not found: {folder} ({flag})")
+
+
+def check_api_key(key: str) -> None:
+    """An API key a client can send: not empty (that would start an open server unnoticed), and
+    printable ASCII without spaces (an HTTP header cannot carry anything else reliably)."""
+    if not key.strip():
+        raise OptionError("the API key is empty: give a real one, or leave --api-key out for a keyless loopback server")
+    if not all(33 <= ord(c) <= 126 for c in key):
+        raise OptionError(
+            "the API key must be printable ASCII without spaces (clients send it in an HTTP header, "
+            "which cannot carry other characters reliably)"
+        )
 
 
 def model_name(path: Path) -> str:

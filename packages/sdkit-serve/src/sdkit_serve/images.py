@@ -1,4 +1,4 @@
-"""Images over HTTP: base64 in (PNG, JPEG, WebP; ``data:`` URLs too), base64 PNG out with the
+"""Images over HTTP: base64 in (PNG, JPEG, WebP, BMP, GIF, TIFF; ``data:`` URLs too), base64 PNG out with the
 A1111 ``parameters`` text chunk, so what a client saves reads back like an ``sdkit generate`` file."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
     from sdkit_serve.config import Limits
 
+# What clients send; other formats are refused before a decoder looks at them (EPS would run
+# Ghostscript, and the rarer decoders raise more kinds of errors on damaged files).
+FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF")
 _DATA_URL = re.compile(r"^data:[\w/+.-]*;base64,", re.IGNORECASE)
 
 
@@ -30,12 +33,16 @@ def decode_image(text: str, what: str, limits: Limits) -> Image.Image:
     except (binascii.Error, ValueError):
         raise InputError(f"{what} is not valid base64") from None
     try:
-        with Image.open(io.BytesIO(raw)) as opened:
+        with Image.open(io.BytesIO(raw), formats=FORMATS) as opened:
             limits.check_pixels(opened.width, opened.height, what)  # before decoding the pixels
             converted: Image.Image = opened.convert("RGB")
             return converted
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
-        raise InputError(f"{what} is not a readable image: {exc}") from None
+    except InputError:
+        raise
+    except UnidentifiedImageError:
+        raise InputError(f"{what} is not a readable image (accepted: {', '.join(FORMATS)})") from None
+    except Exception as exc:  # a damaged file raises whatever its decoder meets (TypeError, NotImplementedError...)
+        raise InputError(f"{what} is not a readable image: {type(exc).__name__}: {exc}") from None
 
 
 def encode_png(image: Image.Image, parameters: str | None = None) -> str:

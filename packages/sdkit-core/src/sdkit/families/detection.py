@@ -69,7 +69,7 @@ def _stated_prediction(checkpoint: Checkpoint) -> tuple[str | None, str]:
     if checkpoint.is_folder and scheduler.is_file():
         try:
             value = json.loads(scheduler.read_text(encoding="utf-8")).get("prediction_type")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             raise ModelFormatError(f"{scheduler} is not a readable JSON object") from None
         if value is not None:
             return normalize_prediction(str(value)), "scheduler_config.json"

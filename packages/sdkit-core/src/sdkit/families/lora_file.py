@@ -184,7 +184,7 @@ def _peft_config(checkpoint: Checkpoint) -> dict[str, Any]:
         return {}
     try:
         config = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ModelFormatError(f"{checkpoint.path.name}: its lora_adapter_metadata is not JSON") from None
     return config if isinstance(config, dict) else {}
 

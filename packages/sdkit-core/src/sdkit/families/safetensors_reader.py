@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.files import shape_problem, unique_keys
 from sdkit.model import pickle_refusal
 
 # safetensors dtype -> (storage dtype, whether numpy holds the values as they are)
@@ -117,6 +118,9 @@ def _entry(key: str, value: Any, base: int, name: str) -> TensorEntry:
     pair = isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and o >= 0 for o in offsets)
     if not ints or not pair or offsets[0] > offsets[1]:
         raise ModelFormatError(f"{name}: tensor {key!r} has a malformed shape {shape!r} or offsets {offsets!r}")
+    problem = shape_problem(shape, STORAGE[dtype].itemsize)
+    if problem:
+        raise ModelFormatError(f"{name}: tensor {key!r} {problem}")
     entry = TensorEntry(key, dtype, tuple(shape), base + offsets[0], base + offsets[1])
     expected = entry.size * STORAGE[dtype].itemsize
     if entry.nbytes != expected:
@@ -175,9 +179,10 @@ class SafetensorsFile:
 
     def _parse(self, text: bytes, base: int, name: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         try:
-            header = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ModelFormatError(f"{name} is not a safetensors file (its header is not JSON)") from None
+            header = json.loads(text.decode("utf-8"), object_pairs_hook=unique_keys)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+            detail = f": {exc}" if "twice" in str(exc) else ""
+            raise ModelFormatError(f"{name} is not a safetensors file (its header is not JSON{detail})") from None
         if not isinstance(header, dict):
             raise ModelFormatError(f"{name} is not a safetensors file (its header is not a JSON object)")
         metadata = header.pop("__metadata__", None) or {}

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError, OptionError
+from sdkit.limits import check_bytes
 from sdkit.schedulers import noise_schedule
 
 NoiseFn = Callable[[tuple[int, ...]], NDArray[np.float32]]
@@ -117,6 +118,10 @@ class SchedulerConfig:
     def _check(self) -> None:
         if self.num_train_timesteps < 2:
             raise OptionError(f"num_train_timesteps must be an integer >= 2, got {self.num_train_timesteps!r}")
+        # the schedule's arrays (betas, alphas, their products, sigmas...) are sized by these
+        # numbers from a file: checked against the memory budget before any is made
+        length = max(self.num_train_timesteps, self.original_inference_steps, len(self.trained_betas or ()))
+        check_bytes(length * SCHEDULE_BYTES_PER_STEP, f"the sampler's schedule ({length} training timesteps)")
         if self.prediction_type not in PREDICTION_TYPES:
             raise OptionError(
                 f"prediction_type {self.prediction_type!r} is not supported; use one of {', '.join(PREDICTION_TYPES)}"
@@ -128,6 +133,7 @@ class SchedulerConfig:
             )
 
 
+SCHEDULE_BYTES_PER_STEP = 64  # about eight float64 arrays of num_train_timesteps entries
 _INT_KEYS = ("num_train_timesteps", "steps_offset", "original_inference_steps")
 _FLOAT_KEYS = ("beta_start", "beta_end", "clip_sample_range", "timestep_scaling")
 _OPTIONAL_FLOAT_KEYS = ("sigma_min", "sigma_max")

@@ -13,6 +13,10 @@ Per step, exactly as diffusers' pipelines do::
     latents = hook.after_step(step, latents)             # masked img2img: blend with the image
     callback(index, total, latents)
 
+Each stage's result is checked for NaN and infinity (``check_finite``: one pass over a
+latents-sized array), so a NaN weight or config is an error naming where it first appeared, the
+component and the step, rather than a black image.
+
 SD 1.x/2.x use it as it is; SDXL adds its pooled text embeddings and ``time_ids`` to
 ``conditioning``; inpainting, ControlNet and later pipelines add a ``StepHook``; flow-matching
 models (SD3, Flux) bring their own scheduler and input names (``DenoiserInputs``). None copies
@@ -30,8 +34,11 @@ import numpy as np
 from sdkit.backend import CompiledModel
 from sdkit.errors import ModelFormatError, OptionError
 from sdkit.pipelines.stages.components import Component
-from sdkit.pipelines.stages.execution import input_info, run_batched
+from sdkit.pipelines.stages.execution import check_finite, input_info, run_batched
 
+SAMPLER_HINT = "the sampler's settings or its scheduler_config.json may hold NaN, inf or values that overflow"
+ENCODER_HINT = "a text encoder's weights or an embedding may hold NaN or inf"
+WEIGHTS_HINT = "its weights, or a LoRA merged into them, may hold NaN or inf"
 StepCallback = Callable[[int, int, np.ndarray], None]  # (step index, total steps, latents)
 NoiseFn = Callable[[tuple[int, ...]], np.ndarray]
 T = TypeVar("T")
@@ -129,10 +136,13 @@ class DenoiseLoop:
 
     def _run(self, compiled: CompiledModel, latents: np.ndarray) -> np.ndarray:
         scheduler = self.scheduler
+        self._check_start(latents)
         timesteps = [float(t) for t in np.asarray(scheduler.timesteps).reshape(-1)][: self.stop_after]
         for index, t in enumerate(timesteps):
+            at = f"step {index + 1} of {len(timesteps)}"
             timestep = scheduler.timesteps[index]
             sample = np.asarray(scheduler.scale_model_input(latents, timestep), dtype=np.float32)
+            check_finite(sample, f"the sampler's input scaling at {at}", SAMPLER_HINT)
             if self.guided:
                 sample = np.concatenate([sample, sample], axis=0)
             step = Step(index, len(timesteps), timestep, latents, sample)
@@ -141,29 +151,50 @@ class DenoiseLoop:
             latents = np.asarray(
                 scheduler.step(prediction, timestep, latents, noise=self.noise, **extra), dtype=np.float32
             )
+            check_finite(latents, f"the sampler's step at {at}", SAMPLER_HINT)
             for hook in self.hooks:
                 latents = hook.after_step(step, latents)
+                check_finite(latents, f"{type(hook).__name__}'s after_step at {at}")
             if self.callback is not None:
                 self.callback(index, len(timesteps), latents)
         return latents
 
+    def _check_start(self, latents: np.ndarray) -> None:
+        """What the loop starts from holds no NaN or infinity: the sampler's schedule, the
+        initial latents and the conditioning (the text encoders' outputs)."""
+        check_finite(np.asarray(self.scheduler.timesteps), "the sampler's timesteps", SAMPLER_HINT)
+        sigmas = getattr(self.scheduler, "sigmas", None)
+        if sigmas is not None:
+            check_finite(np.asarray(sigmas), "the sampler's noise levels (sigmas)", SAMPLER_HINT)
+        check_finite(latents, "the initial latents (the noise, or the init image's encoding)")
+        for name, value in self.conditioning.items():
+            check_finite(value, f"the denoiser's {name!r} feed (the prompts' encoding)", ENCODER_HINT)
+
     def _predict(self, compiled: CompiledModel, step: Step, t: float) -> tuple[np.ndarray, np.ndarray | None]:
         """The denoiser's guided prediction for one step, and the unguided one when guided (CFG++
         samplers, ``scheduler.needs_uncond``, take it)."""
+        at = f"step {step.index + 1} of {step.total}"
         sample = step.model_input
         for hook in self.hooks:
             sample = hook.model_input(step, sample)
+        check_finite(sample, f"the {self.denoiser.name}'s sample feed at {at}")
         names = self.inputs
         step.feeds = {names.sample: sample, names.timestep: self.timestep_feed(compiled, t, sample.shape[0])}
         step.feeds.update(self.conditioning)
         for hook in self.hooks:
-            step.feeds.update(hook.extra_feeds(step))
+            extra = hook.extra_feeds(step)
+            for name, value in extra.items():
+                check_finite(value, f"the {name!r} feed {type(hook).__name__} adds at {at}")
+            step.feeds.update(extra)
         batch = sample.shape[0]
         batched = tuple(k for k, v in step.feeds.items() if k == names.sample or _batched(k, v, names, batch))
         prediction = run_batched(compiled, step.feeds, batched, names.outputs, self.denoiser.name).astype(np.float32)
+        check_finite(prediction, f"the {self.denoiser.name}'s output at {at}", WEIGHTS_HINT)
         if not self.guided:
             return prediction, None
-        return self.guide(prediction), np.split(prediction, 2, axis=0)[0]
+        guided = self.guide(prediction)
+        check_finite(guided, f"classifier-free guidance (scale {self.guidance_scale:g}) at {at}")
+        return guided, np.split(prediction, 2, axis=0)[0]
 
     def guide(self, prediction: np.ndarray) -> np.ndarray:
         """Classifier-free guidance: ``uncond + scale * (cond - uncond)``."""

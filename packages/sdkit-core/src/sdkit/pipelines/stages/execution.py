@@ -1,5 +1,6 @@
 """Running a compiled component the way its graph wants: input dtypes, fixed batch sizes,
-output names (optimum's exports name them; other exports may not)."""
+output names (optimum's exports name them; other exports may not); and ``check_finite``, the
+loop's and the VAE's check that no NaN or infinity slipped in."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from sdkit.backend import CompiledModel
-from sdkit.errors import InputError, ModelFormatError
+from sdkit.errors import InputError, ModelFormatError, NonFiniteError
 from sdkit.types import TensorInfo
 
 
@@ -85,3 +86,18 @@ def run_outputs(
             )
         parts.append({o: np.asarray(result[o]) for o in outputs})
     return {o: np.concatenate([p[o] for p in parts], axis=0) for o in outputs}
+
+
+def check_finite(values: np.ndarray, where: str, hint: str = "") -> None:
+    """A ``NonFiniteError`` naming ``where`` when ``values`` (floating point) hold a NaN or an
+    infinity: a pass over latents-sized arrays, once per stage or step, never per op. Without
+    it a NaN weight gives a black image and success."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "fc" or bool(np.isfinite(array).all()):
+        return
+    nan, inf = bool(np.isnan(array).any()), bool(np.isinf(array).any())
+    kind = "NaN and infinity" if nan and inf else "NaN" if nan else "infinity"
+    count = int(array.size - np.count_nonzero(np.isfinite(array)))
+    raise NonFiniteError(
+        f"{kind} first appeared in {where} ({count} of {array.size} values)" + (f"; {hint}" if hint else "")
+    )

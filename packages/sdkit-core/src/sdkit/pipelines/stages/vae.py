@@ -19,7 +19,7 @@ from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines.config import PipelineConfig
 from sdkit.pipelines.imaging.images import decoded_to_float
 from sdkit.pipelines.stages.components import Component
-from sdkit.pipelines.stages.execution import run_main_input
+from sdkit.pipelines.stages.execution import check_finite, run_main_input
 from sdkit.pipelines.stages.rng import NoiseStream
 from sdkit.pipelines.stages.tiling import tiled_decode, tiled_encode
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 ENCODER_OUTPUTS = ("latent_parameters", "latent_sample")
 DECODER_OUTPUTS = ("sample",)
+WEIGHTS_HINT = "its weights may hold NaN or inf, or values that overflow"
 OVERLAP_FRACTION = 4  # overlap = tile / 4, as diffusers' AutoencoderKL tiling
 
 
@@ -61,6 +62,7 @@ def encode(
         return tiled_encode(image, one, tile, tile_overlap(tile, factor), factor=factor)
 
     out = np.repeat(encoder.use(run), count, axis=0)
+    check_finite(out, f"the {encoder.name}'s output", WEIGHTS_HINT)
     channels = config.latent_channels
     if out.shape[1] == 2 * channels:  # posterior parameters: sample with our own noise
         mean, logvar = out[:, :channels], np.clip(out[:, channels:], -30.0, 20.0)
@@ -92,4 +94,7 @@ def decode(decoder: Component, latents: np.ndarray, config: PipelineConfig, tile
             return one(unscaled)
         return tiled_decode(unscaled, one, tile // factor, tile_overlap(tile, factor) // factor)
 
-    return decoded_to_float(decoder.use(run))
+    check_finite(unscaled, f"the {decoder.name}'s input (the final latents, unscaled)")
+    decoded = decoder.use(run)
+    check_finite(decoded, f"the {decoder.name}'s output", WEIGHTS_HINT)
+    return decoded_to_float(decoded)

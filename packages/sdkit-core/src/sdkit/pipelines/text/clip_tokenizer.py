@@ -85,7 +85,7 @@ class ClipTokenizer(ClipTokenizerBase):
         try:
             vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
             lines = merges_file.read_text(encoding="utf-8").splitlines()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise ModelFormatError(f"tokenizer files in {vocab_file.parent} cannot be read: {exc}") from None
         if not isinstance(vocab, dict):
             raise ModelFormatError(f"{vocab_file} is not a token -> id mapping")
