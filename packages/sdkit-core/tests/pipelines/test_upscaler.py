@@ -133,9 +133,12 @@ def test_a1111_scale_semantics_and_bad_input(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", FULL_CASES)
-def test_full_size_architectures_match_spandrel(case: str, tmp_path: Path) -> None:
+def test_full_size_architectures_match_spandrel(case: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The shipped graphs at full size (RealESRGAN_x4plus, x4plus_anime_6B, x2plus, ESRGAN_4x,
-    realesr-general-x4v3, animevideov3 configurations) with random weights, on a small image."""
+    realesr-general-x4v3, animevideov3 configurations) with random weights, on a small image
+    (37 s in all on the reference backend: run with ``-m slow``)."""
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("full-size upscalers on the reference backend: pytest -m slow")
     image, want = golden(case)
     got = ModelUpscaler(write_case(case, tmp_path), backend="reference", tile=0).upscale_array(image)
     diff = float(np.abs(got - want).max())
