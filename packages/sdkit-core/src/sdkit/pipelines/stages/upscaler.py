@@ -30,7 +30,14 @@ from numpy.typing import NDArray
 
 from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
-from sdkit.families.upscalers import UpscalerFile, find_graph
+from sdkit.families.upscalers import (
+    UPSCALER_DIR_ENV,
+    UpscalerFile,
+    available_upscalers,
+    find_graph,
+    find_upscaler,
+    upscaler_folders,
+)
 from sdkit.model import Model
 from sdkit.pipelines.stages.phases import report
 from sdkit.pipelines.stages.tiling import tiled_map
@@ -131,3 +138,73 @@ class ModelUpscaler:
 def to_uint8(pixels: F32) -> NDArray[np.uint8]:
     """[0, 1] floats -> 8 bits, rounded (as spandrel-based UIs write upscaler output)."""
     return np.asarray(np.round(np.clip(pixels, 0.0, 1.0) * 255.0), dtype=np.uint8)
+
+
+def resolve_upscaler(name: str | os.PathLike[str], folders: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """The file of an upscaler: a path, A1111's name ("R-ESRGAN 4x+"...) or a file stem found in
+    ``folders`` or ``$SDKIT_UPSCALER_DIR``; an InputError listing what is there otherwise."""
+    path = find_upscaler(str(name), folders)
+    if path is not None:
+        return path
+    found = sorted(available_upscalers(folders))
+    where = ", ".join(str(f) for f in upscaler_folders(folders)) or f"no folder (set ${UPSCALER_DIR_ENV})"
+    listed = ", ".join(found) if found else "none"
+    raise InputError(f"unknown upscaler {str(name)!r}: not a file, and not among the upscalers in {where} ({listed})")
+
+
+_LOADED: dict[tuple[Any, ...], ModelUpscaler] = {}
+_KEEP = 2  # compiled upscalers kept for reuse (a server answering extras requests)
+
+
+def load_upscaler(
+    name: str | os.PathLike[str],
+    backend: str = "auto",
+    device: str | None = None,
+    *,
+    folders: Iterable[str | os.PathLike[str]] = (),
+    tile: int = DEFAULT_TILE,
+    overlap: int = DEFAULT_OVERLAP,
+    **options: Any,
+) -> ModelUpscaler:
+    """A compiled upscaler by name or path, reused while its file is unchanged (the last two)."""
+    path = resolve_upscaler(name, folders)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None  # UpscalerFile says what is wrong with the path
+    key = (str(path.resolve()), stamp, backend, device, tile, overlap, tuple(sorted(options.items())))
+    if key not in _LOADED:
+        upscaler = ModelUpscaler(path, backend, device, tile=tile, overlap=overlap, **options)
+        while len(_LOADED) >= _KEEP:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = upscaler
+    return _LOADED[key]
+
+
+def upscale(
+    image: Any,
+    model: str | os.PathLike[str],
+    scale: float | None = None,
+    *,
+    backend: str = "auto",
+    device: str | None = None,
+    folders: Iterable[str | os.PathLike[str]] = (),
+    tile: int = DEFAULT_TILE,
+    overlap: int = DEFAULT_OVERLAP,
+    **options: Any,
+) -> Any:
+    """Upscale a PIL image (or an image file's path) with an ESRGAN / Real-ESRGAN file, as
+    A1111's upscalers do; ``scale`` None is the model's own. Returns a PIL image.
+
+        big = sdkit.upscale("photo.png", "RealESRGAN_x4plus.safetensors", scale=2)
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            with Image.open(image) as opened:
+                image = opened.convert("RGB")
+        except (OSError, UnidentifiedImageError) as exc:
+            raise InputError(f"cannot read image {image}: {exc}") from None
+    upscaler = load_upscaler(model, backend, device, folders=folders, tile=tile, overlap=overlap, **options)
+    return upscaler.upscale(image, scale)
