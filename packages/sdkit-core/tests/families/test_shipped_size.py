@@ -23,9 +23,6 @@ BUDGET_BYTES = 2_500_000
 @pytest.fixture(scope="module")
 def recorded(families_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((families_dir / "VERSIONS.json").read_text(encoding="utf-8"))["graphs"]
-    # the upscaler graphs' records (fixtures/upscalers/export_upscaler_graphs.py)
-    upscalers = json.loads((families_dir.parent / "upscalers" / "VERSIONS.json").read_text(encoding="utf-8"))
-    data.update({k: v for k, v in upscalers["graphs"].items() if not v["tiny"]})
     return data
 
 
