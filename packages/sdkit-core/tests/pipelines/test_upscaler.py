@@ -125,6 +125,15 @@ def test_a1111_scale_semantics_and_bad_input(tmp_path: Path) -> None:
         up.upscale(image, 0.0)
     with pytest.raises(InputError):
         up.upscale_array(np.zeros((1, 4, 4, 4), np.float32))
+    from sdkit.errors import ResourceLimitError
+    from sdkit.limits import set_memory_budget
+
+    set_memory_budget("1M")  # the output's buffers are checked before any tile runs
+    try:
+        with pytest.raises(ResourceLimitError, match="upscaling a 4096x4096 image 2x"):
+            up.upscale_array(np.zeros((1, 4096, 4096, 3), np.float32))
+    finally:
+        set_memory_budget(None)
     with pytest.raises(InputError, match="multiples of 2"):
         upscaler(write_case("esrgan_x2plus_realesrgan", tmp_path), "reference", tile=9, overlap=4)
 

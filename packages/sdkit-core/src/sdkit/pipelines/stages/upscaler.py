@@ -38,6 +38,7 @@ from sdkit.families.upscalers import (
     find_upscaler,
     upscaler_folders,
 )
+from sdkit.limits import check_bytes
 from sdkit.model import Model
 from sdkit.pipelines.stages.phases import report
 from sdkit.pipelines.stages.tiling import tiled_map
@@ -97,6 +98,10 @@ class ModelUpscaler:
         if x.ndim != 4 or x.shape[3] != 3 or min(x.shape[1:3]) < 2:
             raise InputError(f"upscaler input must be [N, H, W, 3] RGB, at least 2x2, got {list(x.shape)}")
         height, width = x.shape[1:3]
+        s = self.scale
+        # the tiles' float64 sums and weights at the output size, plus the float32 result
+        out_pixels = (height + self.config.multiple_of) * (width + self.config.multiple_of) * s * s
+        check_bytes(out_pixels * (4 * 8 + 3 * 4), f"upscaling a {width}x{height} image {s}x")
         nchw = x.transpose(0, 3, 1, 2)
         align = self.config.multiple_of
         pad_h, pad_w = -height % align, -width % align
@@ -109,7 +114,6 @@ class ModelUpscaler:
             else:
                 out = self._run(one[None])
             rows.append(out[0])
-        s = self.scale
         result = np.stack(rows)[:, :, : height * s, : width * s]
         return np.asarray(np.clip(result, 0.0, 1.0).transpose(0, 2, 3, 1), dtype=np.float32)
 
