@@ -196,6 +196,9 @@ def test_refusals(tmp_path: Path) -> None:
         merge_checkpoints(p["a"], p["b"], output=p["a"])
     with pytest.raises(ModelFormatError, match="inpainting or instruct-pix2pix model must be A"):
         merge_checkpoints(p["b"], p["a"], output=out)  # plain A, inpainting B
+    save_file({"unet.conv_in.weight": np.zeros((2, 2), np.float16)}, str(tmp_path / "diffusers.safetensors"))
+    with pytest.raises(ModelFormatError, match="share none"):  # never a silent copy of A
+        merge_checkpoints(tmp_path / "diffusers.safetensors", tmp_path / "diffusers.safetensors", output=out)
     with pytest.raises(InputError, match="nothing to merge"):
         merge_checkpoints(p["a"], output=out)
     assert not out.exists() and not list(tmp_path.glob("*.partial"))

@@ -123,3 +123,14 @@ def test_names_resolve_as_a1111_names_them(tmp_path: Path, monkeypatch: pytest.M
     assert upscalers.find_upscaler("r-esrgan 4x+") == tmp_path / "RealESRGAN_x4plus.safetensors"
     assert upscalers.find_upscaler("4x-UltraSharp") == tmp_path / "4x-UltraSharp.safetensors"
     assert upscalers.find_upscaler("R-ESRGAN 2x+") is None
+
+
+def test_inspect_names_an_upscaler(tmp_path: Path) -> None:
+    from sdkit.families import Checkpoint, describe
+
+    path = header_only(tmp_path / "RealESRGAN_x2plus.safetensors", GOLDENS["full_x2plus"]["entries"])
+    found = describe(Checkpoint.open(path), [])
+    assert found.kind == "upscaler" and found.title.startswith("2x upscaler")
+    assert dict(found.details)["graph"] == "esrgan_nf64_nb23_x4_unshuffle2"
+    tiny = describe(Checkpoint.open(header_only(tmp_path / "t.safetensors", GOLDENS["compact_x2"]["entries"])), [])
+    assert "not shipped" in dict(tiny.details)["graph"]

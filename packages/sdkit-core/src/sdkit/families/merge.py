@@ -133,6 +133,12 @@ class Merger:
         self.vae = _open(vae, "VAE file") if vae is not None else None
         self.vae_keys = self._vae_keys()
         self.plan = self._plan()
+        if self.b is not None and not any(item.how == "merge" for item in self.plan):
+            raise ModelFormatError(
+                f"no tensor of {self.a.path.name} merges with {self.b.path.name}: A1111's merger merges the keys "
+                "containing 'model' that both have (LDM/SGM single files: model.diffusion_model.*, ...); "
+                "these share none (diffusers-layout files, or two different model families?)"
+            )
         self.lora: dict[str, np.ndarray] = {}
 
     def _vae_keys(self) -> dict[str, TensorEntry]:
