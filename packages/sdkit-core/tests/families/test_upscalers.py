@@ -65,8 +65,11 @@ def test_the_shipped_graphs_cover_the_a1111_models() -> None:
     assert upscalers.upscaler_graph_names() == [
         "compact_nf64_nc16_x4",
         "compact_nf64_nc32_x4",
+        "esrgan_nf64_nb23_x1",
+        "esrgan_nf64_nb23_x2",
         "esrgan_nf64_nb23_x4",
         "esrgan_nf64_nb23_x4_unshuffle2",
+        "esrgan_nf64_nb23_x8",
         "esrgan_nf64_nb6_x4",
     ]
     x2plus = UpscalerConfig("esrgan", 64, 23, 4, 2)
