@@ -123,6 +123,11 @@ def test_a1111_scale_semantics_and_bad_input(tmp_path: Path) -> None:
     assert three.size == (24, 32) and three.mode == "RGB"
     with pytest.raises(InputError):
         up.upscale(image, 0.0)
+    ones = upscaler(write_case("esrgan_x1_old", tmp_path), "reference", tile=0)
+    runs: list[int] = []
+    original = ones.upscale_array
+    ones.upscale_array = lambda x: runs.append(1) or original(x)  # type: ignore[method-assign]
+    assert ones.upscale(image, 2.0).size == (16, 24) and len(runs) == 1  # a 1x model runs once, then Lanczos
     with pytest.raises(InputError):
         up.upscale_array(np.zeros((1, 4, 4, 4), np.float32))
     from sdkit.errors import ResourceLimitError

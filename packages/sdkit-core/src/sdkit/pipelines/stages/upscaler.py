@@ -13,7 +13,7 @@ Real-ESRGAN x2plus is padded (reflect) to an even size first and cropped after, 
 
 ``upscale(image, scale)`` follows A1111's ``Upscaler.upscale``: the target is
 ``int(width * scale) // 8 * 8`` (height likewise); the model runs up to 3 times while the image
-is smaller than the target (a 4x model run once for 2x, twice for 8x), then a Lanczos resize
+is smaller than the target (a 4x model run once for 2x, twice for 8x; a 1x model once), then a Lanczos resize
 gives the exact target. Pixels go in as RGB floats in [0, 1] (as spandrel and ComfyUI feed
 them), come out clamped to [0, 1] and rounded to 8 bits.
 """
@@ -133,7 +133,10 @@ class ModelUpscaler:
             if img.width >= dest_w and img.height >= dest_h and (i > 0 or scale != 1):
                 break
             pixels = np.asarray(img, dtype=np.float32)[None] / 255.0
+            before = img.size
             img = Image.fromarray(to_uint8(self.upscale_array(pixels))[0])
+            if img.size == before:  # a 1x model: once is what it does
+                break
         if img.size != (dest_w, dest_h):
             img = img.resize((dest_w, dest_h), Image.Resampling.LANCZOS)
         return img
