@@ -153,7 +153,7 @@ def test_full_size_architectures_match_spandrel(
     realesr-general-x4v3, animevideov3 configurations) with random weights, on a small image
     (37 s in all on the reference backend: run with ``-m slow``; measured max |diff| <= 2.3e-6 on all three)."""
     if "slow" not in (request.config.option.markexpr or ""):
-        pytest.skip("full-size upscalers on the reference backend: pytest -m slow")
+        pytest.skip("full-size upscalers (minutes on 2 cores): pytest -m slow")
     image, want = golden(case)
     available(backend)
     options = {"threads": 2} if backend == "ggml" else {}
