@@ -241,22 +241,39 @@ def test_merged_file_loads_and_alpha_ends_are_the_inputs(sd1: Path, tmp_path: Pa
     assert image.shape == (32, 32, 3) and np.isfinite(image).all()
 
 
-def test_lora_baked_in_gives_diffusers_fused_unet(sd1: Path, tmp_path: Path, tiny_families: dict[str, Any]) -> None:
-    """``sdkit merge A --lora sd1_kohya_locon.safetensors:0.5 --dtype fp32``: the baked file's
-    UNet (mapped as any checkpoint) on the reference backend equals diffusers' UNet with the same
-    LoRA fused at 0.5 (``adapters.npz``), within 1e-4."""
+@pytest.mark.parametrize(
+    ("family", "case"),
+    [("sd1", "sd1_kohya_locon@0.5"), ("sdxl", "sdxl_kohya_locon@0.5"), ("sdxl", "sdxl_kohya_locon@1.0+sdxl_peft@0.5")],
+)
+def test_lora_baked_in_gives_diffusers_fused_outputs(
+    family: str, case: str, sd1: Path, tmp_path: Path, tiny_families: dict[str, Any]
+) -> None:
+    """``sdkit merge A --lora FILE:S ... --dtype fp32`` on the tiny SD 1.x / SDXL files (LDM/SGM
+    layout: SDXL's OpenCLIP q/k/v fused in ``in_proj_weight``, the LoRA's change placed back into
+    its rows): the baked file, mapped as any checkpoint, gives diffusers' outputs with the same
+    LoRAs fused (``adapters.npz``: UNet and both text encoders) within 1e-4 on the reference backend."""
     from sdkit.families.detection import load_checkpoint
     from sdkit.model import Model
 
-    lora = TINY / "sd1" / "lora" / "sd1_kohya_locon.safetensors"
     out = tmp_path / "baked.safetensors"
-    assert main(["merge", str(sd1), "--lora", f"{lora}:0.5", "--dtype", "fp32", "-o", str(out)]) == 0
+    argv = ["merge", str(TINY / family / f"{family}_fp16.safetensors"), "--dtype", "fp32", "-o", str(out)]
+    for part in case.split("+"):
+        stem, strength = part.split("@")
+        argv += ["--lora", f"{TINY / family / 'lora' / stem}.safetensors:{strength}"]
+    assert main(argv) == 0
     mapped = load_checkpoint(out, list(tiny_families.values()))
-    graph = tiny_families["sd1"].components["unet"].load_graph()
-    compiled = sdkit.compile(Model(graph, mapped.weights["unet"]), backend="reference")
-    with np.load(TINY / "sd1" / "adapters.npz", allow_pickle=False) as goldens:
-        prefix = "sd1/inputs/unet/"
-        feeds = {k[len(prefix) :]: goldens[k] for k in goldens.files if k.startswith(prefix)}
-        expected = goldens["lora/sd1_kohya_locon@0.5/unet/out_sample"]
-    np.testing.assert_allclose(compiled.run(feeds)["out_sample"], expected, rtol=0, atol=1e-4)
+    assert mapped.family.name == tiny_families[family].name
+    with np.load(TINY / family / "adapters.npz", allow_pickle=False) as goldens:
+        expected = {k.removeprefix(f"lora/{case}/"): goldens[k] for k in goldens.files if k.startswith(f"lora/{case}/")}
+        inputs = {k.removeprefix(f"{family}/inputs/"): goldens[k] for k in goldens.files if "/inputs/" in k}
+    components = sorted({k.split("/")[0] for k in expected})
+    assert "unet" in components
+    for component in components:
+        graph = tiny_families[family].components[component].load_graph()
+        compiled = sdkit.compile(Model(graph, mapped.weights[component]), backend="reference")
+        feeds = {k.split("/")[1]: v for k, v in inputs.items() if k.startswith(f"{component}/")}
+        got = compiled.run(feeds)
+        for key, want in expected.items():
+            if key.startswith(f"{component}/"):
+                np.testing.assert_allclose(got[key.split("/")[1]], want, rtol=0, atol=1e-4, err_msg=key)
     mapped.checkpoint.close()
