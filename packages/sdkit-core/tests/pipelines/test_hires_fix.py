@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import sdkit
-from sdkit.errors import InputError
+from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import GenerationRequest
 from sdkit.pipelines.imaging.hires_plan import latent_upscale
 
@@ -203,3 +203,6 @@ def test_model_upscaler_by_a1111_name_upscales_the_decoded_image(
     assert "Hires upscaler: R-ESRGAN AnimeVideo" in out[0].info["parameters"]
     with pytest.raises(InputError, match=r"unknown hires upscaler 'R-ESRGAN 4x\+'.*R-ESRGAN AnimeVideo"):
         GenerationRequest.create("a", enable_hr=True, hr_upscaler="R-ESRGAN 4x+")
+    (folder / "RealESRGAN_x4plus.pth").write_bytes(b"PK\x03\x04 never unpickled")
+    with pytest.raises(ModelFormatError, match="params_ema"):  # refused before the first pass runs
+        pipe.plan(GenerationRequest.create("a", enable_hr=True, hr_upscaler=str(folder / "RealESRGAN_x4plus.pth")))

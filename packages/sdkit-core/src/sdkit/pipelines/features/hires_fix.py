@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sdkit.families.upscalers import find_upscaler
+from sdkit.families.upscalers import UpscalerFile, find_graph, find_upscaler
 from sdkit.pipelines.imaging.hires_plan import HiresPlan, hires_plan, latent_upscale, truncate_latents, upscaler
 from sdkit.pipelines.request import HIRES_DEFAULTS, GenerationPlan, GenerationRequest, StepCallback
 from sdkit.pipelines.stages.upscaler import ModelUpscaler, load_upscaler
@@ -98,6 +98,12 @@ def hires_stage(
     scheduler.set_begin_index((numbers.schedule_steps - numbers.steps) * scheduler.order)
     kind, mode = upscaler(upscaler_name)
     model = find_upscaler(upscaler_name) if mode == "model" else None
+    if model is not None:  # a pickle, a file of no known architecture or shape: refused before the first pass
+        file = UpscalerFile(model)
+        try:
+            find_graph(file.config)
+        finally:
+            file.close()
     return HiresStage(second, numbers, kind, mode, factor, model)
 
 
