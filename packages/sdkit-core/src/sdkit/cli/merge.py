@@ -3,7 +3,8 @@
 A1111's Checkpoint Merger (``sdkit.families.merge``): ``A * (1 - M) + B * M`` or
 ``A + (B - C) * M``, tensor by tensor; ``--vae FILE`` bakes a VAE in, ``--keep-vae`` keeps A's;
 ``--lora FILE[:STRENGTH]`` (repeatable) bakes LoRAs in (A alone: a LoRA baked into A);
-``--dtype fp16|fp32`` (default: each tensor as A stores it). The output is one ``.safetensors``
+``--dtype fp32`` (every float tensor) or ``fp16`` (the merged ones, as A1111's "save as
+float16"; default: each tensor as A stores it). The output is one ``.safetensors``
 file that loads as any other checkpoint.
 """
 
@@ -28,7 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", "-M", type=float, default=0.5, help="multiplier M (default: 0.5)")
     parser.add_argument("--output", "-o", required=True, help="the .safetensors to write")
     parser.add_argument("--force", action="store_true", help="overwrite --output")
-    parser.add_argument("--dtype", choices=("fp16", "fp32"), default=None, help="float tensors' dtype (default: A's)")
+    parser.add_argument(
+        "--dtype",
+        choices=("fp16", "fp32"),
+        default=None,
+        help="fp32: every float tensor; fp16: the merged ones, as A1111's 'save as float16' (default: A's dtypes)",
+    )
     vae = parser.add_mutually_exclusive_group()
     vae.add_argument("--vae", default=None, help="a VAE .safetensors (LDM keys) to bake in")
     vae.add_argument("--keep-vae", action="store_true", help="keep A's VAE unmerged")

@@ -16,8 +16,9 @@
   family's key maps (``sdkit.families.lora.lora_deltas``: the same product ``sdkit generate
   --lora`` adds), each change placed back into the checkpoint tensor the graph weight is read
   from (rows, transpose and reshape undone).
-- **dtype**: ``fp16`` or ``fp32`` for every float tensor, or (None) each tensor in A's dtype;
-  the arithmetic is float32 (A1111 computes in the tensors' torch dtype).
+- **dtype**: ``fp32`` for every float tensor; ``fp16`` as A1111's "save as float16" (the
+  tensors the merge made; every one when there is no B); None: each tensor in A's dtype (bf16
+  kept, rounded to nearest even). The arithmetic is float32 (A1111's is the tensors' dtype).
 
 Memory: the output's header is computed from the inputs' headers, then each tensor is read
 (one from each input), computed and written in turn, its pages dropped (``SafetensorsFile``):
@@ -159,10 +160,12 @@ class Merger:
                 )
         return found
 
-    def _out_dtype(self, stored: str) -> str:
+    def _out_dtype(self, stored: str, how: str) -> str:
+        """fp32: every float tensor; fp16 as A1111's "save as float16": the tensors the merge
+        made (merged, B's, the baked VAE's), or every one when there is no B; else A's dtype."""
         if stored not in FLOATS:
             return stored
-        if self.dtype is not None:
+        if self.dtype == "fp32" or (self.dtype == "fp16" and (self.b is None or how != "copy-a")):
             return DTYPES[self.dtype]
         return stored if stored in ("F16", "F32", "BF16") else "F16"
 
@@ -187,11 +190,12 @@ class Merger:
     def _plan(self) -> list[Planned]:
         plan = []
         for key, entry in self.a.entries.items():
-            plan.append(Planned(key, self._out_dtype(entry.dtype), entry.shape, self._how(key, entry)))
+            how = self._how(key, entry)
+            plan.append(Planned(key, self._out_dtype(entry.dtype, how), entry.shape, how))
         if self.b is not None:  # A1111 adds the "model" keys of B that A lacks
             for key, entry in self.b.entries.items():
                 if "model" in key and key not in self.a.entries and key not in SKIP_ON_MERGE:
-                    plan.append(Planned(key, self._out_dtype(entry.dtype), entry.shape, "from-b"))
+                    plan.append(Planned(key, self._out_dtype(entry.dtype, "from-b"), entry.shape, "from-b"))
         return plan
 
     def bake_loras(
