@@ -230,6 +230,12 @@ CASES["fill_arithmetic"] = (  # fills combined stay fills: (5 * 2 - 3) everywher
     {"n": i64(3, 4), "two": np.float32(2), "three": np.full((1, 4), 3, np.float32), "x": f32(3, 4)},
     F,
 )
+CASES["leaky_relu"] = ([helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.2)], {"x": X}, F)
+CASES["prelu_per_channel"] = (  # ESRGAN Compact: one slope per channel, [C, 1, 1]
+    [helper.make_node("PRelu", ["x", "slope"], ["y"])],
+    {"x": X, "slope": np.array([0.1, 0.25, 0.5], np.float32).reshape(3, 1, 1)},
+    F,
+)
 CASES["tile"] = ([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": f32(2, 1, 3), "r": i64(2, 4, 1)}, F)
 CASES["tile_int_after_unsqueeze"] = (  # Flux's RoPE: cos/sin repeated along a new last axis
     [helper.make_node("Unsqueeze", ["v", "axes"], ["u"]), helper.make_node("Tile", ["u", "r"], ["y"])],

@@ -15,7 +15,7 @@ from sdkit.device import Device
 from sdkit.errors import SdkitError
 from sdkit.model import Graph, Model, WeightSet
 from sdkit.options import Options
-from sdkit.pipelines import load_pipeline
+from sdkit.pipelines import load_pipeline, upscale
 
 __all__ = [
     "Availability",
@@ -39,4 +39,5 @@ __all__ = [
     "devices",
     "load_model",
     "load_pipeline",
+    "upscale",
 ]

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import sdkit
-from sdkit.errors import InputError
+from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines import GenerationRequest
 from sdkit.pipelines.imaging.hires_plan import latent_upscale
 
@@ -147,3 +147,62 @@ def test_sdxl_hires_plans_its_second_pass_at_the_target_size() -> None:
     assert second.request.original_size is None  # SDXL's time_ids default to the second pass's size
     image, _ = run(xl, enable_hr=True, hr_scale=1.5, steps=2)
     assert image.shape == (1, 48, 48, 3)
+
+
+def test_model_upscaler_by_a1111_name_upscales_the_decoded_image(
+    pipe: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``hr_upscaler="R-ESRGAN AnimeVideo"`` (a random-weight file of that configuration in
+    ``$SDKIT_UPSCALER_DIR``): the encoder receives the first pass's 8-bit image upscaled by that
+    model as A1111's ``resize_image`` does (4x, then Lanczos to 64x64); the upscaler itself is
+    held to spandrel in ``test_upscaler.py``. The PNG label keeps A1111's name."""
+    import importlib.util
+
+    from sdkit.pipelines.stages.upscaler import load_upscaler
+
+    # the spandrel-checked random weights of test_upscaler.py (beside this file)
+    spec = importlib.util.spec_from_file_location("upscaler_cases", Path(__file__).with_name("test_upscaler.py"))
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    write_case = cases.write_case
+
+    folder = tmp_path / "ups"
+    folder.mkdir()
+    write_case("full_animevideov3", tmp_path).rename(folder / "realesr-animevideov3.safetensors")
+    monkeypatch.setenv("SDKIT_UPSCALER_DIR", str(folder))
+    calls: list[np.ndarray] = []
+    encoder = pipe.components["vae_encoder"]
+    original = encoder.use
+
+    def spy(work: Any) -> Any:
+        def recording(compiled: Any) -> Any:
+            class Recorder:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(compiled, name)
+
+                def run(self, feeds: Any, *args: Any, **kwargs: Any) -> Any:
+                    calls.append(np.asarray(next(iter(feeds.values()))))
+                    return compiled.run(feeds, *args, **kwargs)
+
+            return work(Recorder())
+
+        return original(recording)
+
+    first = run(pipe, output_type="pil")[0][0]
+    encoder.use = spy
+    try:
+        out, _ = run(pipe, enable_hr=True, hr_upscaler="r-esrgan animevideo", hr_scale=2, output_type="pil")
+    finally:
+        del encoder.use
+    upscaler = load_upscaler(folder / "realesr-animevideov3.safetensors", "reference")
+    want = upscaler.upscale(first, 2.0)  # 32 -> 128 (one 4x pass) -> Lanczos 64
+    assert want.size == (64, 64)
+    expected = np.asarray(want, dtype=np.float32) / 255 * 2 - 1
+    np.testing.assert_allclose(calls[0][0].transpose(1, 2, 0), expected, atol=1e-6)
+    assert "Hires upscaler: R-ESRGAN AnimeVideo" in out[0].info["parameters"]
+    with pytest.raises(InputError, match=r"unknown hires upscaler 'R-ESRGAN 4x\+'.*R-ESRGAN AnimeVideo"):
+        GenerationRequest.create("a", enable_hr=True, hr_upscaler="R-ESRGAN 4x+")
+    (folder / "RealESRGAN_x4plus.pth").write_bytes(b"PK\x03\x04 never unpickled")
+    with pytest.raises(ModelFormatError, match="params_ema"):  # refused before the first pass runs
+        pipe.plan(GenerationRequest.create("a", enable_hr=True, hr_upscaler=str(folder / "RealESRGAN_x4plus.pth")))

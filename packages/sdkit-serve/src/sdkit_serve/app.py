@@ -25,6 +25,7 @@ from sdkit_serve import a1111, schemas
 from sdkit_serve._version import __version__
 from sdkit_serve.a1111 import ImagesResponse, Img2ImgRequest, Txt2ImgRequest
 from sdkit_serve.engine import Engine, GenerationResult
+from sdkit_serve.extras import add_extras_routes
 from sdkit_serve.images import decode_image, encode_png
 from sdkit_serve.jobs import Job, JobCancelled, QueueFullError
 from sdkit_serve.model_choice import model_request, unhandled_overrides
@@ -126,6 +127,7 @@ def create_app(engine: Engine) -> FastAPI:
     add_status_routes(router, engine)
     add_model_routes(router, engine, run_job)
     add_info_routes(router, engine)
+    add_extras_routes(router, engine, run_job)
     app.include_router(router)
     if key:
         add_docs_routes(app, key)

@@ -24,7 +24,7 @@ from sdkit import known_backends
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
-COMMANDS = ("backends", "devices", "check", "run", "bench", "tune", "generate", "inspect", "doctor")
+COMMANDS = ("backends", "devices", "check", "run", "bench", "tune", "generate", "upscale", "merge", "inspect", "doctor")
 PLUGIN_GROUP = "sdkit.cli"
 
 

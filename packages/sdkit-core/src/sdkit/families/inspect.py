@@ -29,7 +29,7 @@ _WIDTHS = {768: "SD 1.x (CLIP-L)", 1024: "SD 2.x (OpenCLIP-H)", 1280: "SDXL (Ope
 class FileDescription:
     """A file's kind, a one-line title and labelled details."""
 
-    kind: str  # "checkpoint", "lora", "embedding", "vae", "unsupported" (SD3, Chroma files) or "unknown"
+    kind: str  # "checkpoint", "lora", "embedding", "vae", "upscaler", "unsupported" (SD3, Chroma) or "unknown"
     title: str
     details: list[tuple[str, str]] = field(default_factory=list)
 
@@ -81,7 +81,7 @@ def describe(checkpoint: Checkpoint, families: Sequence[Family]) -> FileDescript
         return _embedding(checkpoint)
     if any(re.match(r"^(vae\.)?decoder\.conv_in\.weight$", k) for k in keys):
         return _vae(checkpoint)
-    return _unknown(checkpoint)
+    return _upscaler(checkpoint) or _unknown(checkpoint)
 
 
 def _checkpoint(checkpoint: Checkpoint, family: Family, layout: str) -> FileDescription:
@@ -210,6 +210,28 @@ def _vae(checkpoint: Checkpoint) -> FileDescription:
         ("size", _millions(_count(checkpoint, keys))),
     ]
     return FileDescription("vae", "standalone VAE", details)
+
+
+def _upscaler(checkpoint: Checkpoint) -> FileDescription | None:
+    """An ESRGAN / Real-ESRGAN file (``sdkit upscale``), or None."""
+    from sdkit.errors import ModelFormatError
+    from sdkit.families.upscalers import canonical_names, detect_config, upscaler_graph_names
+
+    keys = checkpoint.keys()
+    try:
+        arch, layout, names = canonical_names(keys)
+        config = detect_config({names[k]: checkpoint.entry(k).shape for k in keys})
+    except ModelFormatError:
+        return None
+    shipped = config.graph_name in upscaler_graph_names()
+    details = [
+        ("architecture", config.describe()),
+        ("layout", {"esrgan": "ESRGAN (model.N)", "real-esrgan": "Real-ESRGAN", "bsrgan": "BSRGAN"}.get(layout, arch)),
+        ("graph", config.graph_name + ("" if shipped else " (not shipped: refused by sdkit upscale)")),
+        ("dtype", _dtypes(checkpoint, keys)),
+        ("size", _millions(_count(checkpoint, keys))),
+    ]
+    return FileDescription("upscaler", f"{config.scale}x upscaler for sdkit upscale", details)
 
 
 def _unknown(checkpoint: Checkpoint) -> FileDescription:

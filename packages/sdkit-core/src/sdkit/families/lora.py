@@ -168,11 +168,9 @@ def _matched(lora: LoraFile, family: Family) -> list[tuple[LoraModule, Target]]:
     return matched
 
 
-def merge_loras(
-    family: Family, base: Mapping[str, WeightSet], loras: Sequence[tuple[LoraFile, float]]
-) -> dict[str, dict[str, np.ndarray]]:
-    """Component -> {graph weight: merged float32 array} for every weight the LoRAs change;
-    ``base[component]`` is read (fresh arrays from its source), never written."""
+def lora_deltas(family: Family, loras: Sequence[tuple[LoraFile, float]]) -> dict[tuple[str, str], np.ndarray]:
+    """(component, graph weight) -> the float32 change ``sum(strength * alpha / rank * product)``
+    the LoRAs make to it (``sdkit merge --lora`` adds it to a checkpoint's stored tensor)."""
     deltas: dict[tuple[str, str], np.ndarray] = {}
     for lora, strength in loras:
         for module, target in _matched(lora, family):
@@ -182,6 +180,15 @@ def merge_loras(
                 deltas[key] += change
             else:
                 deltas[key] = change
+    return deltas
+
+
+def merge_loras(
+    family: Family, base: Mapping[str, WeightSet], loras: Sequence[tuple[LoraFile, float]]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Component -> {graph weight: merged float32 array} for every weight the LoRAs change;
+    ``base[component]`` is read (fresh arrays from its source), never written."""
+    deltas = lora_deltas(family, loras)
     merged: dict[str, dict[str, np.ndarray]] = {}
     for (component, name), delta in deltas.items():
         # The delta array is this function's own: the base weight is added into it, so the base

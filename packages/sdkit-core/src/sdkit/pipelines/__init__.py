@@ -39,6 +39,7 @@ from sdkit.pipelines.stages.components import Component, LoadSettings
 from sdkit.pipelines.stages.denoise import DenoiseLoop, DenoiserInputs, Step, StepHook
 from sdkit.pipelines.stages.rng import NoiseStream
 from sdkit.pipelines.stages.sources import GraphWithWeights, ModelInMemory, ModelSource, OnnxFileSource
+from sdkit.pipelines.stages.upscaler import ModelUpscaler, load_upscaler, upscale
 from sdkit.pipelines.text.clip_tokenizer import ClipTokenizer, PromptTruncatedWarning
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "LoadSettings",
     "ModelInMemory",
     "ModelSource",
+    "ModelUpscaler",
     "NoiseStream",
     "OnnxFileSource",
     "Pipeline",
@@ -73,5 +75,7 @@ __all__ = [
     "StepHook",
     "XLRequest",
     "load_pipeline",
+    "load_upscaler",
     "save_png",
+    "upscale",
 ]

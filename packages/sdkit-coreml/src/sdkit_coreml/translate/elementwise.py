@@ -64,6 +64,22 @@ def unary(ctx: Context, node: onnx.NodeProto) -> None:
     ctx.set(node.output[0], op(x=ctx.get(node.input[0]), name=node.output[0]))
 
 
+@converter("LeakyRelu")
+def leaky_relu(ctx: Context, node: onnx.NodeProto) -> None:
+    alpha = float(attrs(node).get("alpha", 0.01))
+    ctx.set(node.output[0], mil().leaky_relu(x=ctx.get(node.input[0]), alpha=alpha, name=node.output[0]))
+
+
+@converter("PRelu")
+def prelu(ctx: Context, node: onnx.NodeProto) -> None:
+    """``relu(x) + slope * (x - relu(x))``: ONNX broadcasts the slope to x numpy-style (the
+    ESRGAN Compact exports' ``[C, 1, 1]``); MIL's ``prelu`` takes only one alpha per channel."""
+    x, slope = ctx.get(node.input[0]), ctx.get(node.input[1])
+    positive = mil().relu(x=x)
+    negative = mil().mul(x=mil().sub(x=x, y=positive), y=slope)
+    ctx.set(node.output[0], mil().add(x=positive, y=negative, name=node.output[0]))
+
+
 @converter("Neg")
 def neg(ctx: Context, node: onnx.NodeProto) -> None:
     x = ctx.get(node.input[0])

@@ -7,7 +7,9 @@
 2. Its latents are upscaled to A1111's target (``sdkit.pipelines.imaging.hires_plan.hires_plan``: ``hr_scale``
    or ``hr_resize_x/y``, rounded down to the VAE's factor): a "Latent" upscaler resizes the
    latents (``latent_upscale``, torch's ``interpolate``); an image upscaler ("Lanczos",
-   "Nearest": model-free, PIL) decodes them, resizes the 8-bit images as A1111 does, and encodes
+   "Nearest": model-free, PIL; or an ESRGAN / Real-ESRGAN file by A1111's name, "R-ESRGAN 4x+",
+   found in ``$SDKIT_UPSCALER_DIR``, or by path: ``sdkit.pipelines.stages.upscaler``, compiled
+   on the VAE's backend) decodes them, resizes the 8-bit images as A1111 does, and encodes
    them again (a posterior sample drawn from the same noise stream). With both ``hr_resize_x``
    and ``hr_resize_y`` the excess is cut, centred, from the latents.
 3. The second pass is img2img from those latents at the target size: the last
@@ -25,12 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sdkit.families.upscalers import UpscalerFile, find_graph, find_upscaler
 from sdkit.pipelines.imaging.hires_plan import HiresPlan, hires_plan, latent_upscale, truncate_latents, upscaler
 from sdkit.pipelines.request import HIRES_DEFAULTS, GenerationPlan, GenerationRequest, StepCallback
+from sdkit.pipelines.stages.upscaler import ModelUpscaler, load_upscaler
 
 
 @dataclass
@@ -43,6 +48,7 @@ class HiresStage:
     kind: str
     mode: str
     factor: int  # the VAE's: image pixels per latent
+    model: Path | None = None  # an ESRGAN / Real-ESRGAN file (mode "model")
 
     @property
     def latent_size(self) -> tuple[int, int]:
@@ -91,7 +97,14 @@ def hires_stage(
         start(scheduler, numbers.schedule_steps, 1.0, second.latent_shape)
     scheduler.set_begin_index((numbers.schedule_steps - numbers.steps) * scheduler.order)
     kind, mode = upscaler(upscaler_name)
-    return HiresStage(second, numbers, kind, mode, factor)
+    model = find_upscaler(upscaler_name) if mode == "model" else None
+    if model is not None:  # a pickle, a file of no known architecture or shape: refused before the first pass
+        file = UpscalerFile(model)
+        try:
+            find_graph(file.config)
+        finally:
+            file.close()
+    return HiresStage(second, numbers, kind, mode, factor, model)
 
 
 def parameters(request: GenerationRequest) -> dict[str, str]:
@@ -112,12 +125,18 @@ def upscale_latents(
     latents: np.ndarray,
     decode: Callable[[np.ndarray], np.ndarray],
     encode: Callable[[np.ndarray], np.ndarray],
+    backend: tuple[str, Any] = ("auto", None),
 ) -> np.ndarray:
     """The first pass's latents at the second pass's size (before noise): resized latents, or
-    decoded, resized as 8-bit images and encoded again; then the centred cut."""
+    decoded, resized as 8-bit images (by PIL, or an upscaler model compiled on ``backend``:
+    name and device) and encoded again; then the centred cut."""
     height, width = stage.latent_size
     if stage.kind == "latent":
         upscaled = latent_upscale(latents, height, width, stage.mode)
+    elif stage.model is not None:
+        upscaler = load_upscaler(stage.model, backend[0], backend[1])
+        images = model_resize_images(decode(latents), stage.numbers.width, stage.numbers.height, upscaler)
+        upscaled = encode(images)
     else:
         images = resize_images(decode(latents), stage.numbers.width, stage.numbers.height, stage.mode)
         upscaled = encode(images)
@@ -135,6 +154,25 @@ def resize_images(pixels: np.ndarray, width: int, height: int, mode: str) -> np.
     rows = []
     for image in float_to_pil(pixels):
         resized = np.asarray(image.resize((width, height), resample), dtype=np.float32) / 255.0
+        rows.append((resized * 2.0 - 1.0).transpose(2, 0, 1))
+    return np.stack(rows).astype(np.float32)
+
+
+def model_resize_images(pixels: np.ndarray, width: int, height: int, upscaler: ModelUpscaler) -> np.ndarray:
+    """A1111's ``resize_image`` with an upscaler model: each 8-bit image upscaled by
+    ``max(width / w, height / h)`` (when above 1) as its upscalers do, then Lanczos to the exact
+    size -> the VAE's ``[N, 3, height, width]`` input in [-1, 1]."""
+    from PIL import Image
+
+    from sdkit.pipelines.imaging.images import float_to_pil
+
+    rows = []
+    for decoded in float_to_pil(pixels):
+        scale = max(width / decoded.width, height / decoded.height)
+        image = upscaler.upscale(decoded, scale) if scale > 1.0 else decoded
+        if image.size != (width, height):
+            image = image.resize((width, height), Image.Resampling.LANCZOS)
+        resized = np.asarray(image, dtype=np.float32) / 255.0
         rows.append((resized * 2.0 - 1.0).transpose(2, 0, 1))
     return np.stack(rows).astype(np.float32)
 

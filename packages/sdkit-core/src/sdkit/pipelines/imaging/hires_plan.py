@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
+from sdkit.families.upscalers import A1111_NAMES, UPSCALER_DIR_ENV, available_upscalers, find_upscaler
 
 F32 = NDArray[np.float32]
 LATENT_MODES = ("bilinear", "nearest", "nearest-exact")
@@ -46,16 +47,28 @@ UPSCALERS = {
 
 
 def upscaler(name: str) -> tuple[str, str]:
-    """``(kind, mode)`` of an A1111 upscaler name (case-insensitive), or an InputError listing them."""
+    """``(kind, mode)`` of an A1111 upscaler name (case-insensitive): a model-free one, or
+    ``("image", "model")`` for an ESRGAN / Real-ESRGAN file (a path, A1111's name such as
+    "R-ESRGAN 4x+", or a file stem, found in ``$SDKIT_UPSCALER_DIR``); an InputError listing them."""
     for known, value in UPSCALERS.items():
         if known.lower() == str(name).lower():
             return value
-    raise InputError(f"unknown hires upscaler {name!r}; use one of {', '.join(UPSCALERS)} (model-free)")
+    path = find_upscaler(str(name))
+    if path is not None and path.is_file():
+        return "image", "model"
+    models = ", ".join(sorted(available_upscalers())) or f"none in ${UPSCALER_DIR_ENV}"
+    raise InputError(
+        f"unknown hires upscaler {name!r}; use one of {', '.join(UPSCALERS)} (model-free), "
+        f"an upscaler .safetensors file or the name of one ({models})"
+    )
 
 
 def canonical_upscaler(name: str) -> str:
-    """The A1111 spelling of an upscaler name."""
+    """The A1111 spelling of an upscaler name (a model upscaler's name or path as given, A1111's
+    own names in their spelling)."""
     kind_mode = upscaler(name)
+    if kind_mode == ("image", "model"):
+        return next((known for known in A1111_NAMES if known.lower() == str(name).lower()), str(name))
     return next(known for known, value in UPSCALERS.items() if value == kind_mode)
 
 

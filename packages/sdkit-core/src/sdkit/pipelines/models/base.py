@@ -240,7 +240,10 @@ class Pipeline(AdapterMethods):
             assert encoder is not None  # plan_hires checked it for image upscalers
             return vae.encode(encoder, images, noise, 1, self.config, tile)
 
-        upscaled = upscale_latents(stage, latents, lambda x: self.decode(x, tile), encode)
+        decoder = self.components["vae_decoder"]  # an upscaler model runs where the VAE does
+        upscaled = upscale_latents(
+            stage, latents, lambda x: self.decode(x, tile), encode, (decoder.backend, decoder.device)
+        )
         start = noise.normal(upscaled.shape)
         first = np.asarray(second.scheduler.timesteps).reshape(-1)[:1]
         noised = np.asarray(second.scheduler.add_noise(upscaled, start, first), dtype=np.float32)

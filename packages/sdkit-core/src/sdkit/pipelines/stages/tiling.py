@@ -88,9 +88,11 @@ def tiled_map(
     *,
     ramp: str = "linear",
     align: int = 1,
+    component: str = "vae",
 ) -> F32:
     """``fn`` over overlapping spatial tiles of ``array`` ([N, C, H, W]), blended (module docstring).
-    ``tile`` and ``overlap`` are in input units; ``fn`` must scale height and width by one fixed ratio."""
+    ``tile`` and ``overlap`` are in input units; ``fn`` must scale height and width by one fixed ratio;
+    ``component`` names the model in the progress reports."""
     if ramp not in RAMPS:
         raise InputError(f"unknown blend ramp {ramp!r}; use one of {', '.join(RAMPS)}")
     x = np.asarray(array, dtype=np.float32)
@@ -105,7 +107,7 @@ def tiled_map(
         for x0 in xs:
             part = np.asarray(fn(x[:, :, y : y + tile, x0 : x0 + tile]), dtype=np.float64)
             done += 1
-            report("tile", "vae", index=done, total=len(ys) * len(xs))
+            report("tile", component, index=done, total=len(ys) * len(xs))
             th, tw = min(tile, height - y), min(tile, width - x0)
             if out is None:
                 sy, sx = _scale(th, part.shape[2], "height"), _scale(tw, part.shape[3], "width")

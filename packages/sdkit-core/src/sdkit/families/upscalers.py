@@ -1,0 +1,315 @@
+"""Upscaler files (ESRGAN / Real-ESRGAN RRDBNet, Real-ESRGAN Compact): architecture, key layout
+and configuration read from a ``.safetensors`` file's keys and shapes, as spandrel does.
+
+Two architectures, each on a shipped weightless graph (``graphs/esrgan_*``, ``graphs/compact_*``,
+exported from spandrel's modules by ``fixtures/upscalers/export_upscaler_graphs.py``):
+
+- **ESRGAN** (RRDBNet). Graph initializers use the old-arch names spandrel's ``RRDBNet`` holds
+  (``model.0.weight``, ``model.1.sub.<i>.RDB<j>.conv<k>.0.weight``, ``model.1.sub.<nb>.weight``,
+  ``model.<3u>.weight`` for the u-th upsampling conv, then the HR conv and the last conv). Three
+  layouts are read: that one (ESRGAN_4x and most community files), Real-ESRGAN's
+  (``conv_first``, ``body.<i>.rdb<j>.conv<k>``, ``conv_body``, ``conv_up<u>``, ``conv_hr``,
+  ``conv_last``) and BSRGAN's (``RRDB_trunk.<i>.RDB<j>.conv<k>``, ``trunk_conv``, ``upconv<u>``,
+  ``HRconv``). ``nf`` is ``model.0.weight``'s output channels, ``nb`` the number of RRDB blocks,
+  the network's scale ``2 ** upsampling convs``; input channels 12 (or 48) for 3 output
+  channels mean Real-ESRGAN's pixel-unshuffle by 2 (or 4): x2plus is the 4x network on the
+  unshuffled image.
+- **Compact** (SRVGGNetCompact): ``body.<i>.weight`` convs and PReLU slopes; ``num_feat`` from the
+  first conv, ``num_conv = (last index - 2) // 2``, the scale from the last conv's channels
+  (``3 * scale**2``).
+
+A checkpoint converted from a ``.pth`` may keep the training wrapper's prefix (``params_ema.``,
+``params.``, ``module.``): it is dropped. Only RGB models (3 channels in and out) are read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sdkit.errors import ModelFormatError
+from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
+from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
+from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
+
+ARCHITECTURES = ("esrgan", "compact")
+WRAPPER_PREFIXES = ("params_ema.", "params.", "module.")
+_RRDB_NEW = re.compile(r"^(?:body\.(\d+)\.rdb(\d)|RRDB_trunk\.(\d+)\.RDB(\d))\.conv(\d)\.(weight|bias)$")
+_UPCONV = re.compile(r"^(?:conv_up|upconv)(\d)\.(weight|bias)$")
+_OLD_BLOCK = re.compile(r"^model\.1\.sub\.(\d+)\.RDB1\.conv1\.0\.weight$")
+_MODEL_INDEX = re.compile(r"^model\.(\d+)\.")
+_BODY_INDEX = re.compile(r"^body\.(\d+)\.(weight|bias)$")
+
+
+def pth_refusal(name: str) -> str:
+    """Why an upscaler ``.pth`` is refused, and the one-line conversion (Real-ESRGAN's files keep
+    their weights under ``params_ema`` or ``params``)."""
+    stem = Path(name).stem
+    return (
+        f"{name}: pickled upscaler files are refused (unpickling can run code); convert it once with "
+        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
+        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
+        f"d = d.get('params_ema', d.get('params', d)); "
+        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
+    )
+
+
+@dataclass(frozen=True)
+class UpscalerConfig:
+    """What a file holds: ``arch`` (esrgan | compact), feature width ``nf``, ``depth`` (RRDB
+    blocks or Compact convs), the network's ``net_scale`` and Real-ESRGAN's pixel-unshuffle
+    factor (0: none); ``scale`` is the image's (``net_scale / shuffle``)."""
+
+    arch: str
+    nf: int
+    depth: int
+    net_scale: int
+    shuffle: int = 0
+
+    @property
+    def scale(self) -> int:
+        return self.net_scale // self.shuffle if self.shuffle else self.net_scale
+
+    @property
+    def graph_name(self) -> str:
+        if self.arch == "esrgan":
+            tail = f"_unshuffle{self.shuffle}" if self.shuffle else ""
+            return f"esrgan_nf{self.nf}_nb{self.depth}_x{self.net_scale}{tail}"
+        return f"compact_nf{self.nf}_nc{self.depth}_x{self.net_scale}"
+
+    @property
+    def multiple_of(self) -> int:
+        """The graph's height and width must be multiples of this (the unshuffle factor)."""
+        return self.shuffle or 1
+
+    def describe(self) -> str:
+        if self.arch == "esrgan":
+            extra = f", pixel-unshuffle {self.shuffle}" if self.shuffle else ""
+            return f"ESRGAN {self.scale}x (RRDBNet nf={self.nf}, nb={self.depth}{extra})"
+        return f"Real-ESRGAN Compact {self.scale}x (num_feat={self.nf}, num_conv={self.depth})"
+
+
+def _strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
+    """file key -> key without a training wrapper's prefix (when every key carries it)."""
+    keys = list(keys)
+    for prefix in WRAPPER_PREFIXES:
+        if keys and all(k.startswith(prefix) for k in keys):
+            return {k: k[len(prefix) :] for k in keys}
+    return {k: k for k in keys}
+
+
+def _new_esrgan_name(key: str, blocks: int, last_up: int) -> str | None:
+    """An old-arch name for a Real-ESRGAN or BSRGAN key (None: not an RRDBNet key)."""
+    if m := _RRDB_NEW.match(key):
+        block = m.group(1) or m.group(3)
+        rdb = m.group(2) or m.group(4)
+        return f"model.1.sub.{block}.RDB{rdb}.conv{m.group(5)}.0.{m.group(6)}"
+    if m := _UPCONV.match(key):
+        return f"model.{int(m.group(1)) * 3}.{m.group(2)}"
+    stem, _, kind = key.rpartition(".")
+    renames = {
+        "conv_first": "model.0",
+        "conv_body": f"model.1.sub.{blocks}",
+        "trunk_conv": f"model.1.sub.{blocks}",
+        "conv_hr": f"model.{last_up + 2}",
+        "HRconv": f"model.{last_up + 2}",
+        "conv_last": f"model.{last_up + 4}",
+    }
+    return f"{renames[stem]}.{kind}" if stem in renames and kind in ("weight", "bias") else None
+
+
+def _esrgan_layout(keys: Iterable[str]) -> str | None:
+    keys = set(keys)
+    if "model.0.weight" in keys and "model.1.sub.0.RDB1.conv1.0.weight" in keys:
+        return "esrgan"
+    if "model.0.weight" in keys and "model.1.sub.0.RDB1.conv1x1.weight" in keys:
+        raise ModelFormatError("ESRGAN+ files (RDB conv1x1 layers) are not supported yet")
+    if {"conv_first.weight", "body.0.rdb1.conv1.weight", "conv_body.weight", "conv_last.weight"} <= keys:
+        return "real-esrgan"
+    if {"conv_first.weight", "RRDB_trunk.0.RDB1.conv1.weight", "trunk_conv.weight", "conv_last.weight"} <= keys:
+        return "bsrgan"
+    return None
+
+
+def canonical_names(keys: Iterable[str]) -> tuple[str, str, dict[str, str]]:
+    """``(architecture, layout, {file key: graph initializer name})`` of an upscaler file's keys,
+    or a ModelFormatError naming what is known."""
+    stripped = _strip_wrapper(keys)
+    names = set(stripped.values())
+    layout = _esrgan_layout(names)
+    if layout == "esrgan":
+        return "esrgan", layout, stripped
+    if layout is not None:
+        blocks = 1 + max(int(m.group(1) or m.group(3)) for k in names if (m := _RRDB_NEW.match(k)))
+        ups = [int(m.group(1)) * 3 for k in names if (m := _UPCONV.match(k))]
+        last_up = max(ups, default=0)
+        mapping: dict[str, str] = {}
+        for file_key, key in stripped.items():
+            name = _new_esrgan_name(key, blocks, last_up)
+            if name is None:
+                raise ModelFormatError(f"{layout} upscaler file: unexpected tensor {file_key!r}")
+            mapping[file_key] = name
+        return "esrgan", layout, mapping
+    if {"body.0.weight", "body.1.weight"} <= names and all(_BODY_INDEX.match(k) for k in names):
+        return "compact", "compact", stripped
+    raise ModelFormatError(
+        "not an upscaler file sdkit reads: ESRGAN (model.0.weight + model.1.sub.0.RDB1...), "
+        "Real-ESRGAN (conv_first + body.0.rdb1...), BSRGAN (RRDB_trunk...) or Real-ESRGAN "
+        f"Compact (body.0.weight, body.1.weight) keys expected; found {', '.join(sorted(names)[:4])}..."
+    )
+
+
+def _esrgan_config(shapes: Mapping[str, tuple[int, ...]]) -> UpscalerConfig:
+    first = shapes["model.0.weight"]
+    indices = [int(m.group(1)) for k in shapes if (m := _MODEL_INDEX.match(k))]
+    seq_len = max(indices) + 1
+    net_scale = 2 ** ((seq_len - 5) // 3)
+    blocks = [int(m.group(1)) for k in shapes if (m := _OLD_BLOCK.match(k))]
+    in_nc, out_nc = first[1], shapes[f"model.{seq_len - 1}.weight"][0]
+    shuffle = 0
+    if out_nc == 3 and in_nc in (12, 48):
+        shuffle = math.isqrt(in_nc // out_nc)
+    elif in_nc != 3 or out_nc != 3:
+        raise ModelFormatError(f"ESRGAN with {in_nc} input / {out_nc} output channels: only RGB models are read")
+    if (seq_len - 5) % 3 or not blocks:
+        raise ModelFormatError(f"ESRGAN file with an unexpected layer sequence ({seq_len} top-level layers)")
+    return UpscalerConfig("esrgan", first[0], max(blocks) + 1, net_scale, shuffle)
+
+
+def _compact_config(shapes: Mapping[str, tuple[int, ...]]) -> UpscalerConfig:
+    highest = max(int(m.group(1)) for k in shapes if (m := _BODY_INDEX.match(k)))
+    first = shapes["body.0.weight"]
+    last = shapes[f"body.{highest}.bias"][0]
+    scale = math.isqrt(last // 3) if last % 3 == 0 else 0
+    if first[1] != 3 or scale * scale * 3 != last:
+        raise ModelFormatError(
+            f"Real-ESRGAN Compact with {first[1]} input channels and a last conv of {last}: only RGB models are read"
+        )
+    return UpscalerConfig("compact", first[0], (highest - 2) // 2, scale)
+
+
+def detect_config(shapes: Mapping[str, tuple[int, ...]]) -> UpscalerConfig:
+    """The configuration of an upscaler from its tensors under graph names."""
+    arch = "esrgan" if "model.0.weight" in shapes else "compact"
+    try:
+        return _esrgan_config(shapes) if arch == "esrgan" else _compact_config(shapes)
+    except (KeyError, ValueError, IndexError) as exc:
+        raise ModelFormatError(f"an {arch} upscaler file with missing or odd tensors ({exc})") from None
+
+
+def upscaler_graph_names() -> list[str]:
+    """The shipped upscaler graphs (``esrgan_...``, ``compact_...``)."""
+    found = set()
+    for path in graphs_dir().iterdir():
+        for suffix in SUFFIXES:
+            if path.name.endswith(suffix) and path.name.startswith(("esrgan_", "compact_")):
+                found.add(path.name.removesuffix(suffix))
+    return sorted(found)
+
+
+def find_graph(config: UpscalerConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
+    """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
+    for folder in [*folders, graphs_dir()]:
+        for suffix in SUFFIXES:
+            path = Path(folder) / f"{config.graph_name}{suffix}"
+            if path.is_file():
+                return load_graph(path)
+    raise ModelFormatError(
+        f"no graph for {config.describe()}; sdkit ships {', '.join(upscaler_graph_names())} "
+        f"(fixtures/upscalers/export_upscaler_graphs.py exports others as {config.graph_name}.onnx.gz)"
+    )
+
+
+class UpscalerFile:
+    """An upscaler ``.safetensors`` file: its architecture, layout and configuration now, its
+    weights (under the graph's names, float32) on ``weights()``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.suffix.lower() in (*PICKLED_SUFFIXES, ".pth"):
+            raise ModelFormatError(pth_refusal(self.path.name))
+        if not self.path.is_file():
+            raise ModelFormatError(f"upscaler file not found: {self.path}")
+        self.file = SafetensorsFile(self.path)
+        try:
+            self.arch, self.layout, self.names = canonical_names(self.file.entries)
+        except ModelFormatError as exc:
+            raise ModelFormatError(f"{self.path.name}: {exc}") from None
+        self.shapes = {self.names[k]: e.shape for k, e in self.file.entries.items()}
+        self.config = detect_config(self.shapes)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def entries(self) -> dict[str, TensorEntry]:
+        """Graph name -> the file's tensor entry."""
+        return {self.names[k]: e for k, e in self.file.entries.items()}
+
+    def weights(self, graph: Graph) -> WeightSet:
+        """The file's tensors as float32 under ``graph``'s initializer names, checked complete:
+        every initializer present with its shape, no tensor left over."""
+        specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
+        entries = self.entries()
+        missing = sorted(set(specs) - set(entries))
+        extra = sorted(set(entries) - set(specs))
+        wrong = sorted(k for k in specs if k in entries and entries[k].shape != specs[k])
+        if missing or extra or wrong:
+            raise ModelFormatError(
+                f"{self.path.name} does not fit the {self.config.describe()} graph: missing {missing[:3]}, "
+                f"unexpected {extra[:3]}, wrong shape {wrong[:3]}"
+            )
+        return WeightSet({name: self.file.read(entry, np.float32) for name, entry in entries.items()})
+
+    def close(self) -> None:
+        self.file.close()
+
+
+# A1111's names for its Real-ESRGAN and ESRGAN models -> the file stem it downloads them as
+# (``modules/realesrgan_model.py``, ``modules/esrgan_model.py``); other files are named by stem.
+A1111_NAMES = {
+    "R-ESRGAN 4x+": "RealESRGAN_x4plus",
+    "R-ESRGAN 4x+ Anime6B": "RealESRGAN_x4plus_anime_6B",
+    "R-ESRGAN 2x+": "RealESRGAN_x2plus",
+    "R-ESRGAN General 4xV3": "realesr-general-x4v3",
+    "R-ESRGAN General WDN 4xV3": "realesr-general-wdn-x4v3",
+    "R-ESRGAN AnimeVideo": "realesr-animevideov3",
+    "ESRGAN_4x": "ESRGAN_4x",
+}
+UPSCALER_DIR_ENV = "SDKIT_UPSCALER_DIR"
+
+
+def upscaler_folders(folders: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """``folders``, then those of ``$SDKIT_UPSCALER_DIR`` (``os.pathsep``-separated)."""
+    env = [p for p in os.environ.get(UPSCALER_DIR_ENV, "").split(os.pathsep) if p]
+    return [Path(f) for f in [*folders, *env]]
+
+
+def available_upscalers(folders: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Path]:
+    """Name -> file of each ``.safetensors`` upscaler in the folders: A1111's name where the
+    stem is one A1111 downloads, else the stem. Files are not opened here."""
+    by_stem = {stem.lower(): name for name, stem in A1111_NAMES.items()}
+    found: dict[str, Path] = {}
+    for folder in upscaler_folders(folders):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.safetensors")):
+                found.setdefault(by_stem.get(path.stem.lower(), path.stem), path)
+    return found
+
+
+def find_upscaler(name: str, folders: Iterable[str | os.PathLike[str]] = ()) -> Path | None:
+    """The file of an upscaler given by A1111's name, a file stem in the folders, or a path."""
+    text = str(name)
+    if text.lower().endswith((".safetensors", *PICKLED_SUFFIXES)) or os.sep in text:
+        return Path(text)
+    known = available_upscalers(folders)
+    for key, path in known.items():
+        if key.lower() == text.lower() or path.stem.lower() == text.lower():
+            return path
+    return None
