@@ -58,7 +58,8 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("SDKIT_UPSCALER_DIR", str(folder))
     monkeypatch.setenv("SDKIT_ISOLATE", "0")  # a child process per compile: not needed here
     engine = Engine(ServerConfig(models=(tmp_path,), backend="reference"))
-    with TestClient(create_app(engine)) as test_client:
+    # a loopback Host: the server refuses other names when it has no API key (DNS rebinding)
+    with TestClient(create_app(engine), base_url="http://127.0.0.1") as test_client:
         yield test_client
     engine.close()
 
