@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,19 +12,20 @@ from sdkit.errors import InputError, UnknownSchedulerError
 from sdkit_serve.a1111 import (
     IGNORED,
     Img2ImgRequest,
-    Lora,
+    Inputs,
     Txt2ImgRequest,
     build_info,
     echo_parameters,
+    extra_networks,
     ignored_fields,
-    parse_extra_networks,
     plan_generation,
 )
 from sdkit_serve.config import Limits
+from sdkit_serve.extra_networks import Folders
 
 
-def plan(payload: dict[str, Any], **kwargs: Any) -> Any:
-    return plan_generation(Txt2ImgRequest(**payload), Limits(), **kwargs)
+def plan(payload: dict[str, Any], inputs: Inputs | None = None) -> Any:
+    return plan_generation(Txt2ImgRequest(**payload), Limits(), inputs)
 
 
 def test_honoured_fields_become_generate_arguments() -> None:
@@ -71,10 +73,9 @@ def test_a1111_defaults() -> None:
 def test_img2img_mapping() -> None:
     image = Image.new("RGB", (64, 64))
     payload = Img2ImgRequest(init_images=["a", "b"], denoising_strength=0.4, mask="m", resize_mode=1)
-    result = plan_generation(payload, Limits(), init_image=image)
+    result = plan_generation(payload, Limits(), Inputs(init_image=image))  # no decoded mask: plain img2img
     assert result.generate["init_image"] is image and result.generate["strength"] == 0.4
-    assert set(result.ignored) == {"init_images", "mask", "resize_mode"}
-    assert "inpainting" in result.ignored["mask"]
+    assert set(result.ignored) == {"init_images", "resize_mode"}
     echoed = echo_parameters(payload)
     assert echoed["init_images"] is None and echoed["mask"] is None
     assert echo_parameters(payload.model_copy(update={"include_init_images": True}))["init_images"] == ["a", "b"]
@@ -84,14 +85,13 @@ def test_img2img_mapping() -> None:
     ("payload", "expected"),
     [
         ({"enable_hr": False, "hr_scale": 2, "hr_upscaler": "Latent", "denoising_strength": 0.7}, set()),
-        ({"enable_hr": True}, {"enable_hr"}),
+        ({"enable_hr": True, "hr_sampler_name": "Heun"}, set()),  # reported by the hires mapping
         ({"restore_faces": False, "tiling": 0, "styles": [], "subseed": -1, "eta": None, "s_noise": 1.0}, set()),
         (
             {"restore_faces": True, "styles": ["cinematic"], "subseed_strength": 0.3},
             {"restore_faces", "styles", "subseed_strength"},
         ),
-        ({"s_noise": True}, {"s_noise"}),  # a bool is not taken for 1
-        ({"override_settings": {"CLIP_stop_at_last_layers": 2}}, {"override_settings"}),
+        ({"tiling": 1}, {"tiling"}),  # a number is not taken for False
         ({"save_images": True, "do_not_save_grid": True}, {"save_images"}),
         ({"my_extension": 1}, {"my_extension"}),
     ],
@@ -104,21 +104,49 @@ def test_ignored_fields_are_reported_only_when_they_ask_for_something(
 
 def test_every_ignored_field_has_a_reason() -> None:
     assert all(reason for _, reason in IGNORED.values())
-    assert not set(IGNORED) & set(Txt2ImgRequest.model_fields) - {"denoising_strength", "mask", "resize_mode"}
+    assert not set(IGNORED) & set(Img2ImgRequest.model_fields) - {"denoising_strength", "resize_mode"}
 
 
-def test_lora_prompt_syntax() -> None:
-    prompt, loras, others = parse_extra_networks(
-        "a cat <lora:film_grain:0.6>, <lora:detail> <hypernet:h:1> <lyco:x:0.5:0.2>"
+def test_extra_network_tags(tmp_path: Path) -> None:
+    prompt, tags, others = extra_networks(
+        "a cat <lora:film_grain:0.6>, <lora:detail> <hypernet:h:1> <x:y> <lyco:x:0.5>"
     )
-    assert prompt == "a cat ,   "
-    assert loras == [Lora("film_grain", 0.6), Lora("detail", 1.0), Lora("x", 0.5)]
-    assert others == ["<hypernet:h:1>"]
-    with pytest.raises(InputError, match="weight must be a number"):
-        parse_extra_networks("<lora:a:strong>")
-    result = plan({"prompt": "x <lora:a:0.5>", "negative_prompt": "<lora:b:-1>"}, known_loras={"a"})
-    assert result.generate["prompt"] == "x " and result.generate["negative_prompt"] == ""
-    assert "not supported" in result.ignored["<lora:a:0.5>"] and "no LoRA named 'b'" in result.ignored["<lora:b:-1>"]
+    assert prompt == "a cat <lora:film_grain:0.6>, <lora:detail> <hypernet:h:1>  <lyco:x:0.5>"  # unknown kinds removed
+    assert [t.kind for t in tags] == ["lora", "lora", "hypernet", "x", "lyco"]
+    assert others == ["<hypernet:h:1>", "<x:y>"]
+    (tmp_path / "a.safetensors").write_bytes(b"")
+    inputs = Inputs(folders=Folders(lora_dir=tmp_path))
+    result = plan({"prompt": "x <lora:a:0.5>", "negative_prompt": "<lora:b:-1>"}, inputs=inputs)
+    assert result.generate["prompt"] == "x <lora:a:0.5>" and result.loras == [(tmp_path / "a.safetensors", 0.5)]
+    assert "from the prompt" in result.ignored["negative prompt <lora:b:-1>"]
+    assert plan({"prompt": "<lora:a>", "disable_extra_networks": True}, inputs=inputs).loras == []
+    with pytest.raises(InputError, match="no LoRA folder"):
+        plan({"prompt": "<lora:a:1>"})
+
+
+@pytest.mark.parametrize(
+    ("tag", "message"),
+    [
+        ("<lora:a:strong>", "the strength must be a number"),
+        ("<lora:a:nan>", "finite"),
+        ("<lora:a:inf>", "finite"),
+        ("<lora:a:-Infinity>", "finite"),
+        ("<lora:../outside:1>", "no ../outside.safetensors"),
+        ("<lora:/etc/outside:1>", "no /etc/outside.safetensors"),
+        ("<lora:linked:1>", "no linked.safetensors"),
+        ("<lora:*:1>", r"no \*.safetensors"),
+    ],
+)
+def test_lora_tags_stay_in_their_folder_and_finite(tmp_path: Path, tag: str, message: str) -> None:
+    """Issue 30 item 5: a tag is a file of --lora-dir (no ../, absolute path, link out or glob)
+    with a finite strength, or a 400."""
+    folder = tmp_path / "loras"
+    folder.mkdir()
+    (folder / "a.safetensors").write_bytes(b"")
+    (tmp_path / "outside.safetensors").write_bytes(b"")
+    (folder / "linked.safetensors").symlink_to(tmp_path / "outside.safetensors")
+    with pytest.raises(InputError, match=message):
+        plan({"prompt": f"x {tag}"}, inputs=Inputs(folders=Folders(lora_dir=folder)))
 
 
 def test_limits_and_names_fail_before_queueing() -> None:
@@ -135,20 +163,23 @@ def test_limits_and_names_fail_before_queueing() -> None:
         plan({"sampler_name": "Eulr"})
     with pytest.raises(InputError, match="strength"):
         plan_generation(
-            Img2ImgRequest(init_images=["x"], denoising_strength=0), Limits(), init_image=Image.new("RGB", (8, 8))
+            Img2ImgRequest(init_images=["x"], denoising_strength=0),
+            Limits(),
+            Inputs(init_image=Image.new("RGB", (8, 8))),
         )
 
 
 def test_info_is_a1111_shaped() -> None:
     from sdkit.pipelines import GenerationParameters
 
-    result = plan({"prompt": "p <lora:a:1>", "seed": 9, "batch_size": 2, "enable_hr": True})
+    result = plan({"prompt": "p <hypernet:a:1>", "seed": 9, "batch_size": 2, "restore_faces": True})
+    result.loras = [(Path("styles/a.safetensors"), 0.5)]
     params = [GenerationParameters("p ", "", 50, "euler", "normal", 7.0, 9 + i, 64, 64, "m") for i in range(2)]
     info = build_info(result, params, "m", worker="host:1")
     assert info["all_seeds"] == [9, 10] and info["seed"] == 9 and info["sd_model_name"] == "m"
     assert info["infotexts"][1].endswith("Seed: 10, Size: 64x64, Model: m, Software: sdkit")
-    assert set(info["ignored"]) == {"enable_hr", "<lora:a:1>"} and info["interrupted"] is False
-    assert info["loras"] == [{"name": "a", "weight": 1.0, "applied": False}]
+    assert set(info["ignored"]) == {"restore_faces", "prompt <hypernet:a:1>"} and info["interrupted"] is False
+    assert info["loras"] == [{"name": "a", "weight": 0.5, "applied": True}]
 
 
 def test_scheduler_labels_and_names() -> None:

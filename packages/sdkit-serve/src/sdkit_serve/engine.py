@@ -18,6 +18,7 @@ from typing import Any
 from sdkit.errors import InputError, did_you_mean
 from sdkit_serve.a1111 import GenerationPlan
 from sdkit_serve.config import ServerConfig, model_name
+from sdkit_serve.extra_networks import Folders, controlnet_folders, list_loras, load_embeddings
 from sdkit_serve.images import encode_png
 from sdkit_serve.jobs import Job, JobCancelled, JobQueue
 from sdkit_serve.preview import PreviewDecoder
@@ -43,6 +44,9 @@ class Engine:
         self.models: dict[str, Path] = {model_name(p): Path(p).absolute() for p in config.models}
         self.model = next(iter(self.models))
         self.pipeline: Any = None
+        self.embeddings: dict[str, dict[str, Any]] = {"loaded": {}, "skipped": {}}  # A1111's answer
+        self._loras: list[tuple[Path, float]] = []  # set on the pipeline now
+        self._controlnets: dict[str, Path] = {}
         self.queue = JobQueue(config.queue_size)
         self.preview: PreviewDecoder | None = None
         # Tells Ray Serve replicas apart in `info`; random rather than host:pid, so a public server
@@ -80,6 +84,8 @@ class Engine:
             **served_options(self.config.options),
         )
         self.model = name
+        self._loras, self._controlnets = [], {}
+        self.embeddings = load_embeddings(self.pipeline, self.config.embeddings_dir)
 
     # -- models and LoRAs ------------------------------------------------------------------
 
@@ -93,10 +99,28 @@ class Engine:
         raise InputError(f"unknown model {title!r}{did_you_mean(text, self.models)}; models: {', '.join(self.models)}")
 
     def lora_files(self) -> dict[str, Path]:
-        """LoRA name -> file in ``--lora-dir`` (none without one)."""
-        if self.config.lora_dir is None:
-            return {}
-        return {p.stem: p for p in sorted(Path(self.config.lora_dir).rglob("*.safetensors"))}
+        """LoRA name -> file in ``--lora-dir`` (none without one), read afresh on each call
+        (``/sdapi/v1/refresh-loras`` has nothing to cache)."""
+        return list_loras(self.config.lora_dir)
+
+    @property
+    def folders(self) -> Folders:
+        return Folders(self.config.lora_dir, self.config.controlnet_dir)
+
+    def controlnets(self) -> dict[str, Path]:
+        return controlnet_folders(self.config.controlnet_dir)
+
+    def _use_adapters(self, plan: GenerationPlan) -> None:
+        """Set the plan's LoRAs and load its ControlNets, where they differ from the pipeline's
+        now (a request without LoRAs after one with them gets the base weights back). Both calls
+        change nothing when they fail (a LoRA of another family, a ControlNet that does not load)."""
+        if plan.loras != self._loras:
+            self.pipeline.set_loras(plan.loras)
+            self._loras = list(plan.loras)
+        if plan.controlnets and any(self._controlnets.get(n) != p for n, p in plan.controlnets.items()):
+            wanted = {**self._controlnets, **plan.controlnets}
+            self.pipeline.set_controlnets(wanted)
+            self._controlnets = wanted
 
     # -- work run on the queue's thread -----------------------------------------------------
 
@@ -106,6 +130,7 @@ class Engine:
         pipe = self.pipeline
         images: list[Any] = []
         job.batch_count = plan.n_iter
+        self._use_adapters(plan)
         interrupted = False
         for iteration in range(plan.n_iter):
             job.batch_no, job.step = iteration, 0

@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -118,7 +118,9 @@ class GenerationRequest:
     one when none is given). width, height: multiples of 8, None for the model's default (img2img:
     the init image's size rounded down to a multiple of 8). steps, guidance_scale (CFG when > 1).
     sampler, schedule: canonical names (``create`` resolves "DPM++ 2M Karras" to ("dpmpp_2m",
-    "karras")). init_image: RGB PIL image (``create`` opens a path or an array) or None for txt2img;
+    "karras")). sampler_options: the sampler's own settings (``eta`` for DDIM, ``s_noise``
+    for the ancestral and SDE samplers: ``Scheduler.option_defaults``; another is an OptionError).
+    init_image: RGB PIL image (``create`` opens a path or an array) or None for txt2img;
     strength in (0, 1] for img2img. num_images. latents: replaces the initial noise draw (float32
     ``[num_images, channels, height/f, width/f]``). callback(step, total, latents) after each step.
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
@@ -144,6 +146,7 @@ class GenerationRequest:
     guidance_scale: float = 7.5
     sampler: str = "euler_a"
     schedule: str = "normal"
+    sampler_options: Mapping[str, float] = field(default_factory=dict)
     init_image: Image.Image | None = None
     strength: float = 0.8
     mask: np.ndarray | None = None
@@ -250,7 +253,23 @@ def _sampler_fields(values: dict[str, Any]) -> dict[str, str]:
         raise OptionError(
             f"sampler {sampler!r} does not support schedule {schedule!r}; use one of {', '.join(supported)}"
         )
-    return {"sampler": sampler, "schedule": schedule}
+    out: dict[str, Any] = {"sampler": sampler, "schedule": schedule}
+    if values.get("sampler_options"):
+        out["sampler_options"] = _sampler_options(sampler, values["sampler_options"], cls)
+    return out
+
+
+def _sampler_options(sampler: str, given: Any, cls: Any) -> dict[str, float]:
+    """The sampler options a request gives, each one the sampler takes, as a finite float."""
+    if not isinstance(given, Mapping):
+        raise InputError(f"sampler_options must be a mapping of option names to numbers, not {type(given).__name__}")
+    takes = dict(getattr(cls, "option_defaults", {}))
+    options: dict[str, float] = {}
+    for key, value in given.items():
+        if key not in takes:
+            raise OptionError(f"sampler {sampler!r} has no option {key!r} (its options: {', '.join(takes) or 'none'})")
+        options[str(key)] = as_float(value, f"sampler option {key}")
+    return options
 
 
 def _img2img_fields(values: dict[str, Any]) -> dict[str, Any]:

@@ -352,6 +352,7 @@ class Pipeline(AdapterMethods):
             schedule=request.schedule,
             config=config,
             prediction_type=self.config.prediction_type,
+            **request.sampler_options,
         )
         return scheduler
 
