@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -22,6 +23,7 @@ from sdkit_serve.a1111 import (
 )
 from sdkit_serve.config import Limits
 from sdkit_serve.extra_networks import Folders
+from sdkit_serve.images import decode_image
 
 
 def plan(payload: dict[str, Any], inputs: Inputs | None = None) -> Any:
@@ -190,3 +192,100 @@ def test_scheduler_labels_and_names() -> None:
     assert schedule_name("Polyexponential") == "Polyexponential"  # sdkit says what it knows
     for item in schedulers()[1:]:
         assert plan({"scheduler": item.label, "steps": 4}).generate["schedule"] == item.name
+
+
+def test_inpainting_fields() -> None:
+    image = Image.new("RGB", (64, 48))
+    mask = Image.new("RGB", (64, 48))
+    mask.paste((255, 255, 255), (8, 8, 24, 24))
+    payload = Img2ImgRequest(init_images=["x"], mask="m", mask_blur=3, inpainting_fill=1, inpainting_mask_invert=1)
+    result = plan_generation(payload, Limits(), Inputs(init_image=image, mask=mask))
+    generate = result.generate
+    assert generate["mask"].dtype == np.uint8 and generate["mask"].shape == (48, 64)
+    assert generate["mask"][0, 0] == 255 and generate["mask"][10, 10] == 0  # inverted: black repaints
+    assert (generate["mask_blur"], generate["inpaint_full_res"], generate["inpaint_full_res_padding"]) == (3, True, 0)
+    assert generate["paste_back"] is True and result.ignored == {}
+    defaults = plan_generation(Img2ImgRequest(init_images=["x"], mask="m"), Limits(), Inputs(image, mask))
+    assert defaults.generate["mask_blur"] == 4  # A1111's mask_blur_x/y
+    assert "masked content 'fill' is not supported" in defaults.ignored["inpainting_fill"]
+    uneven = Img2ImgRequest(init_images=["x"], mask="m", mask_blur_x=2, mask_blur_y=5, inpainting_fill=1)
+    assert "mask_blur_x (2) is used" in plan_generation(uneven, Limits(), Inputs(image, mask)).ignored["mask_blur_y"]
+
+
+def test_hires_fields() -> None:
+    result = plan(
+        {
+            "enable_hr": True,
+            "hr_scale": 1.5,
+            "hr_upscaler": "Latent (nearest)",
+            "hr_second_pass_steps": 3,
+            "denoising_strength": 0.5,
+            "hr_sampler_name": "Euler a",
+            "hr_prompt": "",
+            "hr_cfg": 7.0,
+            "sampler_name": "euler_a",
+        }
+    )
+    assert {k: result.generate[k] for k in ("enable_hr", "hr_scale", "hr_upscaler", "denoising_strength")} == {
+        "enable_hr": True,
+        "hr_scale": 1.5,
+        "hr_upscaler": "Latent (nearest)",
+        "denoising_strength": 0.5,
+    }
+    assert result.generate["hr_second_pass_steps"] == 3 and result.ignored == {}  # "same as the first pass"
+    other = plan({"enable_hr": True, "hr_sampler_name": "Heun", "hr_prompt": "another", "hr_cfg": 3})
+    assert set(other.ignored) == {"hr_sampler_name", "hr_prompt", "hr_cfg"}
+    assert plan({"enable_hr": True}).generate["hr_upscaler"] == "Latent"  # A1111's default
+    with pytest.raises(InputError, match="unknown hires upscaler 'R-ESRGAN 4x\\+'"):
+        plan({"enable_hr": True, "hr_upscaler": "R-ESRGAN 4x+"})
+    assert "enable_hr" not in plan({"hr_scale": 3, "hr_upscaler": "x"}).generate  # off: the fields do nothing
+
+
+def test_sampler_options() -> None:
+    assert plan({"sampler_name": "DDIM", "eta": 0.3}).generate["sampler_options"] == {"eta": 0.3}
+    assert plan({"sampler_name": "Euler a", "s_noise": 0.9}).generate["sampler_options"] == {"s_noise": 0.9}
+    assert plan({"sampler_name": "Euler", "eta": 0.3, "s_noise": 0.5}).ignored == {}  # deterministic: as A1111
+    assert "no eta option" in plan({"sampler_name": "Euler a", "eta": 0.5}).ignored["eta"]
+    assert plan({"sampler_name": "Euler a", "eta": 1.0}).ignored == {}  # A1111's ancestral eta
+
+
+def test_controlnet_units(tmp_path: Path) -> None:
+    import base64
+    import io
+
+    for name in ("canny_a", "depth_b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.onnx").write_bytes(b"")
+        (tmp_path / name / "config.json").write_text("{}")
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(buffer, format="PNG")
+    picture = base64.b64encode(buffer.getvalue()).decode()
+    unit = {"image": picture, "model": "canny_a [abc123]", "module": "canny", "weight": 0.7, "guidance_end": 0.5}
+    unit |= {"threshold_a": 50, "threshold_b": 150, "resize_mode": "Just Resize", "control_mode": 0}
+    disabled = {"enabled": False, "model": "depth_b", "image": picture}
+    scripts = {"controlnet": {"args": [unit, disabled, {"model": "None"}]}, "adetailer": {"args": []}}
+    inputs = Inputs(
+        folders=Folders(controlnet_dir=tmp_path), decode=lambda text, what: decode_image(text, what, Limits())
+    )
+    result = plan({"alwayson_scripts": scripts, "width": 64, "height": 64}, inputs=inputs)
+    [control] = result.generate["control"]
+    assert (control["model"], control["scale"], control["start"], control["end"]) == ("canny_a", 0.7, 0.0, 0.5)
+    assert control["preprocessor"] == "canny" and control["preprocessor_params"] == {
+        "low_threshold": 50,
+        "high_threshold": 150,
+    }
+    assert result.controlnets == {"canny_a": tmp_path / "canny_a"}
+    assert set(result.ignored) == {"alwayson_scripts.adetailer", "alwayson_scripts.controlnet.args[2]"}
+    unit |= {"resize_mode": "Crop and Resize", "control_mode": "My prompt is more important"}
+    square = plan({"alwayson_scripts": {"controlnet": {"args": [unit]}}, "width": 64, "height": 64}, inputs=inputs)
+    assert set(square.ignored) == {"alwayson_scripts.controlnet.args[0].control_mode"}  # same aspect: same image
+    wide = plan({"alwayson_scripts": {"controlnet": {"args": [unit]}}, "width": 64, "height": 32}, inputs=inputs)
+    assert "alwayson_scripts.controlnet.args[0].resize_mode" in wide.ignored
+    for bad, message in (
+        ({**unit, "model": "../canny_a"}, "not a path"),
+        ({**unit, "model": "canny_c"}, "unknown ControlNet model 'canny_c'"),
+        ({**unit, "module": "openpose"}, "unknown ControlNet module"),
+        ({**unit, "image": None}, "txt2img needs one"),
+    ):
+        with pytest.raises(InputError, match=message):
+            plan({"alwayson_scripts": {"controlnet": {"args": [bad]}}}, inputs=inputs)

@@ -58,7 +58,8 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "script_args": (_OFF, "A1111 scripts are not supported"),
     "save_images": ((None, False), "the server never saves images; they are in the response"),
     "firstpass_image": (_OFF, "a hires fix from a given first-pass image is not supported"),
-    "image_cfg_scale": ((None,), "image CFG (instruct-pix2pix) is not supported"),
+    # image CFG acts only on instruct-pix2pix models, which sdkit does not load: no effect here
+    "image_cfg_scale": (ANY, "has no effect here"),
     "initial_noise_multiplier": ((None, 1, 1.0), "the noise multiplier is fixed at 1"),
     "latent_mask": (_OFF, "a separate latent mask is not supported; the mask is used for both"),
     "mask_round": ((None, True), "the mask is always rounded (binarised at 128), as A1111's default"),

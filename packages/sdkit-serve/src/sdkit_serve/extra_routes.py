@@ -24,6 +24,7 @@ class DetectRequest(BaseModel):
 
     controlnet_module: str = "none"
     controlnet_input_images: list[str] = Field(default_factory=list, max_length=16)
+    controlnet_images: list[str] = Field(default_factory=list, max_length=16, description="webuiapi's name")
     controlnet_processor_res: int = 512
     controlnet_threshold_a: float = -1
     controlnet_threshold_b: float = -1
@@ -68,7 +69,8 @@ def add_controlnet_routes(router: APIRouter, engine: Engine) -> None:
     @router.post("/controlnet/detect", tags=["controlnet"])
     async def detect(request: DetectRequest) -> dict[str, Any]:
         """Run ``controlnet_module`` on each image (thresholds as the extension's sliders)."""
-        if not request.controlnet_input_images:
+        images = request.controlnet_input_images or request.controlnet_images
+        if not images:
             raise InputError("controlnet_input_images is empty: give at least one base64 image")
         name, params = preprocessor_of(
             request.controlnet_module, request.controlnet_threshold_a, request.controlnet_threshold_b
@@ -80,7 +82,7 @@ def add_controlnet_routes(router: APIRouter, engine: Engine) -> None:
             from sdkit.pipelines.imaging.controlnet_preprocessors import preprocess
 
             out = []
-            for index, text in enumerate(request.controlnet_input_images):
+            for index, text in enumerate(images):
                 image = np.asarray(decode_image(text, f"controlnet_input_images[{index}]", limits))
                 result = preprocess(name, image, **params) if name is not None else image
                 out.append(encode_png(Image.fromarray(result)))
