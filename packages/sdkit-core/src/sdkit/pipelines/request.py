@@ -126,7 +126,9 @@ class GenerationRequest:
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    ``sdkit.pipelines.text.text_encoding``). clip_skip: A1111's "Clip skip" (``CLIP_stop_at_last_layers``):
+    1 the text encoder's last layer, 2 the one before it... (``text_encoding.with_skipped_layers``).
+    vae_tiling: VAE decode and encode in overlapping tiles of
     vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
     (``sdkit.pipelines.stages.vae``): large images in bounded memory.
 
@@ -160,6 +162,7 @@ class GenerationRequest:
     callback: StepCallback | None = None
     output_type: str = "pil"
     prompt_weighting: str = "none"
+    clip_skip: int = 1
     vae_tiling: bool = False
     vae_tile_size: int = 512
     enable_hr: bool = False
@@ -214,6 +217,8 @@ class GenerationRequest:
             raise InputError(f"callback must be callable, got {type(callback).__name__}")
         if "output_type" in values and values["output_type"] not in OUTPUT_TYPES:
             raise InputError(f"output_type must be 'pil' or 'np', not {values['output_type']!r}")
+        if "clip_skip" in values:
+            out["clip_skip"] = as_int(values["clip_skip"], "clip_skip", 1)
         if "prompt_weighting" in values and values["prompt_weighting"] not in PROMPT_WEIGHTINGS:
             raise InputError(
                 f"prompt_weighting must be one of {', '.join(PROMPT_WEIGHTINGS)}, not {values['prompt_weighting']!r}"
