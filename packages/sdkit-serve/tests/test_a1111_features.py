@@ -215,3 +215,14 @@ def test_eta_equals_sampler_options(feature_server: ServerProcess, sd15: Any) ->
     expected = sd15.generate("a cat", sampler_options={"eta": 0.5}, **settings)[0]
     assert same(served, expected)
     assert not same(served, sd15.generate("a cat", **settings)[0])  # eta 0: another image
+
+
+def test_clip_skip_override_equals_the_pipeline(feature_server: ServerProcess, sd15: Any) -> None:
+    api = client_of(feature_server)
+    served = api.txt2img(
+        prompt="a cat", sampler_name="Euler", override_settings={"CLIP_stop_at_last_layers": 2}, **BASE
+    )
+    assert served.info["ignored"] == {}
+    expected = sd15.generate("a cat", clip_skip=2, **SETTINGS)[0]
+    assert same(served.image, expected) and "Clip skip: 2" in served.image.info["parameters"]
+    assert not same(served.image, sd15.generate("a cat", **SETTINGS)[0])
