@@ -220,7 +220,7 @@ def test_hires_fields() -> None:
             "hr_upscaler": "Latent (nearest)",
             "hr_second_pass_steps": 3,
             "denoising_strength": 0.5,
-            "hr_sampler_name": "Euler a",
+            "hr_sampler_name": "Use same sampler",
             "hr_prompt": "",
             "hr_cfg": 7.0,
             "sampler_name": "euler_a",
@@ -233,8 +233,14 @@ def test_hires_fields() -> None:
         "denoising_strength": 0.5,
     }
     assert result.generate["hr_second_pass_steps"] == 3 and result.ignored == {}  # "same as the first pass"
+    assert "hr_sampler" not in result.generate and "hr_prompt" not in result.generate  # "Use same", ""
     other = plan({"enable_hr": True, "hr_sampler_name": "Heun", "hr_prompt": "another", "hr_cfg": 3})
-    assert set(other.ignored) == {"hr_sampler_name", "hr_prompt", "hr_cfg"}
+    assert (other.generate["hr_sampler"], other.generate["hr_schedule"], other.generate["hr_prompt"]) == (
+        "Heun",
+        None,
+        "another",
+    )
+    assert set(other.ignored) == {"hr_cfg"}
     assert plan({"enable_hr": True}).generate["hr_upscaler"] == "Latent"  # A1111's default
     with pytest.raises(InputError, match="unknown hires upscaler 'R-ESRGAN 4x\\+'"):
         plan({"enable_hr": True, "hr_upscaler": "R-ESRGAN 4x+"})

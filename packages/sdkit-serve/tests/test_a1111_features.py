@@ -159,6 +159,14 @@ def test_hires_fix_equals_the_pipeline(feature_server: ServerProcess, sd15: Any)
     assert served.info["ignored"] == {} and served.image.size == (48, 48)
     expected = sd15.generate("a house", enable_hr=True, hr_upscaler="Latent (nearest)", **hires, **SETTINGS)[0]
     assert same(served.image, expected)
+    own = {"hr_sampler_name": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
+    served = client_of(feature_server).txt2img(
+        prompt="a house", sampler_name="Euler", enable_hr=True, **own, **hires, **BASE
+    )
+    assert served.info["ignored"] == {}
+    own_fields = {"hr_sampler": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
+    expected = sd15.generate("a house", enable_hr=True, **own_fields, **hires, **SETTINGS)[0]
+    assert same(served.image, expected) and "Hires sampler: DPM++ 2M" in served.image.info["parameters"]
 
 
 def test_inpainting_equals_the_pipeline(feature_server: ServerProcess, sd15: Any) -> None:

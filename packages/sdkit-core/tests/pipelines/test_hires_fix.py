@@ -147,3 +147,28 @@ def test_sdxl_hires_plans_its_second_pass_at_the_target_size() -> None:
     assert second.request.original_size is None  # SDXL's time_ids default to the second pass's size
     image, _ = run(xl, enable_hr=True, hr_scale=1.5, steps=2)
     assert image.shape == (1, 48, 48, 3)
+
+
+def test_second_pass_sampler_and_prompts_of_its_own(pipe: Any) -> None:
+    """A1111's hr_sampler_name / hr_scheduler / hr_prompt / hr_negative_prompt: the second pass's
+    plan takes them (None or "": the first pass's); the first pass is unchanged."""
+    fields = {"enable_hr": True, "hr_scale": 1.5, "hr_second_pass_steps": 2, "denoising_strength": 0.5}
+    own = {"hr_sampler": "DPM++ 2M", "hr_schedule": "karras", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
+    request = GenerationRequest.create("a house", negative_prompt="rain", **{**BASE, **fields, **own})
+    assert (request.hr_sampler, request.hr_schedule) == ("dpmpp_2m", "karras")
+    second = pipe.plan(request).hires.plan
+    assert (second.request.prompt, second.request.negative_prompt) == ("a boat", "fog")
+    assert (second.request.sampler, second.request.schedule, type(second.scheduler).name) == (
+        "dpmpp_2m",
+        "karras",
+        "dpmpp_2m",
+    )
+    same = pipe.plan(request.replace(hr_sampler=None, hr_schedule=None, hr_prompt="", hr_negative_prompt=None))
+    assert (same.hires.plan.request.prompt, same.hires.plan.request.sampler) == ("a house", "euler")
+    _, plain = run(pipe, **fields)
+    _, changed = run(pipe, **fields, **own)
+    for (_, _, got), (_, _, want) in zip(changed[:3], plain[:3], strict=True):
+        np.testing.assert_array_equal(got, want)  # the first pass is the request's own
+    assert float(np.abs(changed[-1][2] - plain[-1][2]).max()) > 1e-3
+    with pytest.raises(InputError, match="hr_prompt is a hires fix option"):
+        GenerationRequest.create("a", hr_prompt="b")

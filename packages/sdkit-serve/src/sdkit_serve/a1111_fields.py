@@ -5,8 +5,9 @@ own feature (the ``pipeline.generate`` keyword the CLI fills for the same thing)
   ``_padding``, ``inpainting_mask_invert`` -> ``mask``, ``mask_blur``, ``inpaint_full_res``,
   ``inpaint_full_res_padding``, with ``paste_back`` on (A1111 always overlays the original
   outside the mask); ``inpainting_fill`` 1 ("original") is what the pipeline does.
-- ``enable_hr`` and the ``hr_*`` fields -> the pipeline's hires fix; ``hr_sampler_name``,
-  ``hr_prompt``... are honoured when they ask for the first pass's own (A1111's "use same").
+- ``enable_hr`` and the ``hr_*`` fields -> the pipeline's hires fix, ``hr_sampler_name``,
+  ``hr_scheduler``, ``hr_prompt``, ``hr_negative_prompt`` too (empty or "Use same ...": the
+  first pass's, as A1111); ``hr_cfg`` and ``hr_checkpoint_name`` when they ask for the first's.
 - ``eta``, ``s_noise`` -> ``sampler_options`` where the sampler takes them.
 - the ControlNet extension's ``alwayson_scripts.controlnet.args`` units -> ``control`` units.
 
@@ -25,6 +26,7 @@ from sdkit.errors import InputError
 from sdkit.plugins import get_plugins
 from sdkit.schedulers import resolve
 from sdkit_serve.extra_networks import controlnet_folders, controlnet_name
+from sdkit_serve.schemas import schedule_name
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -93,36 +95,21 @@ def hires_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:
         denoising_strength=0.7 if strength is None else float(strength),
     )
     extra = payload.model_extra or {}
-    same = {
-        "hr_sampler_name": (sampler, "the second pass runs the first pass's sampler"),
-        "hr_scheduler": (schedule, "the second pass runs the first pass's schedule"),
-        "hr_prompt": (payload.prompt, "the second pass encodes the first pass's prompt"),
-        "hr_negative_prompt": (payload.negative_prompt, "the second pass encodes the first pass's negative prompt"),
-        "hr_cfg": (payload.cfg_scale, "the second pass uses the first pass's cfg_scale"),
-        "hr_checkpoint_name": (None, "the second pass runs on the loaded model"),
-    }
-    for name, (first, reason) in same.items():
-        value = extra.get(name)
-        if value in SAME or value == first or _same_sampler(name, value, sampler, schedule):
-            continue
-        mapped.ignored[name] = reason
+    sampler_name, scheduler = extra.get("hr_sampler_name"), extra.get("hr_scheduler")
+    if sampler_name not in SAME or scheduler not in SAME:
+        mapped.generate["hr_sampler"] = sampler_name if sampler_name not in SAME else sampler
+        mapped.generate["hr_schedule"] = schedule_name(scheduler) if scheduler not in SAME else schedule
+    for name in ("hr_prompt", "hr_negative_prompt"):
+        if extra.get(name) not in (None, ""):
+            mapped.generate[name] = extra[name]
+    if extra.get("hr_cfg") not in (None, payload.cfg_scale):
+        mapped.ignored["hr_cfg"] = "the second pass uses the first pass's cfg_scale"
+    if extra.get("hr_checkpoint_name") not in SAME:
+        mapped.ignored["hr_checkpoint_name"] = "the second pass runs on the loaded model"
     modules = extra.get("hr_additional_modules")
     if modules not in (None, [], ["Use same choices"]):
         mapped.ignored["hr_additional_modules"] = "additional modules are not supported"
     return mapped
-
-
-def _same_sampler(name: str, value: Any, sampler: str, schedule: str | None) -> bool:
-    """``hr_sampler_name`` / ``hr_scheduler`` naming the first pass's sampler or schedule in
-    another spelling ("Euler a" and "euler_a")."""
-    if name not in ("hr_sampler_name", "hr_scheduler") or not isinstance(value, str):
-        return False
-    try:
-        if name == "hr_sampler_name":
-            return resolve(value, None)[0] == resolve(sampler, None)[0]
-        return resolve(sampler, value)[1] == resolve(sampler, schedule)[1]
-    except Exception:  # an unknown name: not the same, reported
-        return False
 
 
 def sampler_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:

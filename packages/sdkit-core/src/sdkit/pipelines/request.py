@@ -135,8 +135,9 @@ class GenerationRequest:
     Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
     hr_resize_y), hr_upscaler (``sdkit.pipelines.imaging.hires_plan.UPSCALERS``: "Latent", "Latent
     (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
-    denoising_strength (the second pass's; img2img's is ``strength``). See
-    ``sdkit.pipelines.features.hires_fix``.
+    denoising_strength (the second pass's; img2img's is ``strength``), hr_sampler / hr_schedule
+    (A1111's hr_sampler_name / hr_scheduler), hr_prompt, hr_negative_prompt: the second pass's own
+    (None: the first pass's). See ``sdkit.pipelines.features.hires_fix``.
     """
 
     prompt: str
@@ -172,6 +173,10 @@ class GenerationRequest:
     hr_resize_x: int = 0
     hr_resize_y: int = 0
     denoising_strength: float = 0.7
+    hr_sampler: str | None = None
+    hr_schedule: str | None = None
+    hr_prompt: str | None = None
+    hr_negative_prompt: str | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -361,6 +366,10 @@ HIRES_DEFAULTS = {
     "hr_resize_x": 0,
     "hr_resize_y": 0,
     "denoising_strength": 0.7,
+    "hr_sampler": None,
+    "hr_schedule": None,
+    "hr_prompt": None,
+    "hr_negative_prompt": None,
 }
 
 
@@ -377,6 +386,13 @@ def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, 
             out[what] = as_float(values[what], what)
     if "hr_upscaler" in values:
         out["hr_upscaler"] = canonical_upscaler(as_text(values["hr_upscaler"], "hr_upscaler"))
+    for what in ("hr_prompt", "hr_negative_prompt"):  # "" as None: the first pass's, as A1111
+        if values.get(what) is not None:
+            out[what] = as_text(values[what], what) or None
+    if values.get("hr_sampler") is not None or values.get("hr_schedule") is not None:
+        sampler = values.get("hr_sampler") or values.get("sampler", "euler_a")
+        second = _sampler_fields({"sampler": sampler, "schedule": values.get("hr_schedule")})
+        out["hr_sampler"], out["hr_schedule"] = second["sampler"], second["schedule"]
     if not out.get("enable_hr"):
         changed = [name for name, default in HIRES_DEFAULTS.items() if out.get(name, default) != default]
         if changed:
