@@ -207,7 +207,7 @@ def test_inpainting_fields() -> None:
     assert generate["paste_back"] is True and result.ignored == {}
     defaults = plan_generation(Img2ImgRequest(init_images=["x"], mask="m"), Limits(), Inputs(image, mask))
     assert defaults.generate["mask_blur"] == 4  # A1111's mask_blur_x/y
-    assert "masked content 'fill' is not supported" in defaults.ignored["inpainting_fill"]
+    assert defaults.generate["inpainting_fill"] == 0 and defaults.ignored == {}  # A1111's default: fill
     uneven = Img2ImgRequest(init_images=["x"], mask="m", mask_blur_x=2, mask_blur_y=5, inpainting_fill=1)
     assert "mask_blur_x (2) is used" in plan_generation(uneven, Limits(), Inputs(image, mask)).ignored["mask_blur_y"]
 

@@ -189,6 +189,16 @@ def test_inpainting_equals_the_pipeline(feature_server: ServerProcess, sd15: Any
         prompt="a cat", sampler_name="Euler", **BASE,
     )  # fmt: skip
     assert same(inverted.image, expected)
+    for fill in (0, 2, 3):  # A1111's fill, latent noise, latent nothing
+        filled = client_of(feature_server).img2img(
+            images=[init], mask_image=mask, mask_blur=2, inpainting_fill=fill, inpaint_full_res=False,
+            denoising_strength=0.6, prompt="a cat", sampler_name="Euler", **BASE,
+        )  # fmt: skip
+        expected = sd15.generate(
+            "a cat", init_image=init, strength=0.6, mask=np.asarray(mask), mask_blur=2, inpainting_fill=fill,
+            paste_back=True, **SETTINGS,
+        )[0]  # fmt: skip
+        assert same(filled.image, expected), f"inpainting_fill {fill}"
 
 
 def test_controlnet_unit_equals_the_pipeline(feature_server: ServerProcess, sd15: Any) -> None:

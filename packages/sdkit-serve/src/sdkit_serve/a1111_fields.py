@@ -3,8 +3,8 @@ own feature (the ``pipeline.generate`` keyword the CLI fills for the same thing)
 
 - img2img ``mask``: ``mask_blur`` (or ``mask_blur_x``/``_y``), ``inpaint_full_res`` and its
   ``_padding``, ``inpainting_mask_invert`` -> ``mask``, ``mask_blur``, ``inpaint_full_res``,
-  ``inpaint_full_res_padding``, with ``paste_back`` on (A1111 always overlays the original
-  outside the mask); ``inpainting_fill`` 1 ("original") is what the pipeline does.
+  ``inpaint_full_res_padding``, ``inpainting_fill``, with ``paste_back`` on (A1111 always
+  overlays the original outside the mask).
 - ``enable_hr`` and the ``hr_*`` fields -> the pipeline's hires fix, ``hr_sampler_name``,
   ``hr_scheduler``, ``hr_prompt``, ``hr_negative_prompt`` too (empty or "Use same ...": the
   first pass's, as A1111); ``hr_cfg`` and ``hr_checkpoint_name`` when they ask for the first's.
@@ -31,8 +31,6 @@ from sdkit_serve.schemas import schedule_name
 if TYPE_CHECKING:
     from PIL import Image
 
-FILL_ORIGINAL = 1
-FILLS = {0: "fill", 1: "original", 2: "latent noise", 3: "latent nothing"}
 SAME = (None, "", "Use same sampler", "Use same scheduler", "Use same checkpoint")
 
 
@@ -64,17 +62,13 @@ def inpaint_fields(payload: Any, mask_image: Image.Image) -> Mapped:
         blur_x = blur_y = payload.mask_blur
     if blur_x != blur_y:
         mapped.ignored["mask_blur_y"] = f"one blur for both axes: mask_blur_x ({blur_x}) is used"
-    if payload.inpainting_fill != FILL_ORIGINAL:
-        fill = FILLS.get(payload.inpainting_fill, payload.inpainting_fill)
-        mapped.ignored["inpainting_fill"] = (
-            f"masked content {fill!r} is not supported: the masked area starts from the original image (1)"
-        )
     mapped.generate.update(
         mask=np.asarray(grey, dtype=np.uint8),
         mask_blur=int(blur_x),
         inpaint_full_res=bool(payload.inpaint_full_res),
         inpaint_full_res_padding=int(payload.inpaint_full_res_padding),
         paste_back=True,
+        inpainting_fill=int(payload.inpainting_fill),
     )
     return mapped
 

@@ -110,7 +110,9 @@ class GenerationRequest:
     default is 4), inpaint_full_res (A1111's "only masked": crop around the mask grown by
     inpaint_full_res_padding, generate the crop at width x height, paste it back), paste_back
     (blend the generated pixels into the original under the blurred mask as A1111 always does;
-    None: only with inpaint_full_res, as diffusers). control: ControlNet units
+    None: only with inpaint_full_res, as diffusers), inpainting_fill (A1111's "masked content": 1
+    original, the default and diffusers'; 0 fill, 2 latent noise, 3 latent nothing; see
+    ``sdkit.pipelines.features.inpainting``). control: ControlNet units
     (``sdkit.pipelines.control_units.ControlUnit``; tuples ``(image, model, scale, start, end,
     preprocessor)`` or dicts are converted).
 
@@ -157,6 +159,7 @@ class GenerationRequest:
     inpaint_full_res: bool = False
     inpaint_full_res_padding: int = 32
     paste_back: bool | None = None
+    inpainting_fill: int = 1
     control: tuple[ControlUnit, ...] = ()
     num_images: int = 1
     latents: np.ndarray | None = None
@@ -311,7 +314,16 @@ def _inpaint_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str
         out["inpaint_full_res"] = _flag(values["inpaint_full_res"], "inpaint_full_res")
     if values.get("paste_back") is not None:
         out["paste_back"] = _flag(values["paste_back"], "paste_back")
+    if "inpainting_fill" in values:
+        out["inpainting_fill"] = as_int(values["inpainting_fill"], "inpainting_fill", 0)
+        if out["inpainting_fill"] > 3:
+            raise InputError(
+                f"inpainting_fill must be 0 (fill), 1 (original), 2 (latent noise) or 3 (latent nothing), "
+                f"got {out['inpainting_fill']}"
+            )
     if values.get("mask") is None:
+        if out.get("inpainting_fill", 1) != 1:
+            raise InputError("inpainting_fill is an inpainting option: it needs a mask")
         given = [n for n in ("mask_blur", "inpaint_full_res", "paste_back") if out.get(n)]
         if given:
             raise InputError(f"{given[0]} is an inpainting option: it needs a mask")
