@@ -242,6 +242,8 @@ def test_hires_fields() -> None:
     )
     assert set(other.ignored) == {"hr_cfg"}
     assert plan({"enable_hr": True}).generate["hr_upscaler"] == "Latent"  # A1111's default
+    with pytest.raises(InputError, match="hr_scheduler must be a string"):
+        plan({"enable_hr": True, "hr_scheduler": 3})
     with pytest.raises(InputError, match="unknown hires upscaler 'R-ESRGAN 4x\\+'"):
         plan({"enable_hr": True, "hr_upscaler": "R-ESRGAN 4x+"})
     assert "enable_hr" not in plan({"hr_scale": 3, "hr_upscaler": "x"}).generate  # off: the fields do nothing

@@ -89,6 +89,9 @@ def hires_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:
         denoising_strength=0.7 if strength is None else float(strength),
     )
     extra = payload.model_extra or {}
+    for name in ("hr_sampler_name", "hr_scheduler", "hr_prompt", "hr_negative_prompt", "hr_checkpoint_name"):
+        if extra.get(name) is not None and not isinstance(extra[name], str):
+            raise InputError(f"{name} must be a string, got {type(extra[name]).__name__}")
     sampler_name, scheduler = extra.get("hr_sampler_name"), extra.get("hr_scheduler")
     if sampler_name not in SAME or scheduler not in SAME:
         mapped.generate["hr_sampler"] = sampler_name if sampler_name not in SAME else sampler
