@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import re
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,40 @@ def test_prompt_length_is_bounded() -> None:
         plan_generation(Txt2ImgRequest(prompt="a" * 20001), Limits())
     with pytest.raises(InputError, match="negative_prompt is 11 characters"):
         plan_generation(Txt2ImgRequest(negative_prompt="a" * 11), Limits(max_prompt_chars=10))
+
+
+def test_planning_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """While a request is being planned (prompt parsing, folders, ControlNet images), the server
+    still answers ``/progress``: planning runs in a worker thread, not on the event loop."""
+    import asyncio
+
+    import httpx
+
+    from sdkit_serve import a1111
+    from sdkit_serve.app import create_app
+    from sdkit_serve.config import ServerConfig
+    from sdkit_serve.engine import Engine
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.5)  # a plan that takes long, as '<a:' * 20000 did with A1111's pattern
+        raise InputError("planned")
+
+    monkeypatch.setattr(a1111, "plan_generation", slow_plan)
+    engine = Engine(ServerConfig(models=(tmp_path,)))  # not started: no model is loaded
+
+    async def run() -> tuple[float, int]:
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            planning = asyncio.ensure_future(client.post("/sdapi/v1/txt2img", json={"prompt": "x"}))
+            await asyncio.sleep(0.3)
+            start = time.perf_counter()
+            progress = await client.get("/sdapi/v1/progress")
+            answered = time.perf_counter() - start
+            assert progress.status_code == 200 and not planning.done()
+            return answered, (await planning).status_code
+
+    try:
+        answered, status = asyncio.run(run())
+    finally:
+        engine.close()
+    assert status == 400 and answered < 1.0, f"/progress took {answered:.2f} s while a request was planned"

@@ -68,7 +68,8 @@ def add_controlnet_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.post("/controlnet/detect", tags=["controlnet"])
     async def detect(request: DetectRequest) -> dict[str, Any]:
-        """Run ``controlnet_module`` on each image (thresholds as the extension's sliders)."""
+        """Run ``controlnet_module`` on each image (thresholds as the extension's sliders); a
+        ``controlnet_processor_res`` is reported in ``ignored`` (the image's own size is used)."""
         images = request.controlnet_input_images or request.controlnet_images
         if not images:
             raise InputError("controlnet_input_images is empty: give at least one base64 image")
@@ -88,4 +89,7 @@ def add_controlnet_routes(router: APIRouter, engine: Engine) -> None:
                 out.append(encode_png(Image.fromarray(result)))
             return out
 
-        return {"images": await run_in_threadpool(run), "info": "Success"}
+        answer: dict[str, Any] = {"images": await run_in_threadpool(run), "info": "Success"}
+        if name is not None and request.controlnet_processor_res not in (-1, 0):
+            answer["ignored"] = {"controlnet_processor_res": "preprocessors run at the image's own size"}
+        return answer
