@@ -240,7 +240,11 @@ def test_hires_fields() -> None:
         None,
         "another",
     )
-    assert set(other.ignored) == {"hr_cfg"}
+    assert other.generate["hr_guidance_scale"] == 3 and other.ignored == {}
+    assert (
+        "checkpoint"
+        in plan({"enable_hr": True, "hr_checkpoint_name": "other.safetensors"}).ignored["hr_checkpoint_name"]
+    )
     assert plan({"enable_hr": True}).generate["hr_upscaler"] == "Latent"  # A1111's default
     with pytest.raises(InputError, match="hr_scheduler must be a string"):
         plan({"enable_hr": True, "hr_scheduler": 3})

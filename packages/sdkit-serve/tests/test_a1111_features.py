@@ -168,14 +168,16 @@ def test_hires_fix_equals_the_pipeline(feature_server: ServerProcess, sd15: Any)
     assert served.info["ignored"] == {} and served.image.size == (48, 48)
     expected = sd15.generate("a house", enable_hr=True, hr_upscaler="Latent (nearest)", **hires, **SETTINGS)[0]
     assert same(served.image, expected)
-    own = {"hr_sampler_name": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
-    served = client_of(feature_server).txt2img(
-        prompt="a house", sampler_name="Euler", enable_hr=True, **own, **hires, **BASE
-    )
-    assert served.info["ignored"] == {}
-    own_fields = {"hr_sampler": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
-    expected = sd15.generate("a house", enable_hr=True, **own_fields, **hires, **SETTINGS)[0]
-    assert same(served.image, expected) and "Hires sampler: DPM++ 2M" in served.image.info["parameters"]
+    # the second pass's own sampler, prompts and (Forge's hr_cfg, which webuiapi does not send) CFG
+    own = {"hr_sampler_name": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog", "hr_cfg": 3.0}
+    payload = {"prompt": "a house", "sampler_name": "Euler", "enable_hr": True, **own, **hires, **BASE}
+    with feature_server.client() as client:
+        body = client.post("/sdapi/v1/txt2img", json=payload).json()
+    assert json.loads(body["info"])["ignored"] == {}
+    served_own = Image.open(io.BytesIO(base64.b64decode(body["images"][0])))
+    fields = {"hr_sampler": "DPM++ 2M", "hr_prompt": "a boat", "hr_negative_prompt": "fog", "hr_guidance_scale": 3.0}
+    expected = sd15.generate("a house", enable_hr=True, **fields, **hires, **SETTINGS)[0]
+    assert same(served_own, expected) and "Hires sampler: DPM++ 2M" in served_own.info["parameters"]
 
 
 def test_inpainting_equals_the_pipeline(feature_server: ServerProcess, sd15: Any) -> None:

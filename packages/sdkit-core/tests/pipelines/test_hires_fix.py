@@ -154,10 +154,12 @@ def test_second_pass_sampler_and_prompts_of_its_own(pipe: Any) -> None:
     plan takes them (None or "": the first pass's); the first pass is unchanged."""
     fields = {"enable_hr": True, "hr_scale": 1.5, "hr_second_pass_steps": 2, "denoising_strength": 0.5}
     own = {"hr_sampler": "DPM++ 2M", "hr_schedule": "karras", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
+    own["hr_guidance_scale"] = 4.0
     request = GenerationRequest.create("a house", negative_prompt="rain", **{**BASE, **fields, **own})
     assert (request.hr_sampler, request.hr_schedule) == ("dpmpp_2m", "karras")
     second = pipe.plan(request).hires.plan
     assert (second.request.prompt, second.request.negative_prompt) == ("a boat", "fog")
+    assert (request.guidance_scale, second.request.guidance_scale) == (7.5, 4.0)
     assert (second.request.sampler, second.request.schedule, type(second.scheduler).name) == (
         "dpmpp_2m",
         "karras",

@@ -7,7 +7,8 @@ own feature (the ``pipeline.generate`` keyword the CLI fills for the same thing)
   overlays the original outside the mask).
 - ``enable_hr`` and the ``hr_*`` fields -> the pipeline's hires fix, ``hr_sampler_name``,
   ``hr_scheduler``, ``hr_prompt``, ``hr_negative_prompt`` too (empty or "Use same ...": the
-  first pass's, as A1111); ``hr_cfg`` and ``hr_checkpoint_name`` when they ask for the first's.
+  first pass's, as A1111), Forge's ``hr_cfg``; ``hr_checkpoint_name`` when it asks for the
+  first pass's model.
 - ``eta``, ``s_noise`` -> ``sampler_options`` where the sampler takes them.
 - the ControlNet extension's ``alwayson_scripts.controlnet.args`` units -> ``control`` units.
 
@@ -99,8 +100,8 @@ def hires_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:
     for name in ("hr_prompt", "hr_negative_prompt"):
         if extra.get(name) not in (None, ""):
             mapped.generate[name] = extra[name]
-    if extra.get("hr_cfg") not in (None, payload.cfg_scale):
-        mapped.ignored["hr_cfg"] = "the second pass uses the first pass's cfg_scale"
+    if extra.get("hr_cfg") not in (None, payload.cfg_scale):  # Forge's: the second pass's CFG
+        mapped.generate["hr_guidance_scale"] = extra["hr_cfg"]
     if extra.get("hr_checkpoint_name") not in SAME:
         mapped.ignored["hr_checkpoint_name"] = "the second pass runs on the loaded model"
     modules = extra.get("hr_additional_modules")

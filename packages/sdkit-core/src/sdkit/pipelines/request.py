@@ -138,8 +138,8 @@ class GenerationRequest:
     hr_resize_y), hr_upscaler (``sdkit.pipelines.imaging.hires_plan.UPSCALERS``: "Latent", "Latent
     (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
     denoising_strength (the second pass's; img2img's is ``strength``), hr_sampler / hr_schedule
-    (A1111's hr_sampler_name / hr_scheduler), hr_prompt, hr_negative_prompt: the second pass's own
-    (None: the first pass's). See ``sdkit.pipelines.features.hires_fix``.
+    (A1111's hr_sampler_name / hr_scheduler), hr_prompt, hr_negative_prompt, hr_guidance_scale
+    (Forge's hr_cfg): the second pass's own (None: the first pass's). See ``sdkit.pipelines.features.hires_fix``.
     """
 
     prompt: str
@@ -180,6 +180,7 @@ class GenerationRequest:
     hr_schedule: str | None = None
     hr_prompt: str | None = None
     hr_negative_prompt: str | None = None
+    hr_guidance_scale: float | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -382,6 +383,7 @@ HIRES_DEFAULTS = {
     "hr_schedule": None,
     "hr_prompt": None,
     "hr_negative_prompt": None,
+    "hr_guidance_scale": None,
 }
 
 
@@ -398,6 +400,8 @@ def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, 
             out[what] = as_float(values[what], what)
     if "hr_upscaler" in values:
         out["hr_upscaler"] = canonical_upscaler(as_text(values["hr_upscaler"], "hr_upscaler"))
+    if values.get("hr_guidance_scale") is not None:
+        out["hr_guidance_scale"] = as_float(values["hr_guidance_scale"], "hr_guidance_scale")
     for what in ("hr_prompt", "hr_negative_prompt"):  # "" as None: the first pass's, as A1111
         if values.get(what) is not None:
             out[what] = as_text(values[what], what) or None

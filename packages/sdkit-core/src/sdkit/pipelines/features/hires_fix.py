@@ -83,6 +83,7 @@ def own_fields(request: GenerationRequest) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "prompt": request.hr_prompt or None,
         "negative_prompt": request.hr_negative_prompt or None,
+        "guidance_scale": request.hr_guidance_scale,
     }
     if request.hr_sampler is not None:
         from sdkit.plugins import get_plugins
@@ -130,6 +131,8 @@ def parameters(request: GenerationRequest) -> dict[str, str]:
         from sdkit.schedulers.names import sampler_label
 
         labels["Hires sampler"] = sampler_label(request.hr_sampler)
+    if request.hr_guidance_scale is not None:
+        labels["Hires CFG Scale"] = f"{request.hr_guidance_scale:g}"
     if request.hr_prompt:
         labels["Hires prompt"] = request.hr_prompt
     if request.hr_negative_prompt:
