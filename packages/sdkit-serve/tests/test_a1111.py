@@ -242,7 +242,7 @@ def test_hires_fields() -> None:
     )
     assert other.generate["hr_guidance_scale"] == 3 and other.ignored == {}
     assert (
-        "checkpoint"
+        "loaded model"
         in plan({"enable_hr": True, "hr_checkpoint_name": "other.safetensors"}).ignored["hr_checkpoint_name"]
     )
     assert plan({"enable_hr": True}).generate["hr_upscaler"] == "Latent"  # A1111's default
