@@ -140,6 +140,7 @@ def test_bad_lora_tags_are_a_400(lora_server: ServerProcess, prompt: str, detail
 def feature_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     work = tmp_path_factory.mktemp("feature_server")
     args = ["--model", str(SD15), "--backend", backend, "--controlnet-dir", str(NETS), "--log-level", "warning"]
+    args += ["--embeddings-dir", str(SD1 / "embeddings")]  # an ONNX export takes none: skipped, with the reason
     process = ServerProcess(args, work / "server.log", isolate=False)
     try:
         yield process.wait_ready()
@@ -256,3 +257,9 @@ def test_clip_skip_override_equals_the_pipeline(feature_server: ServerProcess, s
     expected = sd15.generate("a cat", clip_skip=2, **SETTINGS)[0]
     assert same(served.image, expected) and "Clip skip: 2" in served.image.info["parameters"]
     assert not same(served.image, sd15.generate("a cat", **SETTINGS)[0])
+
+
+def test_embeddings_a_model_cannot_take_are_skipped(feature_server: ServerProcess) -> None:
+    embeddings = client_of(feature_server).get_embeddings()
+    assert embeddings["loaded"] == {} and set(embeddings["skipped"]) == {"skcat", "skstyle"}
+    assert "embeddings need a pipeline loaded from" in embeddings["skipped"]["skstyle"]["reason"]

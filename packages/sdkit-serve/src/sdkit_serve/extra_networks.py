@@ -85,8 +85,12 @@ def load_embeddings(pipe: Any, embeddings_dir: Path | None) -> dict[str, dict[st
     for path in sorted(Path(embeddings_dir).rglob("*.safetensors")):
         if not path.is_file() or not path.resolve().is_relative_to(root) or path.stem in answer["loaded"]:
             continue
+        load = getattr(pipe, "load_embedding", None)
+        if load is None:
+            answer["skipped"][path.stem] = _embedding_info(None, f"{type(pipe).__name__} loads no embeddings")
+            continue
         try:
-            pipe.load_embedding(path)
+            load(path)
         except SdkitError as exc:
             answer["skipped"][path.stem] = _embedding_info(None, str(exc))
             continue
