@@ -38,12 +38,16 @@ def free_port() -> int:
 class ServerProcess:
     """``sdkit serve`` in a child process (so its memory is its own to measure)."""
 
-    def __init__(self, args: list[str], log: Path, api_key: str | None = None, isolate: bool = True) -> None:
+    def __init__(
+        self, args: list[str], log: Path, api_key: str | None = None, isolate: bool = True, launcher: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.log = log
-        command = [sys.executable, "-m", "sdkit.cli.main", "serve", "--port", str(self.port), *args]
+        # launcher: a script that runs the sdkit CLI after registering test plugins
+        start = [sys.executable, str(launcher)] if launcher else [sys.executable, "-m", "sdkit.cli.main"]
+        command = [*start, "serve", "--port", str(self.port), *args]
         if api_key:
             command += ["--api-key", api_key]
         # isolation (the server's default) costs a child process per compile and first run:

@@ -104,18 +104,26 @@ def test_batches_follow_the_seed_contract(server: ServerProcess) -> None:
     assert diff.max() <= 1, "image 2 of the batch must be the seed + 2 image (up to batched-UNet rounding)"
 
 
-def test_img2img_with_mask_is_img2img_and_says_so(
+def test_img2img_with_mask_matches_sdkit_generate(
     server: ServerProcess, tiny: Path, backend: str, tmp_path: Path
 ) -> None:
+    """A1111's inpainting fields are the CLI's flags (``--mask``, ``--mask-blur``,
+    ``--inpaint-full-res``...), with A1111's paste-back."""
     init = Image.fromarray(np.random.default_rng(3).integers(0, 255, (64, 64, 3), dtype=np.uint8))
     init.save(tmp_path / "init.png")
+    mask = Image.new("L", (64, 64))
+    mask.paste(255, (16, 8, 40, 30))
+    mask.save(tmp_path / "mask.png")
     buffer = io.BytesIO()
     init.save(buffer, format="PNG")
     encoded = base64.b64encode(buffer.getvalue()).decode()
+    buffer = io.BytesIO()
+    mask.save(buffer, format="PNG")
     payload = {
         "prompt": "an oil painting",
         "init_images": [f"data:image/png;base64,{encoded}"],
-        "mask": encoded,
+        "mask": base64.b64encode(buffer.getvalue()).decode(),
+        "inpainting_fill": 1,
         "denoising_strength": 0.5,
         "steps": 4,
         "seed": 5,
@@ -127,36 +135,42 @@ def test_img2img_with_mask_is_img2img_and_says_so(
     assert response.status_code == 200, response.text
     body = response.json()
     info = json.loads(body["info"])
-    assert "inpainting" in info["ignored"]["mask"]
-    assert body["parameters"]["init_images"] is None  # not echoed back unless include_init_images
+    assert info["ignored"] == {}
+    assert body["parameters"]["init_images"] is None and body["parameters"]["mask"] is None  # not echoed back
     expected = cli_generate(
         tiny, backend, tmp_path / "cli.png", "an oil painting", "--init-image", str(tmp_path / "init.png"),
         "--strength", "0.5", "--steps", "4", "--seed", "5", "--sampler", "Euler", "--cfg", "5",
+        "--mask", str(tmp_path / "mask.png"), "--mask-blur", "4", "--inpaint-full-res",
+        "--inpaint-full-res-padding", "0", "--paste-back",
     )  # fmt: skip
     assert np.array_equal(np.asarray(png(body["images"][0])), np.asarray(expected))
 
 
 def test_ignored_fields_and_loras_are_reported(server: ServerProcess) -> None:
     payload = {
-        "prompt": "a cat <lora:film:0.6> <lora:missing:1> <hypernet:x:1>",
+        "prompt": "a cat <hypernet:x:1> <style:y>",
         "steps": 2,
         "width": 64,
         "height": 64,
-        "enable_hr": True,
         "restore_faces": True,
-        "alwayson_scripts": {"controlnet": {"args": []}},
+        "alwayson_scripts": {"controlnet": {"args": []}, "adetailer": {"args": [True]}},
         "my_extension_field": 3,
     }
     with server.client() as client:
         body = client.post("/sdapi/v1/txt2img", json=payload).json()
         loras = client.get("/sdapi/v1/loras").json()
+        missing = client.post("/sdapi/v1/txt2img", json={**payload, "prompt": "a cat <lora:missing:1>"})
+        onnx_folder = client.post("/sdapi/v1/txt2img", json={**payload, "prompt": "a cat <lora:film:0.6>"})
     info = json.loads(body["info"])
     ignored = info["ignored"]
-    assert set(ignored) >= {"enable_hr", "restore_faces", "alwayson_scripts", "my_extension_field"}
-    assert "not supported" in ignored["<lora:film:0.6>"] and "no LoRA named" in ignored["<lora:missing:1>"]
-    assert "prompt <hypernet:x:1>" in ignored
-    assert info["prompt"] == "a cat   " and info["loras"][0] == {"name": "film", "weight": 0.6, "applied": False}
+    assert set(ignored) == {
+        "restore_faces", "alwayson_scripts.adetailer", "my_extension_field", "prompt <hypernet:x:1>", "prompt <style:y>"
+    }  # fmt: skip
+    assert info["prompt"] == "a cat <hypernet:x:1> " and info["loras"] == []  # unknown kinds removed, as A1111
     assert [item["name"] for item in loras] == ["film"]
+    assert missing.status_code == 400 and "no missing.safetensors in" in missing.json()["detail"]
+    # the tiny pipeline is an ONNX export: its weights do not keep the names a LoRA's map to
+    assert onnx_folder.status_code == 400 and "LoRAs need a pipeline" in onnx_folder.json()["detail"]
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ import pytest
 from model_helpers import TINY_FAMILIES, copy_into, write_variant
 
 from sdkit.errors import InputError
-from sdkit_serve.a1111 import Txt2ImgRequest
+from sdkit_serve.a1111 import Txt2ImgRequest, override_fields
 from sdkit_serve.catalog import ModelCatalog, legacy_hash
 from sdkit_serve.infotext import memory_report, parse_infotext
-from sdkit_serve.model_choice import ModelChoice, model_request, unhandled_overrides
+from sdkit_serve.model_choice import ModelChoice, model_request
 
 SD1 = TINY_FAMILIES / "sd1" / "sd1_fp16.safetensors"
 VAE = TINY_FAMILIES / "sd1" / "vae" / "vae_ldm_fp16.safetensors"
@@ -149,10 +149,12 @@ def test_per_request_model_fields(folders: tuple[Path, Path, Path]) -> None:
     ):
         with pytest.raises(InputError, match=message):
             request(**fields)
-    payload = Txt2ImgRequest(override_settings={"sd_vae": "None", "CLIP_stop_at_last_layers": 2})
-    assert unhandled_overrides(payload) == {
-        "override_settings.CLIP_stop_at_last_layers": "not a setting sdkit serve applies per request"
-    }
+    # what a1111.override_fields reports: neither the model keys (taken above) nor clip skip
+    fields = override_fields(
+        {"sd_vae": "None", "CLIP_stop_at_last_layers": 2, "sd_model_checkpoint": "top", "eta_ddim": 0.5}
+    )
+    assert fields.generate == {"clip_skip": 2}
+    assert fields.ignored == {"override_settings.eta_ddim": "this setting is not applied per request"}
 
 
 def test_png_info_parses_what_sdkit_and_a1111_write() -> None:

@@ -59,6 +59,38 @@ def test_runs_in_order_and_refuses_past_the_bound() -> None:
         queue.close()
 
 
+class LateWorker(JobQueue):
+    """A queue whose worker has not yet picked up the first job (it waits for ``go``)."""
+
+    def __init__(self, max_waiting: int) -> None:
+        self.go = threading.Event()
+        super().__init__(max_waiting)
+
+    def _run(self) -> None:
+        self.go.wait(30)
+        super()._run()
+
+
+def test_an_idle_queue_takes_one_to_run_and_max_waiting_behind_it() -> None:
+    """Submitted before the idle worker picks it up, the first job is the one to run, not one
+    of the queued: 1 + max_waiting are taken (50 concurrent requests made this 8 + 1 or 8)."""
+    queue = LateWorker(max_waiting=2)
+    gate = threading.Event()
+    try:
+        taken = [blocking_job(gate) for _ in range(3)]
+        for job in taken:
+            queue.submit(job)
+        with pytest.raises(QueueFullError):
+            queue.submit(blocking_job(gate))
+        queue.go.set()
+        gate.set()
+        assert [result(j.future) for j in taken] == [j.id for j in taken]
+    finally:
+        queue.go.set()
+        gate.set()
+        queue.close()
+
+
 def test_cancel_a_waiting_job_drops_it() -> None:
     queue = JobQueue(max_waiting=4)
     gate, started = threading.Event(), threading.Event()

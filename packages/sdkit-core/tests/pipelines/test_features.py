@@ -39,6 +39,7 @@ SD_FEATURES = {
     Feature.VAE_TILING,
     Feature.PROMPT_WEIGHTING,
     Feature.LORA,
+    Feature.CLIP_SKIP,
 }
 
 
@@ -61,6 +62,7 @@ ASKING: dict[Feature, tuple[Callable[[], dict[str, Any]], str]] = {
     Feature.HIRES: (lambda: {"enable_hr": True, "hr_scale": 2.0}, "hires fix (enable_hr=True)"),
     Feature.VAE_TILING: (lambda: {"vae_tiling": True, "vae_tile_size": 16}, "VAE tiling (vae_tiling=True)"),
     Feature.PROMPT_WEIGHTING: (lambda: {"prompt_weighting": "a1111"}, "A1111 prompt weighting (prompt_weighting)"),
+    Feature.CLIP_SKIP: (lambda: {"clip_skip": 2}, "clip skip (clip_skip)"),
 }
 
 
@@ -121,7 +123,9 @@ def flow_pipes() -> Any:
         pipe.close()
 
 
-@pytest.mark.parametrize("feature", [Feature.MASK, Feature.CONTROLNET, Feature.PROMPT_WEIGHTING], ids=lambda f: f.name)
+@pytest.mark.parametrize(
+    "feature", [Feature.MASK, Feature.CONTROLNET, Feature.PROMPT_WEIGHTING, Feature.CLIP_SKIP], ids=lambda f: f.name
+)
 @pytest.mark.parametrize("name", list(FLOW_FAMILIES))
 def test_flow_pipelines_refuse_what_they_do_not_declare(flow_pipes: Any, name: str, feature: Feature) -> None:
     """SD3, Flux and Chroma: a mask, ControlNet units and A1111 prompt weighting are refused by

@@ -206,3 +206,30 @@ def test_model_upscaler_by_a1111_name_upscales_the_decoded_image(
     (folder / "RealESRGAN_x4plus.pth").write_bytes(b"PK\x03\x04 never unpickled")
     with pytest.raises(ModelFormatError, match="params_ema"):  # refused before the first pass runs
         pipe.plan(GenerationRequest.create("a", enable_hr=True, hr_upscaler=str(folder / "RealESRGAN_x4plus.pth")))
+
+
+def test_second_pass_sampler_and_prompts_of_its_own(pipe: Any) -> None:
+    """A1111's hr_sampler_name / hr_scheduler / hr_prompt / hr_negative_prompt: the second pass's
+    plan takes them (None or "": the first pass's); the first pass is unchanged."""
+    fields = {"enable_hr": True, "hr_scale": 1.5, "hr_second_pass_steps": 2, "denoising_strength": 0.5}
+    own = {"hr_sampler": "DPM++ 2M", "hr_schedule": "karras", "hr_prompt": "a boat", "hr_negative_prompt": "fog"}
+    own["hr_guidance_scale"] = 4.0
+    request = GenerationRequest.create("a house", negative_prompt="rain", **{**BASE, **fields, **own})
+    assert (request.hr_sampler, request.hr_schedule) == ("dpmpp_2m", "karras")
+    second = pipe.plan(request).hires.plan
+    assert (second.request.prompt, second.request.negative_prompt) == ("a boat", "fog")
+    assert (request.guidance_scale, second.request.guidance_scale) == (7.5, 4.0)
+    assert (second.request.sampler, second.request.schedule, type(second.scheduler).name) == (
+        "dpmpp_2m",
+        "karras",
+        "dpmpp_2m",
+    )
+    same = pipe.plan(request.replace(hr_sampler=None, hr_schedule=None, hr_prompt="", hr_negative_prompt=None))
+    assert (same.hires.plan.request.prompt, same.hires.plan.request.sampler) == ("a house", "euler")
+    _, plain = run(pipe, **fields)
+    _, changed = run(pipe, **fields, **own)
+    for (_, _, got), (_, _, want) in zip(changed[:3], plain[:3], strict=True):
+        np.testing.assert_array_equal(got, want)  # the first pass is the request's own
+    assert float(np.abs(changed[-1][2] - plain[-1][2]).max()) > 1e-3
+    with pytest.raises(InputError, match="hr_prompt is a hires fix option"):
+        GenerationRequest.create("a", hr_prompt="b")

@@ -188,3 +188,59 @@ def test_only_masked_keeps_the_original_size(sd15: Any, images: dict[str, np.nda
     out = sd15.generate("x", **kwargs, init_image=images["init_image"], mask=small_mask(), inpaint_full_res=True)
     assert out[0].size == (48, 32)
     assert "Size: 32x32" in out[0].info["parameters"]
+
+
+# -- A1111's masked content (inpainting_fill) ----------------------------------------------------
+
+
+def test_fill_masked_keeps_the_rest_and_fills_from_it() -> None:
+    """A1111's "fill": unmasked pixels kept exactly; the masked ones come from the rest only (an
+    image whose unmasked part is one colour is filled with that colour, whatever was under the
+    mask)."""
+    from sdkit.pipelines.features.inpainting import fill_masked
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 255, (32, 48, 3), dtype=np.uint8)
+    mask = Image.fromarray(small_mask())
+    filled = np.asarray(fill_masked(Image.fromarray(pixels), mask))
+    keep = small_mask() == 0
+    np.testing.assert_array_equal(filled[keep], pixels[keep])
+    assert not np.array_equal(filled[~keep], pixels[~keep])
+    flat = np.full((32, 48, 3), (200, 40, 90), dtype=np.uint8)
+    flat[~keep] = pixels[~keep]  # noise under the mask: it must not leak into the fill
+    # up to 3 levels off: 8-bit premultiplied alpha rounds where the blurred alpha is small
+    assert int(np.abs(np.asarray(fill_masked(Image.fromarray(flat), mask), np.int16) - flat[0, 0]).max()) <= 3
+
+
+def test_fill_latents_as_a1111() -> None:
+    from sdkit.pipelines.features.inpainting import fill_latents
+    from sdkit.pipelines.stages.rng import NoiseStream
+
+    latents = np.random.default_rng(1).standard_normal((1, 4, 4, 6)).astype(np.float32)
+    mask = np.zeros((1, 1, 4, 6), np.float32)
+    mask[..., 1:3, 2:5] = 1
+    repaint = np.broadcast_to(mask, latents.shape) == 1
+    nothing = fill_latents(latents, mask, 3, NoiseStream([7]))
+    assert (nothing[repaint] == 0).all() and np.array_equal(nothing[~repaint], latents[~repaint])
+    noised = fill_latents(latents, mask, 2, NoiseStream([7]))
+    drawn = NoiseStream([7]).normal(latents.shape)
+    assert np.array_equal(noised[repaint], drawn[repaint]) and np.array_equal(noised[~repaint], latents[~repaint])
+    assert fill_latents(latents, mask, 1, NoiseStream([7])) is latents
+
+
+def test_inpainting_fill_in_generate(sd15: Any, images: dict[str, np.ndarray]) -> None:
+    """1 (original) is the default's image bit for bit; each other mode changes the repainted
+    part only (the paste-back keeps the original outside the blurred mask)."""
+    init, mask = images["init_image"], small_mask()
+    kwargs = {**REQUEST, "init_image": init, "mask": mask, "mask_blur": 2, "paste_back": True, "strength": 0.6}
+    original = sd15.generate("x", **kwargs)
+    assert np.array_equal(sd15.generate("x", **kwargs, inpainting_fill=1), original)
+    outside = blur_mask(mask, 2) == 0
+    for fill in (0, 2, 3):
+        image = sd15.generate("x", **kwargs, inpainting_fill=fill)
+        np.testing.assert_allclose(image[0][outside], init[outside] / 255.0, atol=1e-6)
+        assert float(np.abs(image[0][~outside] - original[0][~outside]).max()) > 1e-3, fill
+    with pytest.raises(InputError, match="inpainting_fill is an inpainting option"):
+        GenerationRequest.create("x", inpainting_fill=0)
+    with pytest.raises(InputError, match="inpainting_fill must be 0"):
+        GenerationRequest.create("x", init_image=init, mask=mask, inpainting_fill=4)

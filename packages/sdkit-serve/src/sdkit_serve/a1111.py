@@ -3,9 +3,11 @@
 This is the only module that knows both sides. A request (``Txt2ImgRequest``/``Img2ImgRequest``,
 the field names and defaults of A1111's ``/sdapi/v1/txt2img`` and ``/img2img``) becomes a
 ``GenerationPlan``: the keyword arguments of ``pipeline.generate``, the seed and batch layout, the
-LoRAs named in the prompt, and every field sdkit does not act on with the reason, which the
-response's ``info`` reports (never silently dropped). When the pipeline learns something new
-(inpainting masks, hires fix, LoRA), only ``IGNORED`` and ``plan_generation`` change.
+LoRA files the prompt's tags name (``extra_networks``), the ControlNets its units use, and every
+field sdkit does not act on with the reason, which the response's ``info`` reports (never
+silently dropped). The fields beyond the prompt and sampler (masks, hires fix, eta, ControlNet
+units) map in ``a1111_fields``; when the pipeline learns something new, only ``IGNORED`` and
+those mappings change.
 
 Values a field may carry without asking for anything (``enable_hr: false``, ``styles: []``) are
 not reported: clients send A1111's full default payload.
@@ -13,15 +15,18 @@ not reported: clients send A1111's full default payload.
 
 from __future__ import annotations
 
-import re
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdkit.errors import InputError
 from sdkit.pipelines import GenerationRequest
+from sdkit_serve import a1111_fields
+from sdkit_serve.extra_networks import LORA_KINDS, Folders, tag_loras
+from sdkit_serve.model_choice import MODEL_SETTINGS
+from sdkit_serve.prompt_tags import Tag, find_tags, remove_tags
 from sdkit_serve.schemas import schedule_name
 
 if TYPE_CHECKING:
@@ -31,10 +36,9 @@ if TYPE_CHECKING:
 
 ANY = object()  # in IGNORED: the field changes nothing whatever its value (e.g. saving options)
 _OFF: tuple[Any, ...] = (None, False, "", 0, [], {})
-_NOT_YET_LORA = "LoRAs are not supported by the sdkit pipeline yet (issue 14)"
-_INPAINT = "inpainting is not supported by the sdkit pipeline yet (issue 9): the whole image is redrawn"
 
-# field -> (values that ask for nothing, or ANY; why sdkit ignores it)
+# field -> (values that ask for nothing, or ANY; why sdkit ignores it). Fields sdkit honours in
+# part (masks, hires fix, eta, ControlNet units...) are checked by ``sdkit_serve.a1111_fields``.
 IGNORED: dict[str, tuple[Any, str]] = {
     "styles": (_OFF, "A1111 prompt styles are a UI feature; put the text in the prompt"),
     "subseed": ((*_OFF, -1), "variation seeds are not supported"),
@@ -43,42 +47,39 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "seed_resize_from_w": ((*_OFF, -1), "seed resizing is not supported"),
     "restore_faces": (_OFF, "face restoration is not supported"),
     "tiling": (_OFF, "tiling is not supported"),
-    "eta": ((None, 1, 1.0), "eta is fixed by the sampler"),
     "s_min_uncond": (_OFF, "sigma tweaks are not supported"),
     "s_churn": (_OFF, "sigma tweaks are not supported"),
     "s_tmax": ((*_OFF, float("inf")), "sigma tweaks are not supported"),
     "s_tmin": (_OFF, "sigma tweaks are not supported"),
-    "s_noise": ((None, 1, 1.0), "sigma tweaks are not supported"),
     "distilled_cfg_scale": (_OFF, "distilled guidance applies to Flux, which this pipeline is not"),
-    "enable_hr": (_OFF, "hires fix is not supported by the sdkit pipeline yet (issue 9)"),
     "script_name": (_OFF, "A1111 scripts are not supported"),
     "script_args": (_OFF, "A1111 scripts are not supported"),
-    "alwayson_scripts": (_OFF, "A1111 scripts and extensions (ControlNet...) are not supported"),
     "save_images": ((None, False), "the server never saves images; they are in the response"),
-    "firstpass_image": (_OFF, "hires fix is not supported"),
-    "image_cfg_scale": ((None,), "image CFG (instruct-pix2pix) is not supported"),
+    "firstpass_image": (_OFF, "a hires fix from a given first-pass image is not supported"),
+    # image CFG acts only on instruct-pix2pix models, which sdkit does not load: no effect here
+    "image_cfg_scale": (ANY, "has no effect here"),
     "initial_noise_multiplier": ((None, 1, 1.0), "the noise multiplier is fixed at 1"),
-    "latent_mask": (_OFF, _INPAINT),
-    "mask": (_OFF, _INPAINT),
+    "latent_mask": (_OFF, "a separate latent mask is not supported; the mask is used for both"),
+    "mask_round": ((None, True), "the mask is always rounded (binarised at 128), as A1111's default"),
     "resize_mode": ((None, 0), "only resize_mode 0 (just resize) is supported"),
     # Meaningless without the field above them (hires fix, masks), or about saving, sessions, UI.
     **dict.fromkeys(
         (
-            "denoising_strength@txt2img", "firstphase_width", "firstphase_height", "hr_scale", "hr_upscaler",
-            "hr_second_pass_steps", "hr_resize_x", "hr_resize_y", "hr_checkpoint_name", "hr_additional_modules",
-            "hr_sampler_name", "hr_scheduler", "hr_prompt", "hr_negative_prompt", "hr_cfg", "hr_distilled_cfg",
-            "mask_blur", "mask_blur_x", "mask_blur_y", "mask_round", "inpainting_fill", "inpaint_full_res",
-            "inpaint_full_res_padding", "inpainting_mask_invert", "do_not_save_samples", "do_not_save_grid",
-            "comments", "infotext", "disable_extra_networks",
+            "denoising_strength@txt2img", "firstphase_width", "firstphase_height", "hr_checkpoint_name",
+            "hr_additional_modules", "hr_sampler_name", "hr_scheduler", "hr_prompt", "hr_negative_prompt", "hr_cfg",
+            "hr_distilled_cfg", "do_not_save_samples", "do_not_save_grid", "comments", "infotext",
+            "disable_extra_networks",
         ),
         (ANY, "has no effect here"),
     ),
 }  # fmt: skip
+# override_settings keys a request may set for itself, and what takes them
+OVERRIDES = {"CLIP_stop_at_last_layers": "clip_skip"}
 
 
 class Txt2ImgRequest(BaseModel):
-    """``/sdapi/v1/txt2img``: the fields sdkit honours are typed here; A1111's others (hires fix,
-    scripts, ...) are accepted as extra fields and reported in ``info["ignored"]``."""
+    """``/sdapi/v1/txt2img``: the fields sdkit honours are typed here; A1111's others (scripts,
+    ...) are accepted as extra fields and reported in ``info["ignored"]``."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -94,11 +95,22 @@ class Txt2ImgRequest(BaseModel):
     cfg_scale: float = Field(7.0, ge=0.0, le=100.0)
     width: int | None = Field(None, ge=8, le=65_536, multiple_of=8, description="default: the model's native size")
     height: int | None = Field(None, ge=8, le=65_536, multiple_of=8, description="default: the model's native size")
-    denoising_strength: float | None = Field(None, ge=0.0, le=1.0, description="img2img only (hires fix: ignored)")
+    denoising_strength: float | None = Field(None, ge=0.0, le=1.0, description="img2img; txt2img: the hires pass's")
+    eta: float | None = Field(None, ge=0.0, le=1.0, description="DDIM's eta (samplers that take it)")
+    s_noise: float | None = Field(None, ge=0.0, le=10.0, description="noise multiplier of ancestral/SDE samplers")
+    enable_hr: bool = Field(False, description="hires fix (txt2img): generate, upscale, img2img at the larger size")
+    hr_scale: float = Field(2.0, ge=1.0, le=16.0)
+    hr_upscaler: str | None = Field(None, description="'Latent' (default), 'Latent (nearest)', 'Lanczos', ...")
+    hr_second_pass_steps: int = Field(0, ge=0, le=10_000, description="0: steps")
+    hr_resize_x: int = Field(0, ge=0, le=65_536)
+    hr_resize_y: int = Field(0, ge=0, le=65_536)
+    alwayson_scripts: dict[str, Any] | None = Field(None, description="the ControlNet extension's units")
     send_images: bool = True
     # The model a request runs on (sdkit_serve.model_choice): override_settings' sd_model_checkpoint
     # and sd_vae; its other keys are reported in info["ignored"].
-    override_settings: dict[str, Any] | None = Field(None, description="sd_model_checkpoint, sd_vae: for this request")
+    override_settings: dict[str, Any] | None = Field(
+        None, description="sd_model_checkpoint, sd_vae, CLIP_stop_at_last_layers (clip skip): for this request"
+    )
     override_settings_restore_afterwards: bool = True
     refiner_checkpoint: str | None = Field(None, description="an SDXL refiner from /sdapi/v1/sd-models")
     refiner_switch_at: float | None = Field(None, ge=0.0, le=1.0, description="the fraction before the refiner")
@@ -106,12 +118,19 @@ class Txt2ImgRequest(BaseModel):
 
 
 class Img2ImgRequest(Txt2ImgRequest):
-    """``/sdapi/v1/img2img``: base64 images in ``init_images`` (the first is used); ``mask`` is
-    accepted and reported as ignored until the pipeline inpaints."""
+    """``/sdapi/v1/img2img``: base64 images in ``init_images`` (the first is used); with ``mask``
+    (white repaints) it inpaints, with A1111's inpainting fields."""
 
     init_images: list[str] = Field(..., min_length=1, description="base64 PNG/JPEG, data: URLs too")
     denoising_strength: float | None = Field(0.75, ge=0.0, le=1.0)
-    mask: str | None = None
+    mask: str | None = Field(None, description="base64 mask of init_images[0]'s size; white repaints")
+    mask_blur: int | None = Field(None, ge=0, le=256, description="sets mask_blur_x and mask_blur_y")
+    mask_blur_x: int = Field(4, ge=0, le=256)
+    mask_blur_y: int = Field(4, ge=0, le=256)
+    inpainting_fill: int = Field(0, ge=0, le=3, description="0 fill, 1 original, 2 latent noise, 3 latent nothing")
+    inpaint_full_res: bool = Field(True, description="'only masked': generate a crop around the mask")
+    inpaint_full_res_padding: int = Field(0, ge=0, le=65_536)
+    inpainting_mask_invert: int = Field(0, ge=0, le=1, description="1: black repaints")
     resize_mode: int = 0
     include_init_images: bool = False
 
@@ -125,12 +144,6 @@ class ImagesResponse(BaseModel):
     info: str
 
 
-@dataclass(frozen=True)
-class Lora:
-    name: str
-    weight: float
-
-
 @dataclass
 class GenerationPlan:
     """What one A1111 request asks of the pipeline."""
@@ -139,35 +152,24 @@ class GenerationPlan:
     seed: int
     batch_size: int
     n_iter: int
-    loras: list[Lora] = field(default_factory=list)
+    loras: list[tuple[Path, float]] = field(default_factory=list)  # files and strengths, for set_loras
     ignored: dict[str, str] = field(default_factory=dict)
     send_images: bool = True
+    controlnets: dict[str, Path] = field(default_factory=dict)  # ControlNet name -> folder, for set_controlnets
 
     def first_seed(self, iteration: int) -> int:
         """The seed of the first image of batch ``iteration`` (image i of the request: seed + i)."""
         return self.seed + iteration * self.batch_size
 
 
-_EXTRA_NETWORK = re.compile(r"<(\w+):([^>]+)>")  # A1111's extra-network syntax: <lora:name:weight>
-
-
-def parse_extra_networks(prompt: str) -> tuple[str, list[Lora], list[str]]:
-    """``"a cat <lora:film:0.6>"`` -> ``("a cat ", [Lora("film", 0.6)], [])``; other kinds of tag
-    (``<hypernet:...>``) come back by name in the third item. Tags are removed from the prompt, as
-    A1111 does before encoding it."""
-    loras: list[Lora] = []
-    others: list[str] = []
-    for kind, body in _EXTRA_NETWORK.findall(prompt):
-        parts = body.split(":")
-        if kind.lower() in ("lora", "lyco"):
-            weight = parts[1] if len(parts) > 1 and parts[1].strip() else "1"
-            try:
-                loras.append(Lora(parts[0].strip(), float(weight)))
-            except ValueError:
-                raise InputError(f"<{kind}:{body}>: the weight must be a number, got {weight!r}") from None
-        else:
-            others.append(f"<{kind}:{body}>")
-    return _EXTRA_NETWORK.sub("", prompt), loras, others
+def extra_networks(prompt: str) -> tuple[str, list[Tag], list[str]]:
+    """A1111's extra-network tags of a prompt: the prompt without the kinds sdkit does not know
+    (as A1111 removes every tag before encoding; ``<lora:...>``, ``<lyco:...>`` and
+    ``<hypernet:...>`` stay, as in the PNG's prompt, and the tokenizer leaves them out of the
+    text it encodes), the tags, and the unknown ones as text. Linear time (``prompt_tags``)."""
+    tags = find_tags(prompt)
+    unknown = [t for t in tags if t.kind.lower() not in (*LORA_KINDS, "hypernet")]
+    return remove_tags(prompt, unknown), tags, [t.text for t in tags if t.kind.lower() not in LORA_KINDS]
 
 
 def ignored_fields(payload: BaseModel, mode: str) -> dict[str, str]:
@@ -192,44 +194,92 @@ def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
     return any(value == n and isinstance(value, bool) == isinstance(n, bool) for n in neutral)
 
 
-def plan_generation(
-    payload: Txt2ImgRequest, limits: Limits, init_image: Image.Image | None = None, known_loras: set[str] | None = None
-) -> GenerationPlan:
-    """Map a checked A1111 request onto ``pipeline.generate``. ``init_image``: img2img's decoded
-    first init image. Sizes and counts over ``limits`` are an ``InputError`` (HTTP 400)."""
+@dataclass(frozen=True)
+class Inputs:
+    """What a request brings besides its JSON: img2img's decoded images, the folders its
+    LoRA tags and ControlNet units name, and the image decoder for the units' images."""
+
+    init_image: Image.Image | None = None
+    mask: Image.Image | None = None
+    folders: Folders | None = None
+    decode: Any = None  # (base64 text, what) -> RGB PIL image
+
+
+def plan_generation(payload: Txt2ImgRequest, limits: Limits, inputs: Inputs | None = None) -> GenerationPlan:
+    """Map a checked A1111 request onto ``pipeline.generate``. Sizes, counts and prompt lengths
+    over ``limits`` are an ``InputError`` (HTTP 400). Runs off the event loop: it reads folders,
+    decodes ControlNet images and runs their preprocessors."""
+    inputs = inputs or Inputs()
+    init_image = inputs.init_image
     mode = "img2img" if init_image is not None else "txt2img"
     # img2img without a size runs at the init image's: that is the size to check
     width = payload.width or (init_image.width if init_image is not None else None)
     height = payload.height or (init_image.height if init_image is not None else None)
     limits.check(width, height, payload.steps, payload.batch_size * payload.n_iter)
-    prompt, loras, others = parse_extra_networks(payload.prompt)
-    negative, negative_loras, negative_others = parse_extra_networks(payload.negative_prompt)
+    limits.check_prompt(payload.prompt, payload.negative_prompt)
+    prompt, tags, others = extra_networks(payload.prompt)
+    negative, negative_tags, negative_others = extra_networks(payload.negative_prompt)
     ignored = ignored_fields(payload, mode)
-    for tag in [*others, *negative_others]:
-        ignored[f"prompt {tag}"] = "only <lora:...> extra networks are recognised"
-    for lora in [*loras, *negative_loras]:
-        missing = known_loras is not None and lora.name not in known_loras
-        ignored[f"<lora:{lora.name}:{lora.weight:g}>"] = f"no LoRA named {lora.name!r}" if missing else _NOT_YET_LORA
+    for text in [*others, *negative_others]:
+        ignored[f"prompt {text}"] = "only <lora:...> (and <lyco:...>) extra networks are supported"
+    for tag in negative_tags:
+        if tag.kind.lower() in LORA_KINDS:
+            ignored[f"negative prompt {tag.text}"] = "extra networks apply from the prompt, as in A1111"
+    apply_loras = not (payload.model_extra or {}).get("disable_extra_networks")
+    loras = tag_loras(payload.prompt, tags, inputs.folders) if apply_loras else []
+    sampler = payload.sampler_name or payload.sampler_index
+    schedule = schedule_name(payload.scheduler)
     kwargs: dict[str, Any] = {
         "prompt": prompt,
         "negative_prompt": negative,
         "steps": payload.steps,
         "guidance_scale": payload.cfg_scale,
-        "sampler": payload.sampler_name or payload.sampler_index,
-        "schedule": schedule_name(payload.scheduler),
+        "sampler": sampler,
+        "schedule": schedule,
         "width": payload.width,
         "height": payload.height,
     }
+    mapped = a1111_fields.sampler_fields(payload, sampler, schedule)
+    mapped.merge(override_fields(payload.override_settings))
     if init_image is not None:
         kwargs["init_image"] = init_image
         kwargs["strength"] = 0.75 if payload.denoising_strength is None else payload.denoising_strength
         if isinstance(payload, Img2ImgRequest) and len(payload.init_images) > 1:
             ignored["init_images"] = f"only the first of {len(payload.init_images)} init images is used"
+        if inputs.mask is not None:
+            mapped.merge(a1111_fields.inpaint_fields(payload, inputs.mask))
+    else:
+        mapped.merge(a1111_fields.hires_fields(payload, sampler, schedule))
+    size = (payload.width, payload.height) if payload.width and payload.height else None
+    if size is None and init_image is not None and not (payload.width or payload.height):
+        size = (init_image.width // 8 * 8, init_image.height // 8 * 8)
+    context = a1111_fields.UnitContext(
+        inputs.decode, inputs.folders.controlnet_dir if inputs.folders else None, init_image, size
+    )
+    mapped.merge(a1111_fields.controlnet_fields(payload.alwayson_scripts, context))
+    kwargs.update(mapped.generate)
+    ignored.update(mapped.ignored)
     check_early(kwargs, payload.batch_size)
     seed = payload.seed if payload.seed >= 0 else secrets.randbits(32)
-    return GenerationPlan(
-        kwargs, seed, payload.batch_size, payload.n_iter, loras, ignored, send_images=payload.send_images
-    )
+    plan = GenerationPlan(kwargs, seed, payload.batch_size, payload.n_iter, loras, ignored, payload.send_images)
+    plan.controlnets = mapped.controlnets
+    return plan
+
+
+def override_fields(settings: dict[str, Any] | None) -> a1111_fields.Mapped:
+    """``override_settings``: the per-request settings sdkit applies (``OVERRIDES``, and the
+    model and VAE, which ``model_choice`` takes); the others are reported."""
+    mapped = a1111_fields.Mapped()
+    for key, value in (settings or {}).items():
+        if key in OVERRIDES and OVERRIDES[key] in GenerationRequest.field_names():
+            mapped.generate[OVERRIDES[key]] = value
+        elif key == "CLIP_stop_at_last_layers" and value in (None, 1):
+            continue  # the last layer: what the pipeline does
+        elif key in MODEL_SETTINGS:
+            continue  # the model and VAE a request runs on: sdkit_serve.model_choice takes them
+        else:
+            mapped.ignored[f"override_settings.{key}"] = "this setting is not applied per request"
+    return mapped
 
 
 def check_early(generate: dict[str, Any], num_images: int) -> None:
@@ -252,7 +302,8 @@ def build_info(
     plan: GenerationPlan, parameters: list[Any], model: str, *, interrupted: bool = False, worker: str = ""
 ) -> dict[str, Any]:
     """A1111's ``info`` object for the images made (``parameters``: their GenerationParameters),
-    plus ``ignored`` (field -> reason), ``loras`` and ``interrupted``."""
+    plus ``ignored`` (field -> reason), ``loras`` (the files applied), ``controlnets`` and
+    ``interrupted``. Every number in it is finite, so it is valid JSON."""
     first = parameters[0] if parameters else None
     seeds = [p.seed for p in parameters] or [plan.seed]
     return {
@@ -273,7 +324,7 @@ def build_info(
         "steps": plan.generate["steps"],
         "batch_size": plan.batch_size,
         "n_iter": plan.n_iter,
-        "denoising_strength": plan.generate.get("strength"),
+        "denoising_strength": plan.generate.get("strength", plan.generate.get("denoising_strength")),
         "sd_model_name": model,
         "sd_model_hash": None,
         "infotexts": [p.a1111_text() for p in parameters],
@@ -281,7 +332,8 @@ def build_info(
         "job_timestamp": "",
         "version": "sdkit",
         "ignored": plan.ignored,
-        "loras": [{"name": lora.name, "weight": lora.weight, "applied": False} for lora in plan.loras],
+        "loras": [{"name": path.stem, "weight": weight, "applied": True} for path, weight in plan.loras],
+        "controlnets": sorted(plan.controlnets),
         "interrupted": interrupted,
         "worker": worker,
     }

@@ -25,12 +25,13 @@ from sdkit_serve import a1111, schemas
 from sdkit_serve._version import __version__
 from sdkit_serve.a1111 import ImagesResponse, Img2ImgRequest, Txt2ImgRequest
 from sdkit_serve.engine import Engine, GenerationResult
+from sdkit_serve.extra_routes import add_controlnet_routes, add_extra_network_routes
 from sdkit_serve.extras import add_extras_routes
 from sdkit_serve.images import decode_image, encode_png
 from sdkit_serve.jobs import Job, JobCancelled, QueueFullError
-from sdkit_serve.model_choice import model_request, unhandled_overrides
+from sdkit_serve.model_choice import model_request
 from sdkit_serve.model_routes import add_info_routes, add_model_routes
-from sdkit_serve.schemas import ErrorResponse, LoraItem, ProgressResponse, ProgressState
+from sdkit_serve.schemas import ErrorResponse, ProgressResponse, ProgressState
 from sdkit_serve.security import BodySizeLimit, RequestGuard, limit_json_depth, require_api_key
 
 log = logging.getLogger("sdkit_serve")
@@ -128,6 +129,8 @@ def create_app(engine: Engine) -> FastAPI:
     add_model_routes(router, engine, run_job)
     add_info_routes(router, engine)
     add_extras_routes(router, engine, run_job)
+    add_extra_network_routes(router, engine)
+    add_controlnet_routes(router, engine)
     app.include_router(router)
     if key:
         add_docs_routes(app, key)
@@ -161,34 +164,38 @@ def images_response(
 ) -> ImagesResponse:
     info = a1111.build_info(plan, result.parameters, result.model, interrupted=result.interrupted, worker=engine.worker)
     info["sd_model_hash"] = result.model_hash
-    return ImagesResponse(images=result.images, parameters=a1111.echo_parameters(payload), info=json.dumps(info))
+    # allow_nan=False: a NaN would make `info` invalid JSON; every number in it is checked finite
+    text = json.dumps(info, allow_nan=False)
+    return ImagesResponse(images=result.images, parameters=a1111.echo_parameters(payload), info=text)
 
 
 def add_generation_routes(router: APIRouter, engine: Engine) -> None:
     limits = engine.config.limits
 
-    def known_loras() -> set[str] | None:
-        return set(engine.lora_files()) if engine.config.lora_dir is not None else None
+    def inputs(init_image: Any = None, mask: Any = None) -> a1111.Inputs:
+        return a1111.Inputs(init_image, mask, engine.folders, lambda text, what: decode_image(text, what, limits))
 
     def queue_generation(payload: Txt2ImgRequest, plan: a1111.GenerationPlan, kind: str) -> Job:
         """The job for a planned request, on the model it names or the one selected now."""
         models = model_request(payload, engine.catalog, engine.selected)
-        plan.ignored.update(unhandled_overrides(payload))
         task_id = getattr(payload, "force_task_id", None)
         return Job(lambda job: engine.generate(plan, job, models), kind, task_id=task_id or None)
 
     @router.post("/sdapi/v1/txt2img", response_model=ImagesResponse, tags=["generation"])
     async def txt2img(payload: Txt2ImgRequest, request: Request) -> ImagesResponse:
-        plan = a1111.plan_generation(payload, limits, known_loras=known_loras())
+        # parsing the prompt, reading folders and preprocessing control images run off the event
+        # loop, so /progress and /interrupt answer meanwhile
+        limits.check_prompt(payload.prompt, payload.negative_prompt)
+        plan = await run_in_threadpool(a1111.plan_generation, payload, limits, inputs())
         result = await run_job(request, engine, queue_generation(payload, plan, "txt2img"))
         return images_response(payload, plan, result, engine)
 
     @router.post("/sdapi/v1/img2img", response_model=ImagesResponse, tags=["generation"])
     async def img2img(payload: Img2ImgRequest, request: Request) -> ImagesResponse:
+        limits.check_prompt(payload.prompt, payload.negative_prompt)
         image = await run_in_threadpool(decode_image, payload.init_images[0], "init_images[0]", limits)
-        if payload.mask:  # checked even though ignored, so a broken mask is an error now, not later
-            await run_in_threadpool(decode_image, payload.mask, "mask", limits)
-        plan = a1111.plan_generation(payload, limits, init_image=image, known_loras=known_loras())
+        mask = await run_in_threadpool(decode_image, payload.mask, "mask", limits) if payload.mask else None
+        plan = await run_in_threadpool(a1111.plan_generation, payload, limits, inputs(image, mask))
         result = await run_job(request, engine, queue_generation(payload, plan, "img2img"))
         return images_response(payload, plan, result, engine)
 
@@ -238,13 +245,3 @@ def add_status_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/sdapi/v1/schedulers", response_model=list[schemas.SchedulerItem], tags=["models"])
     async def schedulers() -> list[schemas.SchedulerItem]:
         return schemas.schedulers()
-
-    @router.get("/sdapi/v1/loras", response_model=list[LoraItem], tags=["models"])
-    async def loras() -> list[LoraItem]:
-        """The LoRA files in ``--lora-dir``. The pipeline does not apply LoRAs yet: prompts that
-        name them get them reported in ``info["ignored"]``."""
-        folder = engine.config.lora_dir
-        return [
-            LoraItem(name=n, alias=n, path=str(p.relative_to(folder)) if folder is not None else p.name)
-            for n, p in engine.lora_files().items()
-        ]

@@ -59,8 +59,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch", type=int, default=8, help="most images per request, batch_size * n_iter (default: %(default)s)"
     )
     limits.add_argument("--max-body-mb", type=float, default=64, help="largest request body (default: %(default)s)")
+    limits.add_argument(
+        "--max-prompt-chars", type=int, default=20_000, help="longest prompt, in characters (default: %(default)s)"
+    )
     parser.add_argument("--preview-decoder", type=Path, default=None, help="TAESD-class ONNX decoder for previews")
-    parser.add_argument("--lora-dir", type=Path, default=None, help="folder of LoRA .safetensors for /sdapi/v1/loras")
+    parser.add_argument(
+        "--lora-dir",
+        type=Path,
+        default=None,
+        help="A1111's models/Lora: where prompts' <lora:name:weight> tags find name.safetensors (sub-folders too)",
+    )
+    parser.add_argument(
+        "--embeddings-dir",
+        type=Path,
+        default=None,
+        help="textual-inversion .safetensors loaded at start, triggered by their file names in prompts",
+    )
+    parser.add_argument(
+        "--controlnet-dir",
+        type=Path,
+        default=None,
+        help="ControlNet folders (model.onnx + config.json) for alwayson_scripts.controlnet units",
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     ray = parser.add_argument_group(f"Ray Serve ({install_command('ray')})")
     ray.add_argument("--ray", action="store_true", help="run on Ray Serve, one pipeline per replica")
@@ -81,6 +101,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         max_steps=args.max_steps,
         max_batch=args.max_batch,
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        max_prompt_chars=args.max_prompt_chars,
     )
     return ServerConfig(
         models=tuple(Path(m) for m in args.model),
@@ -96,6 +117,8 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         ckpt_dir=args.ckpt_dir,
         vae_dir=args.vae_dir,
         host=args.host,
+        embeddings_dir=args.embeddings_dir,
+        controlnet_dir=args.controlnet_dir,
     )
 
 

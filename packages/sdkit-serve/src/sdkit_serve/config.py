@@ -20,9 +20,10 @@ class Limits:
     max_steps: int = 150
     max_batch: int = 8  # images per request: batch_size * n_iter
     max_body_bytes: int = 64 * 1024 * 1024  # init images arrive as base64 in the JSON body
+    max_prompt_chars: int = 20_000  # prompt and negative prompt, each (A1111 prompts: a few hundred)
 
     def __post_init__(self) -> None:
-        for name in ("max_width", "max_height", "max_steps", "max_batch", "max_body_bytes"):
+        for name in ("max_width", "max_height", "max_steps", "max_batch", "max_body_bytes", "max_prompt_chars"):
             if getattr(self, name) < 1:
                 raise OptionError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -36,6 +37,14 @@ class Limits:
             if value is not None and value > limit:
                 flag = "--max-batch" if what.startswith("batch") else f"--max-{what}"
                 raise InputError(f"{what} {value} is over this server's limit of {limit} (sdkit serve {flag})")
+
+    def check_prompt(self, *prompts: str) -> None:
+        for what, text in zip(("prompt", "negative_prompt"), prompts, strict=False):
+            if len(text) > self.max_prompt_chars:
+                raise InputError(
+                    f"{what} is {len(text)} characters, over this server's limit of {self.max_prompt_chars} "
+                    "(sdkit serve --max-prompt-chars)"
+                )
 
     def check_pixels(self, width: int, height: int, what: str) -> None:
         """An uploaded image may be at most four times the largest allowed output, so a tiny
@@ -61,6 +70,8 @@ class ServerConfig:
     ckpt_dir: Path | None = None  # A1111's models/Stable-diffusion: files and pipeline folders, subfolders too
     vae_dir: Path | None = None  # A1111's models/VAE: the files sd_vae names
     host: str = "127.0.0.1"  # the address it listens on: the Host headers a keyless server accepts
+    embeddings_dir: Path | None = None
+    controlnet_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.models and self.ckpt_dir is None:
@@ -75,11 +86,15 @@ class ServerConfig:
             raise OptionError(f"the queue size must be >= 0, got {self.queue_size}")
         if self.preview_decoder is not None and not Path(self.preview_decoder).is_file():
             raise InputError(f"preview decoder not found: {self.preview_decoder}")
-        if self.lora_dir is not None and not Path(self.lora_dir).is_dir():
-            raise InputError(f"LoRA folder not found: {self.lora_dir}")
-        for folder, flag in ((self.ckpt_dir, "--ckpt-dir"), (self.vae_dir, "--vae-dir")):
+        for folder, what in (
+            (self.lora_dir, "LoRA"),
+            (self.embeddings_dir, "embeddings"),
+            (self.controlnet_dir, "ControlNet"),
+            (self.ckpt_dir, "checkpoint (--ckpt-dir)"),
+            (self.vae_dir, "VAE (--vae-dir)"),
+        ):
             if folder is not None and not Path(folder).is_dir():
-                raise InputError(f"folder not found: {folder} ({flag})")
+                raise InputError(f"{what} folder not found: {folder}")
 
 
 def check_api_key(key: str) -> None:

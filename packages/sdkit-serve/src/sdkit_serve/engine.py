@@ -20,6 +20,7 @@ from sdkit.files import inside
 from sdkit_serve.a1111 import GenerationPlan
 from sdkit_serve.catalog import Checkpoint, ModelCatalog
 from sdkit_serve.config import ServerConfig
+from sdkit_serve.extra_networks import Folders, controlnet_folders, list_loras, load_embeddings
 from sdkit_serve.images import encode_png
 from sdkit_serve.jobs import Job, JobCancelled, JobQueue
 from sdkit_serve.model_choice import ModelChoice, ModelRequest
@@ -64,6 +65,9 @@ class Engine:
         # how the last model switch went: component -> "refit" / "recompile", or {"pipeline": "loaded"}
         self.last_switch: dict[str, str] = {}
         self.options: dict[str, Any] = dict(DEFAULT_OPTIONS)
+        self.embeddings: dict[str, dict[str, Any]] = {"loaded": {}, "skipped": {}}  # A1111's answer
+        self._loras: list[tuple[Path, float]] = []  # set on the pipeline now
+        self._controlnets: dict[str, Path] = {}
         self.queue = JobQueue(config.queue_size)
         self.preview: PreviewDecoder | None = None
         # Tells Ray Serve replicas apart in `info`; random rather than host:pid, so a public server
@@ -165,7 +169,11 @@ class Engine:
                 self.loaded, self.last_switch = self.catalog.hashed(checkpoint), dict(swaps)
                 return
         new = self._load_pipeline(path)  # load first: a failure leaves `current` serving
+        embeddings = load_embeddings(new, self.config.embeddings_dir)
         self.pipeline, self.loaded, self.loaded_vae = new, self.catalog.hashed(checkpoint), None
+        # a new pipeline holds no LoRAs or ControlNets yet (a refit above keeps them, merged on the
+        # new weights, as it keeps the embeddings)
+        self._loras, self._controlnets, self.embeddings = [], {}, embeddings
         self.last_switch = {"pipeline": "loaded"}
         if current is not None:
             current.close()
@@ -182,10 +190,28 @@ class Engine:
         return new
 
     def lora_files(self) -> dict[str, Path]:
-        """LoRA name -> file in ``--lora-dir`` (none without one)."""
-        if self.config.lora_dir is None:
-            return {}
-        return {p.stem: p for p in sorted(Path(self.config.lora_dir).rglob("*.safetensors"))}
+        """LoRA name -> file in ``--lora-dir`` (none without one), read afresh on each call
+        (``/sdapi/v1/refresh-loras`` has nothing to cache)."""
+        return list_loras(self.config.lora_dir)
+
+    @property
+    def folders(self) -> Folders:
+        return Folders(self.config.lora_dir, self.config.controlnet_dir)
+
+    def controlnets(self) -> dict[str, Path]:
+        return controlnet_folders(self.config.controlnet_dir)
+
+    def _use_adapters(self, plan: GenerationPlan) -> None:
+        """Set the plan's LoRAs and load its ControlNets, where they differ from the pipeline's
+        now (a request without LoRAs after one with them gets the base weights back). Both calls
+        change nothing when they fail (a LoRA of another family, a ControlNet that does not load)."""
+        if plan.loras != self._loras:
+            self.pipeline.set_loras(plan.loras)
+            self._loras = list(plan.loras)
+        if plan.controlnets and any(self._controlnets.get(n) != p for n, p in plan.controlnets.items()):
+            wanted = {**self._controlnets, **plan.controlnets}
+            self.pipeline.set_controlnets(wanted)
+            self._controlnets = wanted
 
     # -- work run on the queue's thread -----------------------------------------------------
 
@@ -201,6 +227,7 @@ class Engine:
             self.selected = models.choice
         images: list[Any] = []
         job.batch_count = plan.n_iter
+        self._use_adapters(plan)
         interrupted = False
         for iteration in range(plan.n_iter):
             job.batch_no, job.step = iteration, 0

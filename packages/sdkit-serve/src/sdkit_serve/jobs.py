@@ -118,8 +118,10 @@ class JobQueue:
         with self._lock:
             if self._closed:
                 raise JobCancelled("the server is shutting down")
-            busy = self._current is not None or bool(self._waiting)
-            if busy and len(self._waiting) >= self.max_waiting:
+            # with no job running, the first waiting one is the next to run, not one queued
+            # behind it: it must not take a place of the queue while the worker picks it up
+            capacity = self.max_waiting + (0 if self._current is not None else 1)
+            if len(self._waiting) >= capacity:
                 raise QueueFullError(len(self._waiting), self._retry_after())
             self._waiting.append(job)
             self._lock.notify()

@@ -76,15 +76,3 @@ def model_request(payload: Any, catalog: ModelCatalog, selected: ModelChoice) ->
         if not 0.0 < float(switch_at) < 1.0:
             raise InputError(f"refiner_switch_at must be between 0 and 1 (exclusive), got {switch_at}")
     return ModelRequest(choice, persist, refiner, None if refiner is None else float(switch_at))
-
-
-def unhandled_overrides(payload: Any, handled: tuple[str, ...] = MODEL_SETTINGS) -> dict[str, str]:
-    """``override_settings`` keys no part of the server applies, as ``info["ignored"]`` entries."""
-    overrides = payload.model_dump().get("override_settings") or {}
-    if not isinstance(overrides, dict):
-        return {}
-    return {
-        f"override_settings.{key}": "not a setting sdkit serve applies per request"
-        for key in overrides
-        if key not in handled
-    }

@@ -181,6 +181,7 @@ def build_request(
         prompt,
         **extra,
         prompt_weighting=args.prompt_weighting,
+        clip_skip=args.clip_skip,
         negative_prompt=args.negative,
         seed=args.seed,
         width=args.width,

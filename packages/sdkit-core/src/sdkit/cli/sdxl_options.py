@@ -46,6 +46,14 @@ def add_sdxl_arguments(parser: argparse.ArgumentParser) -> None:
         help="none: the prompt as written, cut at 75 tokens (diffusers); a1111: (word:1.2) emphasis, "
         "75-token chunks, BREAK (default: %(default)s)",
     )
+    parser.add_argument(
+        "--clip-skip",
+        type=int,
+        default=1,
+        metavar="N",
+        help="A1111's clip skip: the text encoder's hidden states N - 1 layers before the usual ones "
+        "(1: the usual; 2: one layer earlier; default: %(default)s)",
+    )
 
 
 def _size(text: str, flag: str) -> tuple[int, int]:

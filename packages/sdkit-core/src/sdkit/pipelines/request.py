@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -110,7 +110,9 @@ class GenerationRequest:
     default is 4), inpaint_full_res (A1111's "only masked": crop around the mask grown by
     inpaint_full_res_padding, generate the crop at width x height, paste it back), paste_back
     (blend the generated pixels into the original under the blurred mask as A1111 always does;
-    None: only with inpaint_full_res, as diffusers). control: ControlNet units
+    None: only with inpaint_full_res, as diffusers), inpainting_fill (A1111's "masked content": 1
+    original, the default and diffusers'; 0 fill, 2 latent noise, 3 latent nothing; see
+    ``sdkit.pipelines.features.inpainting``). control: ControlNet units
     (``sdkit.pipelines.control_units.ControlUnit``; tuples ``(image, model, scale, start, end,
     preprocessor)`` or dicts are converted).
 
@@ -118,21 +120,26 @@ class GenerationRequest:
     one when none is given). width, height: multiples of 8, None for the model's default (img2img:
     the init image's size rounded down to a multiple of 8). steps, guidance_scale (CFG when > 1).
     sampler, schedule: canonical names (``create`` resolves "DPM++ 2M Karras" to ("dpmpp_2m",
-    "karras")). init_image: RGB PIL image (``create`` opens a path or an array) or None for txt2img;
+    "karras")). sampler_options: the sampler's own settings (``eta`` for DDIM, ``s_noise``
+    for the ancestral and SDE samplers: ``Scheduler.option_defaults``; another is an OptionError).
+    init_image: RGB PIL image (``create`` opens a path or an array) or None for txt2img;
     strength in (0, 1] for img2img. num_images. latents: replaces the initial noise draw (float32
     ``[num_images, channels, height/f, width/f]``). callback(step, total, latents) after each step.
     output_type: "pil" (PIL images with A1111 parameters) or "np" (``[N, H, W, 3]`` in [0, 1]).
     prompt_weighting: "none" (diffusers: the text as written, cut at 75 tokens) or "a1111"
     (A1111: ``(word:1.2)`` emphasis, 75-token chunks concatenated, ``BREAK``; see
-    ``sdkit.pipelines.text.text_encoding``). vae_tiling: VAE decode and encode in overlapping tiles of
+    ``sdkit.pipelines.text.text_encoding``). clip_skip: A1111's "Clip skip" (``CLIP_stop_at_last_layers``):
+    1 the text encoder's last layer, 2 the one before it... (``text_encoding.with_skipped_layers``).
+    vae_tiling: VAE decode and encode in overlapping tiles of
     vae_tile_size image pixels (a multiple of 8; overlap a quarter of it), blended seam-free
     (``sdkit.pipelines.stages.vae``): large images in bounded memory.
 
     Hires fix (txt2img only), A1111's txt2img API fields: enable_hr, hr_scale (or hr_resize_x /
     hr_resize_y), hr_upscaler (``sdkit.pipelines.imaging.hires_plan.UPSCALERS``: "Latent", "Latent
     (nearest)", "Latent (nearest-exact)", "Lanczos", "Nearest"), hr_second_pass_steps (0: steps),
-    denoising_strength (the second pass's; img2img's is ``strength``). See
-    ``sdkit.pipelines.features.hires_fix``.
+    denoising_strength (the second pass's; img2img's is ``strength``), hr_sampler / hr_schedule
+    (A1111's hr_sampler_name / hr_scheduler), hr_prompt, hr_negative_prompt, hr_guidance_scale
+    (Forge's hr_cfg): the second pass's own (None: the first pass's). See ``sdkit.pipelines.features.hires_fix``.
     """
 
     prompt: str
@@ -144,6 +151,7 @@ class GenerationRequest:
     guidance_scale: float = 7.5
     sampler: str = "euler_a"
     schedule: str = "normal"
+    sampler_options: Mapping[str, float] = field(default_factory=dict)
     init_image: Image.Image | None = None
     strength: float = 0.8
     mask: np.ndarray | None = None
@@ -151,12 +159,14 @@ class GenerationRequest:
     inpaint_full_res: bool = False
     inpaint_full_res_padding: int = 32
     paste_back: bool | None = None
+    inpainting_fill: int = 1
     control: tuple[ControlUnit, ...] = ()
     num_images: int = 1
     latents: np.ndarray | None = None
     callback: StepCallback | None = None
     output_type: str = "pil"
     prompt_weighting: str = "none"
+    clip_skip: int = 1
     vae_tiling: bool = False
     vae_tile_size: int = 512
     enable_hr: bool = False
@@ -166,6 +176,11 @@ class GenerationRequest:
     hr_resize_x: int = 0
     hr_resize_y: int = 0
     denoising_strength: float = 0.7
+    hr_sampler: str | None = None
+    hr_schedule: str | None = None
+    hr_prompt: str | None = None
+    hr_negative_prompt: str | None = None
+    hr_guidance_scale: float | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -211,6 +226,8 @@ class GenerationRequest:
             raise InputError(f"callback must be callable, got {type(callback).__name__}")
         if "output_type" in values and values["output_type"] not in OUTPUT_TYPES:
             raise InputError(f"output_type must be 'pil' or 'np', not {values['output_type']!r}")
+        if "clip_skip" in values:
+            out["clip_skip"] = as_int(values["clip_skip"], "clip_skip", 1)
         if "prompt_weighting" in values and values["prompt_weighting"] not in PROMPT_WEIGHTINGS:
             raise InputError(
                 f"prompt_weighting must be one of {', '.join(PROMPT_WEIGHTINGS)}, not {values['prompt_weighting']!r}"
@@ -250,7 +267,23 @@ def _sampler_fields(values: dict[str, Any]) -> dict[str, str]:
         raise OptionError(
             f"sampler {sampler!r} does not support schedule {schedule!r}; use one of {', '.join(supported)}"
         )
-    return {"sampler": sampler, "schedule": schedule}
+    out: dict[str, Any] = {"sampler": sampler, "schedule": schedule}
+    if values.get("sampler_options"):
+        out["sampler_options"] = _sampler_options(sampler, values["sampler_options"], cls)
+    return out
+
+
+def _sampler_options(sampler: str, given: Any, cls: Any) -> dict[str, float]:
+    """The sampler options a request gives, each one the sampler takes, as a finite float."""
+    if not isinstance(given, Mapping):
+        raise InputError(f"sampler_options must be a mapping of option names to numbers, not {type(given).__name__}")
+    takes = dict(getattr(cls, "option_defaults", {}))
+    options: dict[str, float] = {}
+    for key, value in given.items():
+        if key not in takes:
+            raise OptionError(f"sampler {sampler!r} has no option {key!r} (its options: {', '.join(takes) or 'none'})")
+        options[str(key)] = as_float(value, f"sampler option {key}")
+    return options
 
 
 def _img2img_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +315,16 @@ def _inpaint_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str
         out["inpaint_full_res"] = _flag(values["inpaint_full_res"], "inpaint_full_res")
     if values.get("paste_back") is not None:
         out["paste_back"] = _flag(values["paste_back"], "paste_back")
+    if "inpainting_fill" in values:
+        out["inpainting_fill"] = as_int(values["inpainting_fill"], "inpainting_fill", 0)
+        if out["inpainting_fill"] > 3:
+            raise InputError(
+                f"inpainting_fill must be 0 (fill), 1 (original), 2 (latent noise) or 3 (latent nothing), "
+                f"got {out['inpainting_fill']}"
+            )
     if values.get("mask") is None:
+        if out.get("inpainting_fill", 1) != 1:
+            raise InputError("inpainting_fill is an inpainting option: it needs a mask")
         given = [n for n in ("mask_blur", "inpaint_full_res", "paste_back") if out.get(n)]
         if given:
             raise InputError(f"{given[0]} is an inpainting option: it needs a mask")
@@ -337,6 +379,11 @@ HIRES_DEFAULTS = {
     "hr_resize_x": 0,
     "hr_resize_y": 0,
     "denoising_strength": 0.7,
+    "hr_sampler": None,
+    "hr_schedule": None,
+    "hr_prompt": None,
+    "hr_negative_prompt": None,
+    "hr_guidance_scale": None,
 }
 
 
@@ -353,6 +400,15 @@ def _hires_fields(values: dict[str, Any], checked: dict[str, Any]) -> dict[str, 
             out[what] = as_float(values[what], what)
     if "hr_upscaler" in values:
         out["hr_upscaler"] = canonical_upscaler(as_text(values["hr_upscaler"], "hr_upscaler"))
+    if values.get("hr_guidance_scale") is not None:
+        out["hr_guidance_scale"] = as_float(values["hr_guidance_scale"], "hr_guidance_scale")
+    for what in ("hr_prompt", "hr_negative_prompt"):  # "" as None: the first pass's, as A1111
+        if values.get(what) is not None:
+            out[what] = as_text(values[what], what) or None
+    if values.get("hr_sampler") is not None or values.get("hr_schedule") is not None:
+        sampler = values.get("hr_sampler") or values.get("sampler", "euler_a")
+        second = _sampler_fields({"sampler": sampler, "schedule": values.get("hr_schedule")})
+        out["hr_sampler"], out["hr_schedule"] = second["sampler"], second["schedule"]
     if not out.get("enable_hr"):
         changed = [name for name, default in HIRES_DEFAULTS.items() if out.get(name, default) != default]
         if changed:

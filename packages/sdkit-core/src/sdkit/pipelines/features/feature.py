@@ -35,6 +35,7 @@ class Feature(Enum):
     REFINER = "refiner"
     PROMPT_WEIGHTING = "A1111 prompt weighting"
     LORA = "LoRA"
+    CLIP_SKIP = "clip skip"
 
 
 # The request field (or method) that asks for each feature, as the error names it.
@@ -47,6 +48,7 @@ ASKED_BY = {
     Feature.REFINER: "refiner",
     Feature.PROMPT_WEIGHTING: "prompt_weighting",
     Feature.LORA: "set_loras",
+    Feature.CLIP_SKIP: "clip_skip",
 }
 
 
@@ -60,6 +62,7 @@ def requested_features(request: GenerationRequest) -> frozenset[Feature]:
         Feature.VAE_TILING: request.vae_tiling,
         Feature.REFINER: getattr(request, "refiner", None) is not None,
         Feature.PROMPT_WEIGHTING: request.prompt_weighting != "none",
+        Feature.CLIP_SKIP: request.clip_skip > 1,
     }
     return frozenset(feature for feature, yes in asked.items() if yes)
 

@@ -76,8 +76,31 @@ def second_pass_request(request: GenerationRequest, factor: int) -> tuple[Genera
     cut_y = (height - request.hr_resize_y) // factor if both else 0
     numbers = HiresPlan(width, height, cut_x, cut_y, numbers.steps, numbers.schedule_steps)
     final_width, final_height = width - factor * cut_x, height - factor * cut_y
-    second = request.replace(width=final_width, height=final_height, enable_hr=False, latents=None, **HIRES_DEFAULTS)
+    changes = {name: value for name, value in own_fields(request).items() if value is not None}
+    second = request.replace(
+        width=final_width, height=final_height, enable_hr=False, latents=None, **{**HIRES_DEFAULTS, **changes}
+    )
     return second, numbers
+
+
+def own_fields(request: GenerationRequest) -> dict[str, Any]:
+    """The second pass's own sampler, schedule and prompts (None: the first pass's); a sampler
+    of its own keeps the first pass's sampler options it takes."""
+    fields: dict[str, Any] = {
+        "prompt": request.hr_prompt or None,
+        "negative_prompt": request.hr_negative_prompt or None,
+        "guidance_scale": request.hr_guidance_scale,
+    }
+    if request.hr_sampler is not None:
+        from sdkit.plugins import get_plugins
+
+        takes = getattr(get_plugins().schedulers.get(request.hr_sampler), "option_defaults", {})
+        fields.update(
+            sampler=request.hr_sampler,
+            schedule=request.hr_schedule,
+            sampler_options={k: v for k, v in request.sampler_options.items() if k in takes},
+        )
+    return fields
 
 
 # scheduler, steps, strength, latent shape: how a pipeline sets a schedule (``Pipeline.start_schedule``)
@@ -117,6 +140,16 @@ def parameters(request: GenerationRequest) -> dict[str, str]:
     if request.hr_second_pass_steps:
         labels["Hires steps"] = str(request.hr_second_pass_steps)
     labels["Hires upscaler"] = request.hr_upscaler
+    if request.hr_sampler is not None:
+        from sdkit.schedulers.names import sampler_label
+
+        labels["Hires sampler"] = sampler_label(request.hr_sampler)
+    if request.hr_guidance_scale is not None:
+        labels["Hires CFG Scale"] = f"{request.hr_guidance_scale:g}"
+    if request.hr_prompt:
+        labels["Hires prompt"] = request.hr_prompt
+    if request.hr_negative_prompt:
+        labels["Hires negative prompt"] = request.hr_negative_prompt
     return labels
 
 

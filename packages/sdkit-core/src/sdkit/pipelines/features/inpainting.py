@@ -12,6 +12,21 @@ every model, then:
   replaced by the init image's latents noised to the next step's level (``LatentBlend``; the
   masked-image latents are drawn but unused, as in diffusers).
 
+``inpainting_fill`` (A1111's "masked content") changes where the repainted part starts; 1
+("original", the default) is the above, as diffusers. The others, as A1111's
+``StableDiffusionProcessingImg2Img.init``:
+
+- 0 "fill": before encoding, the masked pixels of the (cropped, resized) init image are filled
+  from their surroundings (``fill_masked``: the image with the masked part transparent, blurred
+  with radii 256, 64, 16, 16, 4, 4, 4, 4, 2, 2, 0 and alpha-composited in that order, over the
+  blurred mask at the generation size), as A1111's ``masking.fill``; the paste-back keeps the
+  original;
+- 2 "latent noise": the init latents' repainted cells replaced by a standard-normal draw (made
+  right after the init image's posterior sample; A1111 draws it from the seed with torch);
+- 3 "latent nothing": the init latents' repainted cells set to 0.
+
+The 9-channel UNet's masked-image latents are the (filled) image's with the mask at 0, as A1111.
+
 Then A1111's post-processing, neither of which diffusers does by default:
 
 - ``inpaint_full_res`` ("Inpaint area: Only masked"): the mask's bounding box grown by
@@ -45,6 +60,8 @@ if TYPE_CHECKING:
     from PIL import Image
 
 Region = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive ends) in the init image
+FILL, ORIGINAL, LATENT_NOISE, LATENT_NOTHING = 0, 1, 2, 3  # A1111's inpainting_fill
+FILL_BLURS = ((256, 1), (64, 1), (16, 2), (4, 4), (2, 2), (0, 1))  # (radius, times composited)
 
 
 @dataclass(frozen=True)
@@ -94,12 +111,31 @@ def plan_mask(request: GenerationRequest, width: int, height: int, config: Pipel
     if working.size != (width, height):  # diffusers resizes the mask like the image (Lanczos)
         working = working.resize((width, height), Image.Resampling.LANCZOS)
     mask = binarize_mask(np.asarray(working, dtype=np.uint8))
+    if request.inpainting_fill == FILL:
+        source = fill_masked(_resized(source, width, height), working)
     image = init_image_array(source, width, height)
     masked = (image * (mask < 0.5)[None, None]).astype(np.float32)
     factor = config.vae_scale_factor
     small = latent_mask(mask, height // factor, width // factor)[None, None]
     paste = _paste_back(request, grey, region, width, height) if paste_back else None
     return MaskPlan(image, mask, masked, small, region, paste)
+
+
+def fill_masked(image: Image.Image, mask: Image.Image) -> Image.Image:
+    """A1111's "fill" (``modules/masking.py``): the pixels under ``mask`` (L, 255 = repaint)
+    replaced by ever finer blurs of the rest of the image (premultiplied alpha, so the masked
+    pixels do not bleed in), composited coarse to fine; the unmasked pixels are kept."""
+    from PIL import Image, ImageFilter, ImageOps
+
+    keep = ImageOps.invert(mask.convert("L"))
+    premultiplied = Image.new("RGBa", image.size)
+    premultiplied.paste(image.convert("RGBA").convert("RGBa"), mask=keep)
+    out = Image.new("RGBA", image.size)
+    for radius, repeats in FILL_BLURS:
+        blurred = premultiplied.filter(ImageFilter.GaussianBlur(radius)).convert("RGBA")
+        for _ in range(repeats):
+            out.alpha_composite(blurred)
+    return out.convert("RGB")
 
 
 def _paste_back(
@@ -197,6 +233,18 @@ class LatentBlend(StepHook):
         return blended
 
 
+def fill_latents(image_latents: np.ndarray, mask: np.ndarray, fill: int, noise: NoiseStream) -> np.ndarray:
+    """The init latents the repainted part starts from (``mask`` 1 = repaint, at latent size):
+    unchanged ("original", "fill"), a standard-normal draw there ("latent noise") or 0 ("latent
+    nothing"). The kept part is the init image's either way (the blend keeps using it)."""
+    if fill == LATENT_NOISE:
+        drawn = noise.normal(image_latents.shape)
+        return np.asarray(image_latents * (1 - mask) + drawn * mask, dtype=np.float32)
+    if fill == LATENT_NOTHING:
+        return np.asarray(image_latents * (1 - mask), dtype=np.float32)
+    return image_latents
+
+
 def inpainting_latents(
     request: GenerationRequest,
     plan: MaskPlan,
@@ -213,17 +261,19 @@ def inpainting_latents(
     tile = request.vae_tile_size if request.vae_tiling else None
     full = request.strength == 1.0  # diffusers' is_strength_max: start from pure noise
     image_latents = None
+    mask = np.repeat(plan.latent_mask, count, axis=0).astype(np.float32)
+    start_latents = None
     if not config.inpainting or not full:
         image_latents = vae.encode(encoder, plan.image, noise, count, config, tile)
+        start_latents = fill_latents(image_latents, mask, request.inpainting_fill, noise)
     drawn = noise.normal(shape)
     start = drawn if request.latents is None else request.latents
     if full:
         latents = (start * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
     else:
         first = np.asarray(scheduler.timesteps).reshape(-1)[:1]
-        latents = np.asarray(scheduler.add_noise(image_latents, start, first), dtype=np.float32)
+        latents = np.asarray(scheduler.add_noise(start_latents, start, first), dtype=np.float32)
     masked_latents = vae.encode(encoder, plan.masked_image, noise, count, config, tile)
-    mask = np.repeat(plan.latent_mask, count, axis=0).astype(np.float32)
     if config.inpainting:
         return latents, InpaintingInput(mask, masked_latents)
     assert image_latents is not None

@@ -192,22 +192,50 @@ class Adapters:
         return swaps
 
 
+def lora_files(lora_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """The LoRA (and LyCORIS) files of an A1111 ``models/Lora`` folder by the name a prompt's tag
+    gives them: the file's stem, and its path inside the folder without the suffix (``sub/ink``).
+    A file whose real path leaves the folder (a link out of it) is left out; with two files of one
+    stem, the first in sorted path order (the folder's top level first) answers to the stem."""
+    folder = Path(lora_dir).expanduser()
+    root = folder.resolve()
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.safetensors"), key=lambda p: (len(p.relative_to(folder).parts), p)):
+        if not path.is_file() or not path.resolve().is_relative_to(root):
+            continue
+        found.setdefault(path.relative_to(folder).with_suffix("").as_posix(), path)
+        found.setdefault(path.stem, path)
+    return found
+
+
+def lora_tag_strength(name: str, text: str) -> float:
+    """A tag's strength: a finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        strength = float(text)
+    except ValueError:
+        raise InputError(f"<lora:{name}:{text}>: the strength must be a number") from None
+    if not np.isfinite(strength):
+        raise InputError(f"<lora:{name}:{text}>: the strength must be a finite number")
+    return strength
+
+
 def prompt_loras(prompt: str, lora_dir: str | os.PathLike[str]) -> list[tuple[Path, float]]:
     """The LoRAs a prompt's A1111 tags name (``<lora:name>``, ``<lora:name:0.8>``), as files
-    ``<lora_dir>/<name>.safetensors`` (sub-folders searched as A1111 does) with strengths."""
+    ``<lora_dir>/**/<name>.safetensors`` (``lora_files``: sub-folders searched as A1111 does,
+    ``sub/name`` too) with strengths. A name is a file of the folder or an ``InputError``: ``../``,
+    an absolute path or a link out of the folder never reaches a file outside it."""
     found: list[tuple[Path, float]] = []
     folder = Path(lora_dir).expanduser()
+    files: dict[str, Path] | None = None
     for match in LORA_TAG.finditer(prompt):
         name, text = match.group(1).strip(), (match.group(2) or "1").strip()
-        try:
-            strength = float(text)
-        except ValueError:
-            raise InputError(f"<lora:{name}:{text}>: the strength must be a number") from None
-        candidates = [folder / f"{name}.safetensors", *sorted(folder.rglob(f"{name}.safetensors"))]
-        path = next((p for p in candidates if p.is_file()), None)
+        strength = lora_tag_strength(name, text)
+        files = lora_files(folder) if files is None else files
+        path = files.get(name)
         if path is None:
-            pickled = sorted(folder.rglob(f"{name}.pt")) + sorted(folder.rglob(f"{name}.ckpt"))
-            why = f" (only {pickled[0].name}: pickles are refused)" if pickled else ""
+            stem = Path(name).name
+            pickled = [p for p in (*folder.rglob("*.pt"), *folder.rglob("*.ckpt")) if p.stem == stem]
+            why = f" (only {sorted(pickled)[0].name}: pickles are refused)" if pickled else ""
             raise InputError(f"<lora:{name}> in the prompt: no {name}.safetensors in {folder}{why}")
         found.append((path, strength))
     return found

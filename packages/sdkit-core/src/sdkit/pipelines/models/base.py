@@ -355,6 +355,7 @@ class Pipeline(AdapterMethods):
             schedule=request.schedule,
             config=config,
             prediction_type=self.config.prediction_type,
+            **request.sampler_options,
         )
         return scheduler
 

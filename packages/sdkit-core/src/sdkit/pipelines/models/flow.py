@@ -120,7 +120,10 @@ class FlowPipeline(Pipeline):
         """The request's sampler's flow variant ("Euler" -> ``euler_flow``), from the model's config."""
         cls = scheduler_class(request.sampler, prediction_type="flow")
         scheduler: Scheduler = cls(
-            schedule=request.schedule, config=self.config.scheduler_config, prediction_type="flow"
+            schedule=request.schedule,
+            config=self.config.scheduler_config,
+            prediction_type="flow",
+            **request.sampler_options,
         )
         return scheduler
 

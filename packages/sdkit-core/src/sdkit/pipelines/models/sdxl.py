@@ -44,6 +44,7 @@ from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.stages.components import Component
 from sdkit.pipelines.stages.denoise import DenoiseLoop, StepCallback
 from sdkit.pipelines.stages.rng import NoiseStream
+from sdkit.pipelines.text.clip_skip import note_clip_skip
 from sdkit.pipelines.text.text_encoding import encode_prompts
 
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
@@ -156,10 +157,11 @@ class StableDiffusionXLPipeline(StableDiffusionPipeline):
         positive = (request.prompt, request.prompt_2 or request.prompt)
         negative = (request.negative_prompt, request.negative_prompt_2 or request.negative_prompt)
         texts = [[neg, pos] if guided else [pos] for neg, pos in zip(negative, positive, strict=True)]
-        encoders = [self.text_encoder(name) for name in self.text_encoder_names]
+        encoders = [self.text_encoder(name, request.clip_skip) for name in self.text_encoder_names]
         # diffusers pairs [prompt, prompt_2] with the encoders present: a refiner reads `prompt`.
         embeddings, padded = encode_prompts(encoders, texts[: len(encoders)], request.prompt_weighting)
         note_prompt_weighting(plan, padded, *positive, *negative)
+        note_clip_skip(plan)
         hidden = np.concatenate([e.hidden for e in embeddings], axis=-1)
         pooled = embeddings[-1].pooled
         assert pooled is not None  # text_encoder_2 reads two outputs (checked in __init__)

@@ -37,6 +37,8 @@ from sdkit.pipelines.stages import vae
 from sdkit.pipelines.stages.components import Component, MemoryPolicy
 from sdkit.pipelines.stages.denoise import DenoiseLoop, StepHook
 from sdkit.pipelines.stages.rng import NoiseStream
+from sdkit.pipelines.text.clip_skip import OUTPUT as CLIP_SKIP
+from sdkit.pipelines.text.clip_skip import clip_skip_edit, note_clip_skip
 from sdkit.pipelines.text.clip_tokenizer import ClipTokenizerBase, make_tokenizer
 from sdkit.pipelines.text.text_encoding import TextEncoder, encode_prompts, uses_emphasis
 
@@ -77,6 +79,7 @@ class StableDiffusionPipeline(Pipeline):
             Feature.VAE_TILING,
             Feature.PROMPT_WEIGHTING,
             Feature.LORA,
+            Feature.CLIP_SKIP,
         }
     )
     family_name: ClassVar[str] = "SD 1.x/2.x"
@@ -108,10 +111,18 @@ class StableDiffusionPipeline(Pipeline):
         """The first text encoder's tokenizer."""
         return next(iter(self.tokenizers.values()))
 
-    def text_encoder(self, name: str) -> TextEncoder:
-        """The text-encoder component ``name`` with its tokenizer and the outputs read."""
+    def text_encoder(self, name: str, clip_skip: int = 1) -> TextEncoder:
+        """The text-encoder component ``name`` with its tokenizer and the outputs read; with
+        ``clip_skip`` > 1 its graph gains the skipped layers' output (``text.clip_skip``), which
+        compiles it again (and again when the request goes back to 1)."""
         outputs = tuple(self.config.text_outputs.get(name, ("last_hidden_state",)))
-        return TextEncoder(self.components[name], self.tokenizers[name], outputs)
+        component = self.components[name]
+        if clip_skip > 1:
+            component.set_edit(f"clip_skip={clip_skip}", clip_skip_edit(outputs[0], clip_skip), (outputs[0], CLIP_SKIP))
+            outputs = (CLIP_SKIP, *outputs[1:])
+        else:
+            component.set_edit(None, None)
+        return TextEncoder(component, self.tokenizers[name], outputs)
 
     # -- stages -----------------------------------------------------------------------------
 
@@ -125,9 +136,10 @@ class StableDiffusionPipeline(Pipeline):
         under guidance, ``[cond x N]`` without."""
         request = plan.request
         prompts = [request.negative_prompt, request.prompt] if request.guidance_scale > 1.0 else [request.prompt]
-        encoder = self.text_encoder("text_encoder")
+        encoder = self.text_encoder("text_encoder", request.clip_skip)
         [embeddings], padded = encode_prompts([encoder], [prompts], request.prompt_weighting)
         note_prompt_weighting(plan, padded, *prompts)
+        note_clip_skip(plan)
         return {"encoder_hidden_states": np.repeat(embeddings.hidden, request.num_images, axis=0)}
 
     def initial_latents(self, plan: GenerationPlan, noise: NoiseStream) -> np.ndarray:

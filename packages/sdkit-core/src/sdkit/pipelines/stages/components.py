@@ -80,6 +80,11 @@ class Component:
     _weights: Mapping[str, np.ndarray] | None = field(default=None, init=False, repr=False)
     _graph_hash: str | None = field(default=None, init=False, repr=False)  # of the compiled graph
     _ran: bool = field(default=False, init=False, repr=False)  # a first use happened (phase events)
+    # a graph change applied before pruning (clip skip's extra output), its key, and the outputs
+    # the component kept before one was set
+    _edit: Callable[[Model], Model] | None = field(default=None, init=False, repr=False)
+    _edit_key: str | None = field(default=None, init=False, repr=False)
+    _base_outputs: tuple[str, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.policy not in MEMORY_POLICIES:
@@ -91,6 +96,8 @@ class Component:
         model = self.source.load()
         if self._weights is not None:
             model = model.with_weights(self._weights)
+        if self._edit is not None:
+            model = self._edit(model)
         return keep_outputs(model, self.outputs) if self.outputs else model
 
     def _compile(self, model: Model) -> CompiledModel:
@@ -192,6 +199,22 @@ class Component:
             self.release()
             return "recompile"
         return self._refit(model)
+
+    def set_edit(
+        self, key: str | None, edit: Callable[[Model], Model] | None, renamed: tuple[str, str] | None = None
+    ) -> None:
+        """Change the graph with ``edit`` before pruning from now on (None: the source's graph);
+        ``renamed`` (old, new): the kept output ``old`` is replaced by ``new``. ``key`` names the
+        change: a different one releases the compiled model (the next use compiles the new
+        graph); the same one changes nothing."""
+        if self._base_outputs is None:
+            self._base_outputs = self.outputs
+        if key == self._edit_key:
+            return
+        old, new = renamed or ("", "")
+        self._edit, self._edit_key = edit, key
+        self.outputs = tuple(new if name == old else name for name in self._base_outputs)
+        self.release()
 
     def release(self) -> None:
         if self._compiled is not None:
