@@ -72,7 +72,7 @@ def test_planning_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     async def run() -> tuple[float, int]:
         transport = httpx.ASGITransport(app=create_app(engine))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             planning = asyncio.ensure_future(client.post("/sdapi/v1/txt2img", json={"prompt": "x"}))
             await asyncio.sleep(0.3)
             start = time.perf_counter()

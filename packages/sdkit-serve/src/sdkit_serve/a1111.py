@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from sdkit.pipelines import GenerationRequest
 from sdkit_serve import a1111_fields
@@ -55,6 +56,7 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "script_name": (_OFF, "A1111 scripts are not supported"),
     "script_args": (_OFF, "A1111 scripts are not supported"),
     "save_images": ((None, False), "the server never saves images; they are in the response"),
+    "enable_hr@img2img": (_OFF, "the hires fix is txt2img's (A1111's img2img has none)"),
     "firstpass_image": (_OFF, "a hires fix from a given first-pass image is not supported"),
     # image CFG acts only on instruct-pix2pix models, which sdkit does not load: no effect here
     "image_cfg_scale": (ANY, "has no effect here"),
@@ -122,6 +124,14 @@ class Img2ImgRequest(Txt2ImgRequest):
     (white repaints) it inpaints, with A1111's inpainting fields."""
 
     init_images: list[str] = Field(..., min_length=1, description="base64 PNG/JPEG, data: URLs too")
+    # The hires fix is txt2img's: A1111's img2img request has no such fields, so they stay out of
+    # this schema (an img2img asking for it gets it reported, IGNORED["enable_hr@img2img"]).
+    enable_hr: SkipJsonSchema[bool] = False
+    hr_scale: SkipJsonSchema[float] = 2.0
+    hr_upscaler: SkipJsonSchema[str | None] = None
+    hr_second_pass_steps: SkipJsonSchema[int] = 0
+    hr_resize_x: SkipJsonSchema[int] = 0
+    hr_resize_y: SkipJsonSchema[int] = 0
     denoising_strength: float | None = Field(0.75, ge=0.0, le=1.0)
     mask: str | None = Field(None, description="base64 mask of init_images[0]'s size; white repaints")
     mask_blur: int | None = Field(None, ge=0, le=256, description="sets mask_blur_x and mask_blur_y")
