@@ -18,10 +18,12 @@ from typing import Any, ClassVar
 
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, OptionError
+from sdkit.known_backends import pipeline_engine, plugin_problem, unavailable
 from sdkit.loaders import loaders_by_priority
 from sdkit.model import refuse_unsafe_or_missing
 from sdkit.pipelines.models.base import Pipeline
 from sdkit.pipelines.stages.components import LoadSettings, per_component
+from sdkit.plugins import get_plugins
 
 
 def load_pipeline(
@@ -63,11 +65,17 @@ def load_pipeline(
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
+    if prediction is not None:
+        options["prediction"] = prediction
+    engine = engine_loader(backend)
+    if engine is not None:  # backend="sdcpp": that engine's loader, whatever the file
+        if not engine.accepts(path):
+            raise ModelFormatError(engine.explain(path) or f"{engine.engine} does not read {path.name}")
+        chosen: Pipeline = engine.load(path, backend=backend, device=device, memory=memory, **options)
+        return chosen
     loaders = loaders_by_priority("pipeline")
     for loader in loaders:
         if loader.sniff(path):
-            if prediction is not None:
-                options["prediction"] = prediction
             pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
             return pipeline
     reasons = [(loader.name, loader.explain(path)) for loader in loaders if hasattr(loader, "explain")]
@@ -78,11 +86,31 @@ def load_pipeline(
     raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
 
 
-def pipeline_class_for(path: str | os.PathLike[str]) -> type[Pipeline] | None:
-    """The pipeline class ``load_pipeline(path)`` would make, without loading any model (None when
-    the path's loader cannot tell, or no loader takes it, a missing path included:
+def engine_loader(backend: object) -> Any | None:
+    """The pipeline loader of the engine ``backend`` names (``"sdcpp"``: a loader registered with
+    ``engine = "sdcpp"``), None for any other backend; a first-party engine whose plugin is not
+    loaded is a ``BackendUnavailableError`` with the command that installs it."""
+    if not isinstance(backend, str):
+        return None
+    wanted = backend.strip().lower()
+    for loader in loaders_by_priority("pipeline"):
+        if getattr(loader, "engine", "") == wanted:
+            return loader
+    known = pipeline_engine(wanted)
+    if known is None:
+        return None
+    plugins = get_plugins()
+    raise unavailable(known, plugin_problem(known, plugins.failures, plugins.disabled))
+
+
+def pipeline_class_for(path: str | os.PathLike[str], backend: object = "auto") -> type[Pipeline] | None:
+    """The pipeline class ``load_pipeline(path, backend=backend)`` would make, without loading any
+    model (None when the path's loader cannot tell, or no loader takes it, a missing path included:
     ``load_pipeline`` then says why)."""
     path = Path(path).expanduser()
+    engine = engine_loader(backend)
+    if engine is not None:
+        return engine.pipeline_class(path) if engine.accepts(path) else None
     for loader in loaders_by_priority("pipeline"):
         if loader.sniff(path):
             found = getattr(loader, "pipeline_class", None)
@@ -102,11 +130,20 @@ class PipelineLoader(ABC):
     name: ClassVar[str]
     priority: ClassVar[int] = 0
     kind: ClassVar[str] = "pipeline"
+    # An engine that runs whole pipelines (stable-diffusion.cpp): ``load_pipeline(path,
+    # backend=engine)`` uses this loader for every path it ``accepts``, and ``sdkit.backends()``
+    # lists it from its ``probe()``, ``devices()`` and ``description``. "" for the others.
+    engine: ClassVar[str] = ""
     takes_component_files: ClassVar[bool] = False  # clip_l=, t5xxl=, vae= (a Flux transformer file's)
 
     @abstractmethod
     def sniff(self, path: Path) -> bool:
         """Whether ``path`` is this loader's format."""
+
+    def accepts(self, path: Path) -> bool:
+        """Whether an engine's loader reads ``path`` when the user names the engine (by default,
+        what it ``sniff``s)."""
+        return self.sniff(path)
 
     def explain(self, path: Path) -> str:
         """Why ``path`` is not this loader's format (shown when no loader takes it)."""

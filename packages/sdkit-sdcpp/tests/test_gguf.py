@@ -1,0 +1,89 @@
+"""The GGUF header reader against files llama.cpp's ``gguf`` package writes, and the family the
+tensor names say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sdcpp_helpers import write_gguf
+
+from sdkit.errors import ModelFormatError
+from sdkit_sdcpp import gguf
+
+SD1_KEYS = {
+    "model.diffusion_model.input_blocks.0.0.weight": ((320, 4, 3, 3), "f16"),
+    "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": ((320, 768), "q8_0"),
+    "model.diffusion_model.input_blocks.1.1.proj_in.weight": ((320, 320), "q8_0"),
+    "model.diffusion_model.out.2.bias": ((4,), "f32"),
+}
+
+
+def test_header_matches_the_gguf_package(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    from gguf import GGUFReader
+
+    path = write_gguf(tmp_path / "sd1.gguf", SD1_KEYS, {"general.name": "tiny"})
+    header = gguf.read_header(path)
+    reference = GGUFReader(str(path))
+    assert [t.name for t in header.tensors] == [t.name for t in reference.tensors]
+    for ours, theirs in zip(header.tensors, reference.tensors, strict=True):
+        assert ours.shape == tuple(int(d) for d in reversed(theirs.shape.tolist()))
+        assert ours.type == theirs.tensor_type.name.lower().replace("_k", "_K")
+    assert header.metadata["general.name"] == "tiny"
+    assert header.quantization == "q8_0"  # most matrices; the conv stays f16, the bias f32
+    assert header.type_counts() == {"f16": 1, "q8_0": 2, "f32": 1}
+    assert header.family == "SD 1.x"
+
+
+@pytest.mark.parametrize(
+    ("keys", "family"),
+    [
+        ({"double_blocks.0.img_attn.qkv.weight": (3, 3), "single_blocks.0.linear1.weight": (3, 3)}, "FLUX.1"),
+        ({"double_blocks.0.a": (1,), "single_blocks.0.b": (1,), "img_in.weight": (3072, 384)}, "FLUX.1 Fill"),
+        (
+            {"double_blocks.0.a": (1,), "single_blocks.0.b": (1,), "distilled_guidance_layer.in_proj.weight": (1,)},
+            "Chroma",
+        ),
+        ({"model.diffusion_model.joint_blocks.0.x.weight": (1,)}, "SD3"),
+        ({"transformer_blocks.0.img_mod.1.weight": (1,)}, "Qwen-Image"),
+        ({"noise_refiner.0.attention.qkv.weight": (1,)}, "Z-Image"),
+        (
+            {
+                "model.diffusion_model.input_blocks.0.0.weight": (320, 4, 3, 3),
+                "model.diffusion_model.label_emb.0.0.weight": (1,),
+            },
+            "SDXL",
+        ),
+        ({"model.diffusion_model.input_blocks.0.0.weight": (320, 9, 3, 3)}, "SD 1.x inpainting"),
+        ({"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": (320, 1024)}, "SD 2.x"),
+        ({"something.else": (1,)}, "unknown"),
+    ],
+)
+def test_family_from_names(keys: dict[str, tuple[int, ...]], family: str) -> None:
+    assert gguf.family_of(keys) == family
+
+
+def test_quantized_file(tmp_path: Path) -> None:
+    keys = {f"double_blocks.{i}.img_mlp.0.weight": ((256, 256), "q4_K") for i in range(3)}
+    keys["single_blocks.0.norm.scale"] = ((256,), "f32")
+    header = gguf.read_header(write_gguf(tmp_path / "flux-q4_K.gguf", keys))
+    assert header.quantization == "q4_K"
+    assert header.family == "FLUX.1"
+    assert header.type_counts() == {"q4_K": 3, "f32": 1}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"PK\x03\x04 a zip", "not a GGUF file"),
+        (b"GGUF\x03\x00\x00\x00\x01", "truncated"),
+        (b"GGUF\x09\x00\x00\x00" + b"\x00" * 16, "GGUF version 9"),
+        (b"GGUF\x03\x00\x00\x00" + (1 << 40).to_bytes(8, "little") + b"\x00" * 8, "claims"),
+    ],
+)
+def test_bad_headers_are_one_clear_error(tmp_path: Path, data: bytes, message: str) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(ModelFormatError, match=message):
+        gguf.read_header(path)
