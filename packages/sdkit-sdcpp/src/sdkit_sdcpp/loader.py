@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 from sdkit.backend import Availability
 from sdkit.device import Device
 from sdkit.errors import BackendUnavailableError, ModelFormatError, OptionError
+from sdkit.families import gguf_reader as gguf
 from sdkit.pipelines import Pipeline, PipelineConfig, PipelineLoader
 from sdkit.pipelines.stages.components import LoadSettings
-from sdkit_sdcpp import binding, gguf
+from sdkit_sdcpp import binding
 from sdkit_sdcpp.engine import Context, ContextSettings, ModelFiles
 
 SINGLE_FILES = (".gguf", ".safetensors", ".sft")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # Adapter files sd.cpp reads (pickles, .pt/.ckpt, are refused as everywhere in sdkit).
 ADAPTER_SUFFIXES = (".safetensors", ".gguf")
-# The families whose native size is 1024 (the others: 512), as ``gguf.family_of`` names them.
+# The families whose native size is 1024 (the others: 512), as ``gguf_reader.family_of`` names them.
 LARGE_FAMILIES = ("SDXL", "SD3", "FLUX", "Chroma", "Qwen-Image", "Z-Image")
 SEED_LIMIT = 1 << 63  # sd.cpp's seed is an int64 (and negative means "draw one")
 
@@ -63,7 +63,7 @@ class SdcppPipeline(Pipeline):
     def __init__(self, config: PipelineConfig, context: Context, family: str) -> None:
         super().__init__(config, {})
         self.context = context
-        self.family = family  # as the file's tensor names say (sdkit_sdcpp.gguf.family_of)
+        self.family = family  # as the file's tensor names say (sdkit.families.gguf_reader)
         self.loras: list[tuple[Path, float]] = []
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, OptionError
+from sdkit.families import gguf_reader
 from sdkit.known_backends import pipeline_engine, plugin_problem, unavailable
 from sdkit.loaders import loaders_by_priority
 from sdkit.model import refuse_unsafe_or_missing
@@ -78,12 +79,28 @@ def load_pipeline(
         if loader.sniff(path):
             pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
             return pipeline
+    if path.is_file() and gguf_reader.is_gguf(path):  # no loader took it: the engine that reads GGUF is missing
+        return _no_gguf_engine(path)
     reasons = [(loader.name, loader.explain(path)) for loader in loaders if hasattr(loader, "explain")]
     reasons = [(name, why) for name, why in reasons if why]
     if len(reasons) == 1:  # one format: its own words (e.g. "it has no model_index.json")
         raise ModelFormatError(reasons[0][1])
     listed = "; ".join(f"{name}: {why}" for name, why in reasons) or ", ".join(loader.name for loader in loaders)
     raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
+
+
+def _no_gguf_engine(path: Path) -> Pipeline:
+    """A GGUF file with no pipeline loader for it: the plugin that runs GGUF files is missing."""
+    known = pipeline_engine("sdcpp")
+    assert known is not None
+    plugins = get_plugins()
+    problem = plugin_problem(known, plugins.failures, plugins.disabled)
+    error = unavailable(known, problem)
+    raise type(error)(
+        known.name,
+        f"{path.name} is a GGUF file, which sdkit runs on {known.runs_on}; " + error.reason,
+        error.install_hint,
+    )
 
 
 def engine_loader(backend: object) -> Any | None:

@@ -1,15 +1,44 @@
-"""The GGUF header reader against files llama.cpp's ``gguf`` package writes, and the family the
-tensor names say."""
+"""The GGUF header reader against files llama.cpp's ``gguf`` package writes (an independent writer
+and reader: a test tool, dev.py's TEST_TOOLS), and the family the tensor names say."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
-from sdcpp_helpers import write_gguf
 
 from sdkit.errors import ModelFormatError
-from sdkit_sdcpp import gguf
+from sdkit.families import gguf_reader
+
+
+def write_gguf(
+    path: Path, tensors: dict[str, tuple[tuple[int, ...], str]], metadata: dict[str, str] | None = None
+) -> Path:
+    """A GGUF file with ``name -> (shape, type)`` tensors (``f32``, ``f16``, ``q8_0``, ``q4_0``,
+    ``q4_K``...) of seeded random values, written by the ``gguf`` package."""
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), arch="sdkit-test")
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
+    rng = np.random.default_rng(0)
+    for name, (shape, kind) in tensors.items():
+        values = rng.standard_normal(shape).astype(np.float32)
+        quant = getattr(gguf.GGMLQuantizationType, kind.upper())
+        if kind in ("f32", "f16"):
+            writer.add_tensor(name, values.astype(np.float16 if kind == "f16" else np.float32))
+        else:
+            try:
+                data = gguf.quants.quantize(values, quant)
+            except NotImplementedError:  # the package quantizes some types only: zero blocks
+                data = np.zeros(gguf.quant_shape_to_byte_shape(shape, quant), np.uint8)
+            writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=quant)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
 
 SD1_KEYS = {
     "model.diffusion_model.input_blocks.0.0.weight": ((320, 4, 3, 3), "f16"),
@@ -24,7 +53,7 @@ def test_header_matches_the_gguf_package(tmp_path: Path) -> None:
     from gguf import GGUFReader
 
     path = write_gguf(tmp_path / "sd1.gguf", SD1_KEYS, {"general.name": "tiny"})
-    header = gguf.read_header(path)
+    header = gguf_reader.read_header(path)
     reference = GGUFReader(str(path))
     assert [t.name for t in header.tensors] == [t.name for t in reference.tensors]
     for ours, theirs in zip(header.tensors, reference.tensors, strict=True):
@@ -61,13 +90,13 @@ def test_header_matches_the_gguf_package(tmp_path: Path) -> None:
     ],
 )
 def test_family_from_names(keys: dict[str, tuple[int, ...]], family: str) -> None:
-    assert gguf.family_of(keys) == family
+    assert gguf_reader.family_of(keys) == family
 
 
 def test_quantized_file(tmp_path: Path) -> None:
     keys = {f"double_blocks.{i}.img_mlp.0.weight": ((256, 256), "q4_K") for i in range(3)}
     keys["single_blocks.0.norm.scale"] = ((256,), "f32")
-    header = gguf.read_header(write_gguf(tmp_path / "flux-q4_K.gguf", keys))
+    header = gguf_reader.read_header(write_gguf(tmp_path / "flux-q4_K.gguf", keys))
     assert header.quantization == "q4_K"
     assert header.family == "FLUX.1"
     assert header.type_counts() == {"q4_K": 3, "f32": 1}
@@ -86,4 +115,4 @@ def test_bad_headers_are_one_clear_error(tmp_path: Path, data: bytes, message: s
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)
     with pytest.raises(ModelFormatError, match=message):
-        gguf.read_header(path)
+        gguf_reader.read_header(path)

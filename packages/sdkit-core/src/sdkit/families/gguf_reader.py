@@ -1,6 +1,6 @@
 """A GGUF file's header, read with the standard library: its metadata, its tensors (name, shape,
-ggml type), the model family their names say and the quantization they carry. No binding needed:
-``sdkit inspect`` and the loader's ``sniff`` use it.
+ggml type), the model family their names say and the quantization they carry. No ggml or
+stable-diffusion.cpp needed: ``sdkit inspect`` and sdkit-sdcpp's loader use it.
 
 Layout (GGUF v2/v3, little-endian): ``b"GGUF"``, version u32, tensor count u64, metadata count u64,
 the metadata (key string, value type u32, value), then per tensor: name string, n_dims u32, dims
@@ -11,6 +11,7 @@ header is a ``ModelFormatError``, never a huge allocation.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections import Counter
@@ -59,9 +60,14 @@ class GgufHeader:
 
     @property
     def quantization(self) -> str:
-        """The type of most matrix weights (2-D and up): ``q8_0``, ``q4_K``, ``f16``..., or
-        ``"none"`` for a file without any. Norms and biases stay f32 in every quantized file."""
-        weights = Counter(t.type for t in self.tensors if len(t.shape) >= 2)
+        """The type most matrix parameters (in tensors of 2-D and up, counted by element) have:
+        ``q8_0``, ``q4_K``, ``f16``..., or ``"none"`` for a file without any. Norms and biases stay
+        f32 in every quantized file, and so do the small convolutions whose rows a quantized
+        block does not divide."""
+        weights: Counter[str] = Counter()
+        for tensor in self.tensors:
+            if len(tensor.shape) >= 2:
+                weights[tensor.type] += math.prod(tensor.shape)
         return weights.most_common(1)[0][0] if weights else "none"
 
     @property
