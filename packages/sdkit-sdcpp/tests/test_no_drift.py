@@ -20,6 +20,7 @@ from sdcpp_helpers import needs_binding
 
 import sdkit
 from sdkit.cli.main import main
+from sdkit_sdcpp import binding
 
 pytestmark = [needs_binding, pytest.mark.slow]
 THREADS = 2
@@ -42,6 +43,10 @@ def sd15(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="module")
 def direct(sd15: Path) -> Iterator[Any]:
+    # Loaded as the plugin loads it (RTLD_DEEPBIND): in a test process where sdkit-ggml already
+    # put libggml-python's ggml in the global scope, a plain load would run sd.cpp's ggml calls
+    # on that other ggml (test_another_ggml_in_the_process shows the plugin is immune).
+    binding.import_binding()
     from stable_diffusion_cpp import StableDiffusion
 
     model = StableDiffusion(model_path=str(sd15), n_threads=THREADS, vae_decode_only=False, verbose=False)
@@ -162,6 +167,30 @@ def test_cli_generate_equals_the_binding(sd15: Path, direct: Any, tmp_path: Path
     assert saved.text["parameters"].startswith(expected)
 
 
+CLASH = """
+import sys, numpy as np, sdkit
+from sdkit_ggml.runtime.lib import load_library
+load_library()  # libggml-python's ggml, loaded RTLD_GLOBAL, before stable-diffusion.cpp
+pipe = sdkit.load_pipeline(sys.argv[1], backend="sdcpp", threads=int(sys.argv[3]))
+[image] = pipe.generate("a cat", seed=9, steps=2, width=64, height=64, sampler="euler", guidance_scale=7.0)
+np.save(sys.argv[2], np.asarray(image.convert("RGB")))
+"""
+
+
+def test_another_ggml_in_the_process(sd15: Path, direct: Any, tmp_path: Path) -> None:
+    """sdkit-ggml's ggml loaded first (as in a process that ran a graph on it) changes no pixel."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("sdkit_ggml")
+    out = tmp_path / "clash.npy"
+    subprocess.run([sys.executable, "-c", CLASH, str(sd15), str(out), str(THREADS)], check=True)
+    [theirs] = direct.generate_image(
+        prompt="a cat", seed=9, sample_steps=2, width=64, height=64, sample_method="euler", cfg_scale=7.0
+    )
+    assert np.array_equal(np.load(out), _pixels(theirs))
+
+
 def test_sdxl_equals_the_binding(request: pytest.FixtureRequest) -> None:
     from stable_diffusion_cpp import StableDiffusion
 
@@ -169,6 +198,7 @@ def test_sdxl_equals_the_binding(request: pytest.FixtureRequest) -> None:
     with sdkit.load_pipeline(sdxl, backend="sdcpp", threads=THREADS) as sdxl_pipe:
         assert sdxl_pipe.family == "SDXL" and sdxl_pipe.config.default_size == 1024
         [ours] = sdxl_pipe.generate("a castle", seed=2, steps=2, width=64, height=64, sampler="euler")
+    binding.import_binding()
     model = StableDiffusion(model_path=str(sdxl), n_threads=THREADS, vae_decode_only=False, verbose=False)
     try:
         [theirs] = model.generate_image(

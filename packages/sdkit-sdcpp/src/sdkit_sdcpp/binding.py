@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -55,9 +56,31 @@ def installed_version() -> str | None:
         return None
 
 
+_HANDLES: list[ctypes.CDLL] = []
+
+
+def _bind_deep() -> None:
+    """Load the binding's library so it keeps its own ggml (Linux: ``RTLD_DEEPBIND``).
+
+    ``libstable-diffusion`` links ggml in and exports its symbols; when another ggml is already in
+    the process's global scope (sdkit-ggml loads libggml-python's with ``RTLD_GLOBAL``), the
+    dynamic linker would resolve sd.cpp's own ggml calls to that other ggml: another version,
+    other kernels (measured: the same request gave other pixels). Loaded first with
+    ``RTLD_DEEPBIND``, the library looks up its own symbols before the global ones; the binding's
+    ``CDLL`` of the same path then gets this handle."""
+    if _HANDLES or not hasattr(os, "RTLD_DEEPBIND"):
+        return
+    spec = importlib.util.find_spec("stable_diffusion_cpp")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = sorted(p for folder in folders for p in (Path(folder) / "lib").glob("libstable-diffusion*.so*"))
+    if found:
+        _HANDLES.append(ctypes.CDLL(str(found[0]), mode=os.RTLD_DEEPBIND | os.RTLD_NOW | os.RTLD_LOCAL))
+
+
 def import_binding() -> ModuleType:
     """The ``stable_diffusion_cpp`` module, or a ``BackendUnavailableError`` saying how to build it."""
     try:
+        _bind_deep()
         return importlib.import_module("stable_diffusion_cpp")
     except ImportError as exc:
         version = installed_version()

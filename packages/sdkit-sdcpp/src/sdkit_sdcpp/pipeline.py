@@ -10,6 +10,7 @@ weights (``set_loras``, ``load_embedding``, ``set_vae``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -167,4 +168,7 @@ class SdcppPipeline(Pipeline):
             plan.parameters.setdefault("Lora", ", ".join(f"{p.stem}: {w:g}" for p, w in self.loras))
         if plan.request.enable_hr:
             plan.parameters.setdefault("Hires upscaler", plan.request.hr_upscaler)
-        return super().parameters(plan, seed)
+        params = super().parameters(plan, seed)
+        if plan.request.init_image is not None:  # the base class reads it from the plan's VAE input
+            params = dataclasses.replace(params, strength=float(plan.request.strength))
+        return params
