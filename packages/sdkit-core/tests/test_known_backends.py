@@ -14,6 +14,7 @@ import pytest
 import sdkit
 from sdkit import known_backends
 from sdkit import plugins as plugins_module
+from sdkit.api import pipeline_engines
 from sdkit.cli.main import main
 from sdkit.errors import BackendUnavailableError, UnknownBackendError
 from sdkit.known_backends import (
@@ -55,8 +56,9 @@ def test_the_table_names_every_first_party_backend() -> None:
 
 @pytest.mark.usefixtures("core_only")
 def test_backends_lists_missing_plugins_with_their_install_command() -> None:
-    infos = {b.name: b for b in sdkit.backends()}
+    infos = {b.name: b for b in [*sdkit.backends(), *pipeline_engines()]}
     assert sorted(infos) == sorted(SIX + ENGINES)
+    assert [b.name for b in pipeline_engines()] == ENGINES and "sdcpp" not in {b.name for b in sdkit.backends()}
     assert infos["reference"].available and infos["reference"].installed
     for known in (*KNOWN_BACKENDS[:-1], *PIPELINE_ENGINES):
         info = infos[known.name]

@@ -80,12 +80,14 @@ def backends() -> list[BackendInfo]:
             infos.append(
                 BackendInfo(known.name, known.entry_point, False, reason, hint, "", 0, [], known.runs_on, installed)
             )
-    return infos + pipeline_engines()
+    return infos
 
 
 def pipeline_engines() -> list[BackendInfo]:
-    """The engines that run whole pipelines (``PipelineLoader.engine``: stable-diffusion.cpp), from
-    their loaders' ``probe()`` and ``devices()``, then each first-party one whose plugin is missing."""
+    """The engines that run whole pipelines rather than graphs (``PipelineLoader.engine``:
+    stable-diffusion.cpp), from their loaders' ``probe()`` and ``devices()``, then each first-party
+    one whose plugin is missing. Not in ``backends()``: ``compile``, ``check`` and ``tune`` cannot
+    use them; ``load_pipeline(path, backend=name)`` does. ``sdkit backends`` lists both."""
     plugins = get_plugins()
     infos, found = [], set()
     for loader in loaders_by_priority("pipeline"):
@@ -115,13 +117,15 @@ def pipeline_engines() -> list[BackendInfo]:
 
 
 def devices() -> dict[str, list[Device]]:
-    """The devices of every available backend, by backend name (in ``backends()`` order)."""
+    """The devices of every available backend, by backend name (in ``backends()`` order), then
+    those of the pipeline engines (``pipeline_engines()``)."""
     found: dict[str, list[Device]] = {}
     for info in backends():
-        if info.available and get_plugins().backends.get(info.name) is None:  # a pipeline engine
-            found[info.name] = [Device.parse(d) for d in info.devices]
-        elif info.available:
+        if info.available:
             found[info.name] = get_backend(info.name).devices()
+    for info in pipeline_engines():
+        if info.available:
+            found[info.name] = [Device.parse(d) for d in info.devices]
     return found
 
 
