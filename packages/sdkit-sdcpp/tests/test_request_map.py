@@ -118,3 +118,23 @@ def test_adapters_are_checked_files(tmp_path: Path) -> None:
         pipe.load_embedding(embedding, name="other")
     pipe.unload_embeddings()
     assert pipe.context.files.embeddings == ()
+
+
+def test_flux_guidance_is_distilled_and_requests_default_to_euler(tmp_path: Path) -> None:
+    from sdcpp_helpers import write_gguf
+
+    from sdkit.pipelines import FlowRequest
+    from sdkit.pipelines.loaders.loading import pipeline_class_for
+    from sdkit_sdcpp.pipeline import SdcppFlowPipeline
+
+    keys = {
+        "double_blocks.0.img_attn.qkv.weight": ((96, 32), "f16"),
+        "single_blocks.0.linear1.weight": ((96, 32), "f16"),
+    }
+    assert pipeline_class_for(write_gguf(tmp_path / "flux.gguf", keys)) is SdcppFlowPipeline
+    request = FlowRequest.create("a cat", guidance_scale=3.5, seed=1)
+    kwargs = generate_kwargs(request, 64, 64, family="FLUX.1")
+    assert (kwargs["cfg_scale"], kwargs["guidance"], kwargs["sample_method"]) == (1.0, 3.5, "euler")
+    assert "guidance" not in generate_kwargs(request, 64, 64, family="SD3")
+    with pytest.raises(OptionError, match="max_sequence_length"):
+        generate_kwargs(FlowRequest.create("a cat", max_sequence_length=64), 64, 64, family="FLUX.1")

@@ -64,9 +64,12 @@ class SdcppLoader(PipelineLoader):
         return f"{path.name}: stable-diffusion.cpp is given .gguf or .safetensors files"
 
     def pipeline_class(self, path: Path) -> type[Pipeline] | None:
-        from sdkit_sdcpp.pipeline import SdcppPipeline
+        from sdkit_sdcpp.pipeline import pipeline_class
 
-        return SdcppPipeline
+        try:
+            return pipeline_class(file_family(path))
+        except ModelFormatError:  # not a file it can read: load_pipeline says why
+            return None
 
     def probe(self) -> Availability:
         try:
@@ -80,7 +83,7 @@ class SdcppLoader(PipelineLoader):
         return binding.devices()
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        from sdkit_sdcpp.pipeline import SdcppPipeline
+        from sdkit_sdcpp.pipeline import pipeline_class
 
         backend = settings.backend
         if backend not in ("auto", "sdcpp"):
@@ -99,7 +102,7 @@ class SdcppLoader(PipelineLoader):
         ))  # fmt: skip
         family = file_family(path)
         config = PipelineConfig(name=path.stem, sample_size=native_size(family) // 8)
-        return SdcppPipeline(config, context, family)
+        return pipeline_class(family)(config, context, family)
 
 
 def model_files(path: Path, files: Any) -> ModelFiles:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError
-from sdkit.pipelines import GenerationPlan, GenerationRequest, Pipeline, PipelineConfig
+from sdkit.pipelines import FlowRequest, GenerationPlan, GenerationRequest, Pipeline, PipelineConfig
 from sdkit.pipelines.features.feature import Feature, refuse_undeclared
 from sdkit.pipelines.imaging.images import GenerationParameters, init_image_size
 from sdkit.pipelines.stages.rng import seed_list
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 ADAPTER_SUFFIXES = (".safetensors", ".gguf")
 # The families whose native size is 1024 (the others: 512), as ``gguf_reader.family_of`` names them.
 LARGE_FAMILIES = ("SDXL", "SD3", "FLUX", "Chroma", "Qwen-Image", "Z-Image")
+# Flow-matching families: their requests are ``FlowRequest``s (Euler by default, as sdkit's own).
+FLOW_FAMILIES = ("SD3", "FLUX", "Chroma", "Qwen-Image", "Z-Image", "Wan")
 SEED_LIMIT = 1 << 63  # sd.cpp's seed is an int64 (and negative means "draw one")
 
 
@@ -148,7 +150,7 @@ class SdcppPipeline(Pipeline):
     def run(self, request: GenerationRequest) -> Any:
         """One ``generate_image`` call for the checked request."""
         plan = self.plan(self.accept(request))
-        kwargs = generate_kwargs(plan.request, plan.width, plan.height, self.loras)
+        kwargs = generate_kwargs(plan.request, plan.width, plan.height, self.loras, self.family)
         images = self.context.generate(kwargs, plan.request.callback)
         if len(images) != len(plan.seeds):
             raise ModelFormatError(f"stable-diffusion.cpp returned {len(images)} images for {len(plan.seeds)}")
@@ -172,3 +174,14 @@ class SdcppPipeline(Pipeline):
         if plan.request.init_image is not None:  # the base class reads it from the plan's VAE input
             params = dataclasses.replace(params, strength=float(plan.request.strength))
         return params
+
+
+class SdcppFlowPipeline(SdcppPipeline):
+    """A flow-matching model (FLUX.1, SD3, Chroma, Qwen-Image, Z-Image, Wan) run by
+    stable-diffusion.cpp: its requests default to Euler, as sdkit's own flow pipelines."""
+
+    request_class: ClassVar[type[GenerationRequest]] = FlowRequest
+
+
+def pipeline_class(family: str) -> type[SdcppPipeline]:
+    return SdcppFlowPipeline if family.startswith(FLOW_FAMILIES) else SdcppPipeline

@@ -46,6 +46,7 @@ EMPHASIS = re.compile(r"[()\[\]]|\bBREAK\b")
 def _asked(request: GenerationRequest) -> dict[str, str]:
     """The fields sd.cpp has no counterpart for that ``request`` sets, with what they ask for."""
     asked = {
+        "max_sequence_length": getattr(request, "max_sequence_length", None) is not None,
         "control": bool(request.control),
         "latents": request.latents is not None,
         "mask_blur": request.mask_blur != 0,
@@ -53,6 +54,7 @@ def _asked(request: GenerationRequest) -> dict[str, str]:
         "paste_back": bool(request.paste_back),  # None (the default) and False: sd.cpp does not paste
     }
     whats = {
+        "max_sequence_length": "a T5 token count (it takes the prompt's own)",
         "control": "ControlNet units",
         "latents": "starting latents (it draws its own noise from the seed)",
         "mask_blur": "A1111's mask blur (blur the mask yourself; 0 is sd.cpp's)",
@@ -106,10 +108,16 @@ def hires_kwargs(request: GenerationRequest) -> dict[str, Any]:
 
 
 def generate_kwargs(
-    request: GenerationRequest, width: int, height: int, loras: Sequence[tuple[Path, float]] = ()
+    request: GenerationRequest,
+    width: int,
+    height: int,
+    loras: Sequence[tuple[Path, float]] = (),
+    family: str = "",
 ) -> dict[str, Any]:
     """``generate_image`` keywords for ``request`` at ``width`` x ``height`` (sd.cpp's defaults
-    for everything the request does not set)."""
+    for everything the request does not set). On FLUX.1/FLUX.2 (``family``, as the file's
+    tensor names say) ``guidance_scale`` is the distilled guidance and there is no CFG, as in
+    sdkit's own Flux pipeline."""
     refuse_unsupported_fields(request)
     method, scheduler = to_sdcpp(request.sampler, request.schedule)
     kwargs: dict[str, Any] = {
@@ -124,6 +132,8 @@ def generate_kwargs(
         "seed": int(request.seed),
         "batch_count": int(request.num_images),
     }
+    if family.startswith("FLUX"):
+        kwargs.update(cfg_scale=1.0, guidance=float(request.guidance_scale))
     if request.init_image is not None:
         kwargs["init_image"] = request.init_image.convert("RGB")
         kwargs["strength"] = float(request.strength)
