@@ -116,3 +116,34 @@ def test_bad_headers_are_one_clear_error(tmp_path: Path, data: bytes, message: s
     path.write_bytes(data)
     with pytest.raises(ModelFormatError, match=message):
         gguf_reader.read_header(path)
+
+
+def test_inspect_names_family_and_quantization(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sdkit.cli.main import main
+
+    path = write_gguf(tmp_path / "sd1-q8_0.gguf", SD1_KEYS)
+    assert main(["inspect", str(path)]) == 0
+    assert "sd1-q8_0.gguf: GGUF v3, SD 1.x, quantization q8_0" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["family"], found["quantization"], found["tensor_types"]) == (
+        "SD 1.x",
+        "q8_0",
+        {"q8_0": 2, "f16": 1, "f32": 1},
+    )
+
+
+def test_a_gguf_file_without_its_engine_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sdkit
+    from sdkit import plugins as plugins_module
+    from sdkit.errors import BackendUnavailableError
+    from sdkit.plugins import Plugins
+
+    monkeypatch.setattr(plugins_module.manager, "_plugins", Plugins([]))
+    path = write_gguf(tmp_path / "model.gguf", SD1_KEYS)
+    with pytest.raises(
+        BackendUnavailableError, match=r"model.gguf is a GGUF file, which sdkit runs on stable-diffusion.cpp"
+    ):
+        sdkit.load_pipeline(path)
