@@ -147,3 +147,15 @@ def test_a_gguf_file_without_its_engine_says_what_to_install(monkeypatch: pytest
         BackendUnavailableError, match=r"model.gguf is a GGUF file, which sdkit runs on stable-diffusion.cpp"
     ):
         sdkit.load_pipeline(path)
+
+
+def test_truncated_data_is_caught_from_the_header(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "sd1.gguf", SD1_KEYS)
+    header = gguf_reader.read_header(path)
+    header.check_complete()  # whole: the gguf package's layout (alignment, offsets) is read right
+    data = path.read_bytes()
+    end = header.data_start + max(t.offset + (t.nbytes or 0) for t in header.tensors)
+    assert end <= len(data) < end + 32  # the last tensor ends there, padded to the 32-byte alignment
+    path.write_bytes(data[:-100])
+    with pytest.raises(ModelFormatError, match=r"sd1.gguf is truncated: its tensors end at byte"):
+        gguf_reader.read_header(path).check_complete()

@@ -26,9 +26,12 @@ TEXT_ENCODER_FILES = ("clip_l", "clip_g", "t5xxl")
 
 
 def file_family(path: Path) -> str:
-    """The family the file's tensor names say (``gguf.family_of``), from its header only."""
+    """The family the file's tensor names say (``gguf.family_of``), from its header only (checked
+    complete: a truncated file never reaches sd.cpp's loader)."""
     if gguf.is_gguf(path):
-        return gguf.read_header(path).family
+        header = gguf.read_header(path)
+        header.check_complete()
+        return header.family
     from sdkit.families.safetensors_reader import SafetensorsFile
 
     entries = SafetensorsFile(path).entries

@@ -35,6 +35,13 @@ GGML_TYPES: dict[int, str] = {
     24: "i8", 25: "i16", 26: "i32", 27: "i64", 28: "f64", 29: "iq1_m", 30: "bf16", 34: "tq1_0",
     35: "tq2_0", 39: "mxfp4",
 }  # fmt: skip
+# ggml type -> (values per block, bytes per block) (ggml's type traits), for the data's sizes.
+BLOCKS: dict[str, tuple[int, int]] = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "f64": (1, 8), "i8": (1, 1), "i16": (1, 2),
+    "i32": (1, 4), "i64": (1, 8), "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22),
+    "q5_1": (32, 24), "q8_0": (32, 34), "q8_1": (32, 36), "q2_K": (256, 84), "q3_K": (256, 110),
+    "q4_K": (256, 144), "q5_K": (256, 176), "q6_K": (256, 210), "q8_K": (256, 292),
+}  # fmt: skip
 # Metadata value types: struct format of the scalars; 8 string, 9 array.
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -45,6 +52,16 @@ class GgufTensor:
     name: str
     shape: tuple[int, ...]  # outermost first, as numpy and safetensors write it
     type: str
+    offset: int = 0  # of its data, from the start of the data section
+
+    @property
+    def nbytes(self) -> int | None:
+        """Its data's size in bytes (None for a type without a known block layout)."""
+        block = BLOCKS.get(self.type)
+        if block is None:
+            return None
+        count, size = block
+        return math.prod(self.shape) // count * size
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,21 @@ class GgufHeader:
     version: int
     metadata: dict[str, Any] = field(default_factory=dict)
     tensors: tuple[GgufTensor, ...] = ()
+    data_start: int = 0  # where the tensor data begins (the header's end, aligned)
+
+    def check_complete(self) -> None:
+        """A ``ModelFormatError`` when the file is shorter than its tensors' data (a truncated
+        download): caught here, before a native loader reads past the end."""
+        sizes = [(t.offset + n, t.name) for t in self.tensors if (n := t.nbytes) is not None]
+        if not sizes:
+            return
+        end, name = max(sizes)
+        have = self.path.stat().st_size
+        if self.data_start + end > have:
+            raise ModelFormatError(
+                f"{self.path.name} is truncated: its tensors end at byte {self.data_start + end:,} ({name}), "
+                f"the file has {have:,}"
+            )
 
     def type_counts(self) -> Counter[str]:
         """ggml type -> how many tensors have it."""
@@ -138,9 +170,12 @@ def _read(reader: _Reader) -> GgufHeader:
             raise ModelFormatError(f"{reader.path.name}: tensor {name!r} has {n_dims} dimensions")
         dims = [int(reader.scalar("<Q")) for _ in range(n_dims)]
         kind = int(reader.scalar("<I"))
-        reader.scalar("<Q")  # its data offset
-        tensors.append(GgufTensor(name, tuple(reversed(dims)), GGML_TYPES.get(kind, f"type {kind}")))
-    return GgufHeader(reader.path, version, metadata, tuple(tensors))
+        offset = int(reader.scalar("<Q"))
+        tensors.append(GgufTensor(name, tuple(reversed(dims)), GGML_TYPES.get(kind, f"type {kind}"), offset))
+    alignment = metadata.get("general.alignment", 32)
+    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+    data_start = -(-reader.stream.tell() // alignment) * alignment
+    return GgufHeader(reader.path, version, metadata, tuple(tensors), data_start)
 
 
 def is_gguf(path: Path) -> bool:
