@@ -138,3 +138,11 @@ def test_flux_guidance_is_distilled_and_requests_default_to_euler(tmp_path: Path
     assert "guidance" not in generate_kwargs(request, 64, 64, family="SD3")
     with pytest.raises(OptionError, match="max_sequence_length"):
         generate_kwargs(FlowRequest.create("a cat", max_sequence_length=64), 64, 64, family="FLUX.1")
+
+
+def test_a_generation_over_the_memory_budget_is_refused_before_sdcpp(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdkit.errors import ResourceLimitError
+
+    monkeypatch.setenv("SDKIT_MEMORY_BUDGET", "64M")
+    with pytest.raises(ResourceLimitError):
+        _pipeline().plan(GenerationRequest.create("x", width=8192, height=8192))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError
+from sdkit.limits import check_generation
 from sdkit.pipelines import FlowRequest, GenerationPlan, GenerationRequest, Pipeline, PipelineConfig
 from sdkit.pipelines.features.feature import Feature, refuse_undeclared
 from sdkit.pipelines.imaging.images import GenerationParameters, init_image_size
@@ -145,6 +146,8 @@ class SdcppPipeline(Pipeline):
             raise InputError(f"seed: stable-diffusion.cpp takes seeds from 0 to 2**63 - 1, not {request.seed}")
         seeds = seed_list(request.seed, request.num_images)
         shape = (request.num_images, self.config.latent_channels, height // 8, width // 8)
+        # sdkit's memory budget, before sd.cpp allocates (it aborts the process when it cannot)
+        check_generation(request.num_images, width, height, shape, request.init_image is not None)
         return GenerationPlan(request, width, height, shape, seeds, cast("Any", None))
 
     def run(self, request: GenerationRequest) -> Any:
