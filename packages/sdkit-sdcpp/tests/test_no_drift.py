@@ -49,7 +49,9 @@ def direct(sd15: Path) -> Iterator[Any]:
     binding.import_binding()
     from stable_diffusion_cpp import StableDiffusion
 
-    model = StableDiffusion(model_path=str(sd15), n_threads=THREADS, vae_decode_only=False, verbose=False)
+    model = StableDiffusion(  # the plugin's settings: LoRAs at runtime (weights never modified)
+        model_path=str(sd15), n_threads=THREADS, vae_decode_only=False, lora_apply_mode="at_runtime", verbose=False
+    )
     yield model
     model.close()
 
@@ -150,7 +152,9 @@ def test_vae_tiling_and_lora_equal_the_binding(pipe: Any, direct: Any, tmp_path:
     )
     assert np.array_equal(_pixels(ours), _pixels(theirs))
     assert not np.array_equal(_pixels(ours), _pixels(plain))  # the LoRA was applied, not dropped
-    assert "Lora: style: 0.8" in ours.info["parameters"]
+    assert 'Lora: "style: 0.8"' in ours.info["parameters"]
+    [after] = pipe.generate("a tree", steps=2, sampler="euler", **common)
+    assert np.array_equal(_pixels(after), _pixels(plain))  # without it again: the base, bit for bit
 
 
 def test_cli_generate_equals_the_binding(sd15: Path, direct: Any, tmp_path: Path) -> None:
@@ -199,7 +203,9 @@ def test_sdxl_equals_the_binding(request: pytest.FixtureRequest) -> None:
         assert sdxl_pipe.family == "SDXL" and sdxl_pipe.config.default_size == 1024
         [ours] = sdxl_pipe.generate("a castle", seed=2, steps=2, width=64, height=64, sampler="euler")
     binding.import_binding()
-    model = StableDiffusion(model_path=str(sdxl), n_threads=THREADS, vae_decode_only=False, verbose=False)
+    model = StableDiffusion(
+        model_path=str(sdxl), n_threads=THREADS, vae_decode_only=False, lora_apply_mode="at_runtime", verbose=False
+    )
     try:
         [theirs] = model.generate_image(
             prompt="a castle", seed=2, sample_steps=2, width=64, height=64, sample_method="euler", cfg_scale=7.5

@@ -28,8 +28,13 @@ from sdkit_sdcpp import binding
 
 StepCallback = Callable[[int, int, np.ndarray], None]
 PRECISIONS = {None: "default", "fp32": "f32", "fp16": "f16", "bf16": "bf16"}
-OPTIONS = ("threads", "precision", "rng", "flash_attention")
+OPTIONS = ("threads", "precision", "rng", "flash_attention", "lora_apply_mode")
 RNGS = ("cuda", "cpu", "default")
+# "at_runtime": a LoRA is applied in the graph, the weights stay the file's, so a generation after
+# ``set_loras([])`` is the base model's, bit for bit. "immediately" merges into the weights (faster)
+# and subtracts on removal, which in f16 does not give the base weights back (measured: images
+# one level off afterwards); "auto" is sd.cpp's default (immediately unless the file is quantized).
+LORA_MODES = ("at_runtime", "immediately", "auto")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class ContextSettings:
     offload: bool = False  # memory="offload": weights in RAM, moved to the device when needed
     rng: str = "cuda"  # sd.cpp's default (A1111's GPU noise)
     flash_attention: bool = False
+    lora_apply_mode: str = "at_runtime"
     environment: dict[str, str] = field(default_factory=dict)  # SD_VK_DEVICE for vulkan:N
 
     @classmethod
@@ -89,9 +95,11 @@ class ContextSettings:
         rng = options.get("rng", "cuda")
         if rng not in RNGS:
             raise OptionError(f"rng {rng!r}: stable-diffusion.cpp's generators are {', '.join(RNGS)}")
-        return cls(
-            threads, PRECISIONS[precision], memory == "offload", rng, bool(options.get("flash_attention")), environment
-        )
+        lora_mode = options.get("lora_apply_mode", "at_runtime")
+        if lora_mode not in LORA_MODES:
+            raise OptionError(f"lora_apply_mode {lora_mode!r}: stable-diffusion.cpp's are {', '.join(LORA_MODES)}")
+        flash = bool(options.get("flash_attention"))
+        return cls(threads, PRECISIONS[precision], memory == "offload", rng, flash, lora_mode, environment)
 
     def constructor_kwargs(self) -> dict[str, Any]:
         return {
@@ -101,6 +109,7 @@ class ContextSettings:
             "rng_type": self.rng,
             "sampler_rng_type": self.rng,
             "flash_attn": self.flash_attention,
+            "lora_apply_mode": self.lora_apply_mode,
             "vae_decode_only": False,  # img2img and inpainting need the encoder
             # verbose=False would point the process's stdout and stderr at /dev/null around every
             # call (the step bar with them); sd.cpp's log goes to ``sdcpp_log`` instead.
