@@ -44,6 +44,10 @@ def load_pipeline(
     folders (SD 1.x/2.x, SDXL, SD3, Flux, Chroma; a plugin's family alike:
     ``sdkit.families.FolderSpec``).
 
+    A pipeline engine's name as ``backend`` (``"sdcpp"``: stable-diffusion.cpp, sdkit-sdcpp) hands
+    the file to that engine's loader, which runs the whole pipeline; its loader also claims the
+    files only it reads (``.gguf``) under ``"auto"``.
+
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
     ``vae_decoder``, ``vae_encoder``; SDXL adds ``text_encoder_2``; SD3, Flux and Chroma have a
@@ -148,8 +152,9 @@ class PipelineLoader(ABC):
     priority: ClassVar[int] = 0
     kind: ClassVar[str] = "pipeline"
     # An engine that runs whole pipelines (stable-diffusion.cpp): ``load_pipeline(path,
-    # backend=engine)`` uses this loader for every path it ``accepts``, and ``sdkit.backends()``
-    # lists it from its ``probe()``, ``devices()`` and ``description``. "" for the others.
+    # backend=engine)`` uses this loader for every path it ``accepts``, and
+    # ``sdkit.pipeline_engines()`` lists it from its ``probe()``, ``devices()`` and ``description``.
+    # "" for the others.
     engine: ClassVar[str] = ""
     takes_component_files: ClassVar[bool] = False  # clip_l=, t5xxl=, vae= (a Flux transformer file's)
 
