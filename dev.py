@@ -8,6 +8,8 @@
                            # (--write-readme updates the README's size table)
     python3 dev.py vulkan  # build ggml with Vulkan once (reused), run the `vulkan` tests on a Vulkan
                            # device: Mesa's lavapipe (the CPU) where there is no GPU
+    python3 dev.py sdcpp   # build stable-diffusion-cpp-python once (reused), run sdkit-sdcpp's tests
+                           # (add -m slow for the full-size no-drift checks)
 
 The virtual environment lives in .venv (override with SDKIT_DEV_VENV). Re-running is cheap:
 pip skips what is already installed. sdkit 3 is a pre-release (3.0.0.dev0) and PyPI's newest
@@ -21,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -44,6 +47,7 @@ TEST_TOOLS = [
     "hatchling>=1.24",  # builds the meta wheel offline for tests/test_install_lines.py
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
     "scikit-learn>=1.3",  # the tiny_digits test's classifier (load_digits ships in its wheel)
+    "gguf>=0.10",  # llama.cpp's GGUF reader/writer: the oracle of sdkit's GGUF header reader
 ]
 # sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
 # .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.
@@ -56,7 +60,17 @@ SERVER_EXTRAS = "test,fuzz"
 RAY_REQUIREMENT = "ray[serve]>=2.40"
 # mypy --strict ([tool.mypy] in pyproject.toml) on every package; vendor SDKs without type
 # information (tensorrt, migraphx, coremltools...) are untyped imports (ignore_missing_imports).
-TYPED = [f"packages/{n}/src" for n in RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES]
+# stable-diffusion.cpp's plugin: installed without its binding (built from source, ~3 min on 2 cores:
+# `python3 dev.py sdcpp` builds it once into the sdkit cache); `test` installs a cached build.
+SDCPP_PACKAGES = ["sdkit-sdcpp"]
+SDCPP_BINDING = "stable-diffusion-cpp-python==0.4.7"
+# The cache folder of the binding's wheel: its version and this CPU's flags (a -march=native build).
+SDCPP_DEST = (
+    "import hashlib; from sdkit.cache import cache_root; from sdkit.cpu_features import cpu_info; "
+    "i = cpu_info(); key = hashlib.sha256(' '.join(sorted(i.flags)).encode()).hexdigest()[:12]; "
+    "print(cache_root() / 'sdcpp' / f'0.4.7-cpu-{i.machine}-{key}')"
+)
+TYPED = [f"packages/{n}/src" for n in RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES + SDCPP_PACKAGES]
 
 
 def sh(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -119,6 +133,7 @@ def test() -> int:
     ensure_venv()
     install(RUNTIME_PACKAGES, no_deps=tuple(PROBE_ONLY_PACKAGES), extra=tuple(TEST_TOOLS))
     install_server()
+    install_sdcpp(build=False)
     sh(BIN / "ruff", "check", ".")
     sh(BIN / "ruff", "format", "--check", ".")
     sh(PY, "-m", "mypy", *[p for p in TYPED if (ROOT / p).is_dir()])
@@ -132,7 +147,8 @@ def test() -> int:
 
 
 def existing_tests() -> list[str]:
-    tests = [f"packages/{n}/tests" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES)]
+    packages = RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES + SDCPP_PACKAGES
+    tests = [f"packages/{n}/tests" for n in existing(packages)]
     return ["tests", *tests, "examples/sdkit-onnxruntime/tests", "tools/tests"]
 
 
@@ -183,6 +199,49 @@ def vulkan() -> int:
     return 0
 
 
+def sdcpp_wheel(build: bool) -> Path | None:
+    """stable-diffusion-cpp-python's wheel, built from its sdist once (CPU, this machine's SIMD, no
+    WebP/WebM: the binding does not use them) into the sdkit cache and reused after; None when
+    there is none and ``build`` is False."""
+    dest = Path(subprocess.run([PY, "-c", SDCPP_DEST], check=True, capture_output=True, text=True).stdout.strip())
+    found = sorted(dest.glob("stable_diffusion_cpp_python-*.whl"))
+    if found or not build:
+        if found:
+            print(f"dev.py: reusing the stable-diffusion-cpp-python build in {dest}", flush=True)
+        return found[-1] if found else None
+    dest.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    env.setdefault("CMAKE_ARGS", "-DSD_WEBP=OFF -DSD_WEBM=OFF")
+    start = time.perf_counter()
+    source_only = ("--no-binary", "stable-diffusion-cpp-python")  # its sdist; the build tools as wheels
+    sh(PY, "-m", "pip", "wheel", "-q", "--no-deps", *source_only, "-w", dest, SDCPP_BINDING, env=env)
+    print(f"dev.py: built stable-diffusion-cpp-python in {time.perf_counter() - start:.0f} s into {dest}", flush=True)
+    return sorted(dest.glob("stable_diffusion_cpp_python-*.whl"))[-1]
+
+
+def install_sdcpp(build: bool) -> None:
+    """sdkit-sdcpp without its dependencies, then its binding from the cache (built if ``build``)."""
+    pip_install("--no-deps", *[a for n in existing(SDCPP_PACKAGES) for a in ("-e", f"packages/{n}")])
+    wheel = sdcpp_wheel(build)
+    if wheel is None:
+        print(
+            "dev.py: no stable-diffusion-cpp-python build (python3 dev.py sdcpp makes one): its tests skip", flush=True
+        )
+        return
+    pip_install("--no-deps", str(wheel))
+
+
+def sdcpp() -> int:
+    """sdkit-sdcpp's tests with the binding built (once) from its sdist: ~3 min on 2 cores the first
+    time. ``python3 dev.py sdcpp -m slow`` runs the full-size no-drift checks (SD 1.5, SDXL)."""
+    ensure_venv()
+    install(["sdkit-core"], extra=("pytest>=8", "gguf>=0.10"))
+    install_sdcpp(build=True)
+    sh(PY, "-m", "pytest", "packages/sdkit-sdcpp/tests", *sys.argv[2:])
+    return 0
+
+
 def version() -> str:
     """The shared version, from the meta-distribution's pyproject.toml (no toml parser on 3.10)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -193,7 +252,8 @@ def wheels() -> int:
     """Every first-party wheel (the meta-distribution and each package) into dist/."""
     ensure_venv()
     DIST.mkdir(exist_ok=True)
-    sources = [".", *(f"packages/{n}" for n in existing(RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES))]
+    packages = RUNTIME_PACKAGES + PROBE_ONLY_PACKAGES + SERVER_PACKAGES + SDCPP_PACKAGES
+    sources = [".", *(f"packages/{n}" for n in existing(packages))]
     sh(PY, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", DIST, *sources)
     print(f'wheels in {DIST}: pip install --find-links dist "sdkit[cpu]>={version()}" (README, Install)')
     return 0
@@ -209,7 +269,7 @@ def extras() -> int:
 
 
 def main() -> int:
-    commands = {"demo": demo, "test": test, "wheels": wheels, "extras": extras, "vulkan": vulkan}
+    commands = {"demo": demo, "test": test, "wheels": wheels, "extras": extras, "vulkan": vulkan, "sdcpp": sdcpp}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

@@ -14,14 +14,23 @@ import pytest
 import sdkit
 from sdkit import known_backends
 from sdkit import plugins as plugins_module
+from sdkit.api import pipeline_engines
 from sdkit.cli.main import main
 from sdkit.errors import BackendUnavailableError, UnknownBackendError
-from sdkit.known_backends import KNOWN_BACKENDS, InstallSource, install_command, known_backend, requirement
+from sdkit.known_backends import (
+    KNOWN_BACKENDS,
+    PIPELINE_ENGINES,
+    InstallSource,
+    install_command,
+    known_backend,
+    requirement,
+)
 from sdkit.plugins import Plugins
 from sdkit.selection import choose
 from sdkit.testing import one_node_model
 
 SIX = ["tensorrt", "migraphx", "coreml", "openvino", "ggml", "reference"]
+ENGINES = ["sdcpp"]  # pipeline engines (stable-diffusion.cpp), listed after the graph backends
 
 
 @pytest.fixture
@@ -47,10 +56,11 @@ def test_the_table_names_every_first_party_backend() -> None:
 
 @pytest.mark.usefixtures("core_only")
 def test_backends_lists_missing_plugins_with_their_install_command() -> None:
-    infos = {b.name: b for b in sdkit.backends()}
-    assert sorted(infos) == sorted(SIX)
+    infos = {b.name: b for b in [*sdkit.backends(), *pipeline_engines()]}
+    assert sorted(infos) == sorted(SIX + ENGINES)
+    assert [b.name for b in pipeline_engines()] == ENGINES and "sdcpp" not in {b.name for b in sdkit.backends()}
     assert infos["reference"].available and infos["reference"].installed
-    for known in KNOWN_BACKENDS[:-1]:
+    for known in (*KNOWN_BACKENDS[:-1], *PIPELINE_ENGINES):
         info = infos[known.name]
         assert not info.available and not info.installed
         assert info.reason == f"plugin {known.distribution} is not installed"
@@ -62,7 +72,7 @@ def test_backends_lists_missing_plugins_with_their_install_command() -> None:
 def test_cli_lists_all_six_in_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backends", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [b["name"] for b in data["backends"]] == ["reference", *SIX[:-1]]
+    assert [b["name"] for b in data["backends"]] == ["reference", *SIX[:-1], *ENGINES]
     assert {tuple(sorted(b)) for b in data["backends"]} == {tuple(sorted(data["backends"][0]))}  # one schema
     assert main(["backends"]) == 0
     lines = capsys.readouterr().out.splitlines()

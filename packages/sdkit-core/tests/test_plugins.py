@@ -319,7 +319,9 @@ def test_model_families_register_like_any_plugin(fake_modules: list[str]) -> Non
     assert "not a sdkit.families.Family" in next(f.error for f in plugins.failures if f.name == "bad")
 
 
-VENDOR_MODULES = ("tensorrt", "tensorrt_rtx", "openvino", "coremltools", "migraphx", "cuda", "torch")
+VENDOR_MODULES = (
+    "tensorrt", "tensorrt_rtx", "openvino", "coremltools", "migraphx", "cuda", "torch", "stable_diffusion_cpp",
+)  # fmt: skip
 
 
 def test_loading_all_plugins_imports_no_vendor_sdk() -> None:

@@ -9,7 +9,17 @@ image = compiled.run({"latent": latent})["image"]
 from __future__ import annotations
 
 from sdkit._version import __version__
-from sdkit.api import BackendChoice, BackendInfo, backends, check, choose_backend, compile, devices, load_model
+from sdkit.api import (
+    BackendChoice,
+    BackendInfo,
+    backends,
+    check,
+    choose_backend,
+    compile,
+    devices,
+    load_model,
+    pipeline_engines,
+)
 from sdkit.backend import Availability, Backend, CompiledModel, SupportReport, TensorInfo
 from sdkit.device import Device
 from sdkit.errors import SdkitError
@@ -39,5 +49,6 @@ __all__ = [
     "devices",
     "load_model",
     "load_pipeline",
+    "pipeline_engines",
     "upscale",
 ]

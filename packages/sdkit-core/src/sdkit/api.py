@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sdkit.backend import CompiledModel, SupportReport
+from sdkit.backend import Availability, CompiledModel, SupportReport
 from sdkit.cache import cache_root
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, SdkitError
 from sdkit.isolation import isolated_compile, isolation_wanted, job_for
-from sdkit.known_backends import KNOWN_BACKENDS, plugin_problem, why_missing
+from sdkit.known_backends import KNOWN_BACKENDS, PIPELINE_ENGINES, plugin_problem, why_missing
 from sdkit.limits import check_graph_memory, check_weights, shape_like
-from sdkit.loaders import find_loader
+from sdkit.loaders import find_loader, loaders_by_priority
 from sdkit.model import Model, refuse_unsafe_or_missing, shaped
 from sdkit.plugins import get_plugins
 from sdkit.selection import Measured, choose, compile_choice, get_backend, probe, requested_precision
@@ -83,12 +83,49 @@ def backends() -> list[BackendInfo]:
     return infos
 
 
+def pipeline_engines() -> list[BackendInfo]:
+    """The engines that run whole pipelines rather than graphs (``PipelineLoader.engine``:
+    stable-diffusion.cpp), from their loaders' ``probe()`` and ``devices()``, then each first-party
+    one whose plugin is missing. Not in ``backends()``: ``compile``, ``check`` and ``tune`` cannot
+    use them; ``load_pipeline(path, backend=name)`` does. ``sdkit backends`` lists both."""
+    plugins = get_plugins()
+    infos, found = [], set()
+    for loader in loaders_by_priority("pipeline"):
+        engine = getattr(loader, "engine", "")
+        if not engine or engine in found:
+            continue
+        found.add(engine)
+        try:
+            availability = loader.probe()
+            devices = [str(d) for d in loader.devices()] if availability.ok else []
+        except Exception as exc:  # a broken binding is an unavailable engine, not a broken listing
+            availability, devices = Availability(False, f"probe failed: {exc}"), []
+        owner = plugins.loaders.owner(loader.name)
+        infos.append(
+            BackendInfo(
+                engine, owner, availability.ok, availability.reason, availability.install_hint,
+                availability.version, 0, devices, getattr(loader, "description", ""),
+            )
+        )  # fmt: skip
+    for known in PIPELINE_ENGINES:
+        if known.name not in found:
+            reason, hint, installed = why_missing(known, plugin_problem(known, plugins.failures, plugins.disabled))
+            infos.append(
+                BackendInfo(known.name, known.entry_point, False, reason, hint, "", 0, [], known.runs_on, installed)
+            )
+    return infos
+
+
 def devices() -> dict[str, list[Device]]:
-    """The devices of every available backend, by backend name (in ``backends()`` order)."""
+    """The devices of every available backend, by backend name (in ``backends()`` order), then
+    those of the pipeline engines (``pipeline_engines()``)."""
     found: dict[str, list[Device]] = {}
     for info in backends():
         if info.available:
             found[info.name] = get_backend(info.name).devices()
+    for info in pipeline_engines():
+        if info.available:
+            found[info.name] = [Device.parse(d) for d in info.devices]
     return found
 
 

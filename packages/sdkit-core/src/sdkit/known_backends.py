@@ -64,6 +64,11 @@ KNOWN_BACKENDS: tuple[KnownBackend, ...] = (
     KnownBackend("ggml", "sdkit-ggml", "cpu", "CPU; CUDA, Vulkan, Metal with a ggml built for them"),
     KnownBackend("reference", "sdkit-core", "", "CPU (numpy onnx.reference): exact, slow"),
 )
+# First-party engines that run whole pipelines, not graphs: a pipeline loader registered with
+# ``engine = name`` (``sdkit.pipelines.PipelineLoader``) takes ``load_pipeline(path, backend=name)``.
+PIPELINE_ENGINES: tuple[KnownBackend, ...] = (
+    KnownBackend("sdcpp", "sdkit-sdcpp", "sdcpp", "stable-diffusion.cpp: .gguf and single files, whole pipelines"),
+)
 
 
 def requirement(extra: str = "", package: str = "sdkit") -> str:
@@ -75,7 +80,7 @@ def requirement(extra: str = "", package: str = "sdkit") -> str:
 
 
 # Extras of the meta-distribution beyond the backends', as (distribution, its own extra).
-_OTHER_EXTRAS = {"serve": ("sdkit-serve", ""), "ray": ("sdkit-serve", "ray")}
+_OTHER_EXTRAS = {"serve": ("sdkit-serve", ""), "ray": ("sdkit-serve", "ray"), "sdcpp": ("sdkit-sdcpp", "")}
 # Subcommands of ``sdkit`` that another distribution adds, and the extra that installs it.
 EXTRA_COMMANDS = {"serve": "serve"}
 
@@ -140,6 +145,12 @@ def known_backend(name: str) -> KnownBackend | None:
         if wanted == known.name or wanted in known.aliases:
             return known
     return None
+
+
+def pipeline_engine(name: str) -> KnownBackend | None:
+    """The first-party pipeline engine called ``name`` (``sdcpp``), case-insensitive."""
+    wanted = name.strip().lower()
+    return next((known for known in PIPELINE_ENGINES if known.name == wanted), None)
 
 
 def known_names() -> list[str]:

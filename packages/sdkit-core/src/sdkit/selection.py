@@ -20,7 +20,7 @@ from sdkit.errors import (
     SdkitError,
     UnknownBackendError,
 )
-from sdkit.known_backends import known_backend, known_names, plugin_problem, unavailable
+from sdkit.known_backends import known_backend, known_names, pipeline_engine, plugin_problem, unavailable
 from sdkit.limits import check_weights
 from sdkit.model import Graph, WeightSet
 from sdkit.options import PRECISIONS, make_options
@@ -53,6 +53,12 @@ def _not_registered(name: str) -> SdkitError:
     """A first-party backend whose plugin is missing says what to install; any other name is
     unknown (with a did-you-mean over everything registered or first-party)."""
     plugins = get_plugins()
+    engine = pipeline_engine(name)
+    if engine is not None:  # stable-diffusion.cpp runs whole pipelines, never one graph
+        return OptionError(
+            f"{engine.name!r} ({engine.runs_on}) runs whole pipelines, not single graphs or components: "
+            f"sdkit.load_pipeline(path, backend={engine.name!r}) or sdkit generate --backend {engine.name}"
+        )
     known = known_backend(name)
     if known is not None:
         return unavailable(known, plugin_problem(known, plugins.failures, plugins.disabled))

@@ -11,6 +11,7 @@ import dataclasses
 import json
 
 import sdkit
+from sdkit.api import pipeline_engines
 from sdkit.plugins import get_plugins
 
 HELP = "list every backend: available or why not, devices, version"
@@ -24,7 +25,8 @@ def report() -> dict[str, object]:
     plugins = get_plugins()
     return {
         "sdkit": sdkit.__version__,
-        "backends": [dataclasses.asdict(b) for b in sdkit.backends()],
+        # the graph backends, then the engines that run whole pipelines (stable-diffusion.cpp)
+        "backends": [dataclasses.asdict(b) for b in [*sdkit.backends(), *pipeline_engines()]],
         "plugins": [dataclasses.asdict(p) for p in plugins.loaded],
         "plugin_failures": [dataclasses.asdict(f) for f in plugins.failures],
         "disabled_plugins": list(plugins.disabled),

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     for name in plugins.disabled:
         print(f"  {name}: disabled by SDKIT_DISABLE_PLUGINS")
     print("backends:")
-    for b in sdkit.backends():
+    for b in [*sdkit.backends(), *sdkit.pipeline_engines()]:
         if b.available:
             print(f"  {b.name}: ok {b.version} devices: {', '.join(b.devices)}")
         else:

@@ -167,7 +167,7 @@ def build_request(
     model, a refiner that is not SDXL, or a feature the pipeline does not declare, fail here too."""
     prompt = prompt_and_model(args)
     inpainting, _ = control_fields(args)
-    pipeline_class = pipeline_class_for(args.model)
+    pipeline_class = pipeline_class_for(args.model, args.backend or "auto")
     if pipeline_class is not None:
         request_class, extra = pipeline_class.request_class, checked_fields(args, pipeline_class)
     else:  # a loader that cannot tell: the pipeline checks the fields once it is loaded

@@ -18,10 +18,13 @@ from typing import Any, ClassVar
 
 from sdkit.device import Device
 from sdkit.errors import ModelFormatError, OptionError
+from sdkit.families import gguf_reader
+from sdkit.known_backends import pipeline_engine, plugin_problem, unavailable
 from sdkit.loaders import loaders_by_priority
 from sdkit.model import refuse_unsafe_or_missing
 from sdkit.pipelines.models.base import Pipeline
 from sdkit.pipelines.stages.components import LoadSettings, per_component
+from sdkit.plugins import get_plugins
 
 
 def load_pipeline(
@@ -40,6 +43,10 @@ def load_pipeline(
     folder of safetensors weights, or a diffusers/optimum ONNX folder of a family that reads
     folders (SD 1.x/2.x, SDXL, SD3, Flux, Chroma; a plugin's family alike:
     ``sdkit.families.FolderSpec``).
+
+    A pipeline engine's name as ``backend`` (``"sdcpp"``: stable-diffusion.cpp, sdkit-sdcpp) hands
+    the file to that engine's loader, which runs the whole pipeline; its loader also claims the
+    files only it reads (``.gguf``) under ``"auto"``.
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
@@ -63,13 +70,21 @@ def load_pipeline(
     """
     path = Path(path).expanduser()
     refuse_unsafe_or_missing(path, "pipeline")
+    if prediction is not None:
+        options["prediction"] = prediction
+    engine = engine_loader(backend)
+    if engine is not None:  # backend="sdcpp": that engine's loader, whatever the file
+        if not engine.accepts(path):
+            raise ModelFormatError(engine.explain(path) or f"{engine.engine} does not read {path.name}")
+        chosen: Pipeline = engine.load(path, backend=backend, device=device, memory=memory, **options)
+        return chosen
     loaders = loaders_by_priority("pipeline")
     for loader in loaders:
         if loader.sniff(path):
-            if prediction is not None:
-                options["prediction"] = prediction
             pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
             return pipeline
+    if path.is_file() and gguf_reader.is_gguf(path):  # no loader took it: the engine that reads GGUF is missing
+        return _no_gguf_engine(path)
     reasons = [(loader.name, loader.explain(path)) for loader in loaders if hasattr(loader, "explain")]
     reasons = [(name, why) for name, why in reasons if why]
     if len(reasons) == 1:  # one format: its own words (e.g. "it has no model_index.json")
@@ -78,11 +93,45 @@ def load_pipeline(
     raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
 
 
-def pipeline_class_for(path: str | os.PathLike[str]) -> type[Pipeline] | None:
-    """The pipeline class ``load_pipeline(path)`` would make, without loading any model (None when
-    the path's loader cannot tell, or no loader takes it, a missing path included:
+def _no_gguf_engine(path: Path) -> Pipeline:
+    """A GGUF file with no pipeline loader for it: the plugin that runs GGUF files is missing."""
+    known = pipeline_engine("sdcpp")
+    assert known is not None
+    plugins = get_plugins()
+    problem = plugin_problem(known, plugins.failures, plugins.disabled)
+    error = unavailable(known, problem)
+    raise type(error)(
+        known.name,
+        f"{path.name} is a GGUF file, which sdkit runs on {known.runs_on}; " + error.reason,
+        error.install_hint,
+    )
+
+
+def engine_loader(backend: object) -> Any | None:
+    """The pipeline loader of the engine ``backend`` names (``"sdcpp"``: a loader registered with
+    ``engine = "sdcpp"``), None for any other backend; a first-party engine whose plugin is not
+    loaded is a ``BackendUnavailableError`` with the command that installs it."""
+    if not isinstance(backend, str):
+        return None
+    wanted = backend.strip().lower()
+    for loader in loaders_by_priority("pipeline"):
+        if getattr(loader, "engine", "") == wanted:
+            return loader
+    known = pipeline_engine(wanted)
+    if known is None:
+        return None
+    plugins = get_plugins()
+    raise unavailable(known, plugin_problem(known, plugins.failures, plugins.disabled))
+
+
+def pipeline_class_for(path: str | os.PathLike[str], backend: object = "auto") -> type[Pipeline] | None:
+    """The pipeline class ``load_pipeline(path, backend=backend)`` would make, without loading any
+    model (None when the path's loader cannot tell, or no loader takes it, a missing path included:
     ``load_pipeline`` then says why)."""
     path = Path(path).expanduser()
+    engine = engine_loader(backend)
+    if engine is not None:
+        return engine.pipeline_class(path) if engine.accepts(path) else None
     for loader in loaders_by_priority("pipeline"):
         if loader.sniff(path):
             found = getattr(loader, "pipeline_class", None)
@@ -102,11 +151,21 @@ class PipelineLoader(ABC):
     name: ClassVar[str]
     priority: ClassVar[int] = 0
     kind: ClassVar[str] = "pipeline"
+    # An engine that runs whole pipelines (stable-diffusion.cpp): ``load_pipeline(path,
+    # backend=engine)`` uses this loader for every path it ``accepts``, and
+    # ``sdkit.pipeline_engines()`` lists it from its ``probe()``, ``devices()`` and ``description``.
+    # "" for the others.
+    engine: ClassVar[str] = ""
     takes_component_files: ClassVar[bool] = False  # clip_l=, t5xxl=, vae= (a Flux transformer file's)
 
     @abstractmethod
     def sniff(self, path: Path) -> bool:
         """Whether ``path`` is this loader's format."""
+
+    def accepts(self, path: Path) -> bool:
+        """Whether an engine's loader reads ``path`` when the user names the engine (by default,
+        what it ``sniff``s)."""
+        return self.sniff(path)
 
     def explain(self, path: Path) -> str:
         """Why ``path`` is not this loader's format (shown when no loader takes it)."""
