@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sdcpp_helpers import write_gguf
 
 import sdkit
 from sdkit.cli.main import main
 from sdkit.errors import BackendUnavailableError, ModelFormatError, OptionError
 from sdkit.pipelines.loaders.loading import pipeline_class_for
 from sdkit.plugins import get_plugins
+from sdkit.testing.gguf_files import write_gguf
 from sdkit_sdcpp import binding
 from sdkit_sdcpp.loader import SdcppLoader
 from sdkit_sdcpp.pipeline import SdcppPipeline

@@ -121,10 +121,9 @@ def test_adapters_are_checked_files(tmp_path: Path) -> None:
 
 
 def test_flux_guidance_is_distilled_and_requests_default_to_euler(tmp_path: Path) -> None:
-    from sdcpp_helpers import write_gguf
-
     from sdkit.pipelines import FlowRequest
     from sdkit.pipelines.loaders.loading import pipeline_class_for
+    from sdkit.testing.gguf_files import write_gguf
     from sdkit_sdcpp.pipeline import SdcppFlowPipeline
 
     keys = {
