@@ -5,6 +5,8 @@ by PIL, and every misfit is refused before anything runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,35 @@ def run(pipe: Any, **fields: Any) -> tuple[Any, list[tuple[int, int, np.ndarray]
     steps: list[tuple[int, int, np.ndarray]] = []
     out = pipe.generate("a house", **{**BASE, **fields}, callback=lambda i, n, x: steps.append((i, n, x)))
     return out, steps
+
+
+@contextmanager
+def encoder_inputs(pipe: Any) -> Iterator[list[np.ndarray]]:
+    """The first input of every VAE-encoder run inside the ``with`` block (the compiled encoder
+    wrapped by a recorder that passes every call through)."""
+    calls: list[np.ndarray] = []
+    encoder = pipe.components["vae_encoder"]
+    original = encoder.use
+
+    def spy(work: Any) -> Any:
+        def recording(compiled: Any) -> Any:
+            class Recorder:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(compiled, name)
+
+                def run(self, feeds: Any, *args: Any, **kwargs: Any) -> Any:
+                    calls.append(np.asarray(next(iter(feeds.values()))))
+                    return compiled.run(feeds, *args, **kwargs)
+
+            return work(Recorder())
+
+        return original(recording)
+
+    encoder.use = spy
+    try:
+        yield calls
+    finally:
+        del encoder.use
 
 
 def test_first_pass_is_the_txt2img_and_the_second_runs_the_tail(pipe: Any) -> None:
@@ -69,30 +100,9 @@ def test_latent_upscaler_starts_from_the_resized_latents(pipe: Any) -> None:
 
 
 def test_image_upscaler_decodes_resizes_with_pil_and_encodes(pipe: Any) -> None:
-    calls: list[np.ndarray] = []
-    encoder = pipe.components["vae_encoder"]
-    original = encoder.use
-
-    def spy(work: Any) -> Any:
-        def recording(compiled: Any) -> Any:
-            class Recorder:
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(compiled, name)
-
-                def run(self, feeds: Any, *args: Any, **kwargs: Any) -> Any:
-                    calls.append(np.asarray(next(iter(feeds.values()))))
-                    return compiled.run(feeds, *args, **kwargs)
-
-            return work(Recorder())
-
-        return original(recording)
-
     first = run(pipe, output_type="pil")[0][0]
-    encoder.use = spy
-    try:
+    with encoder_inputs(pipe) as calls:
         run(pipe, enable_hr=True, hr_upscaler="Lanczos", hr_scale=2)
-    finally:
-        del encoder.use
     expected = np.asarray(first.resize((64, 64), Image.Resampling.LANCZOS), dtype=np.float32) / 255 * 2 - 1
     np.testing.assert_allclose(calls[0][0].transpose(1, 2, 0), expected, atol=1e-6)
 
@@ -171,30 +181,9 @@ def test_model_upscaler_by_a1111_name_upscales_the_decoded_image(
     folder.mkdir()
     write_case("full_animevideov3", tmp_path).rename(folder / "realesr-animevideov3.safetensors")
     monkeypatch.setenv("SDKIT_UPSCALER_DIR", str(folder))
-    calls: list[np.ndarray] = []
-    encoder = pipe.components["vae_encoder"]
-    original = encoder.use
-
-    def spy(work: Any) -> Any:
-        def recording(compiled: Any) -> Any:
-            class Recorder:
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(compiled, name)
-
-                def run(self, feeds: Any, *args: Any, **kwargs: Any) -> Any:
-                    calls.append(np.asarray(next(iter(feeds.values()))))
-                    return compiled.run(feeds, *args, **kwargs)
-
-            return work(Recorder())
-
-        return original(recording)
-
     first = run(pipe, output_type="pil")[0][0]
-    encoder.use = spy
-    try:
+    with encoder_inputs(pipe) as calls:
         out, _ = run(pipe, enable_hr=True, hr_upscaler="r-esrgan animevideo", hr_scale=2, output_type="pil")
-    finally:
-        del encoder.use
     upscaler = load_upscaler(folder / "realesr-animevideov3.safetensors", "reference")
     want = upscaler.upscale(first, 2.0)  # 32 -> 128 (one 4x pass) -> Lanczos 64
     assert want.size == (64, 64)
