@@ -7,7 +7,7 @@ on [0, 1] images. Tiling is measured against the same oracle and against the unt
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,29 +27,22 @@ FULL_CASES = sorted(k for k in GOLDENS if k.startswith("full_"))
 TOLERANCE = 1e-3
 
 
-def random_values(entries: list[tuple[str, list[int]]], seed: int) -> dict[str, np.ndarray]:
-    """The fixture script's ``random_values`` (the hash in goldens.json ties the two)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for key, shape in entries:
-        if len(shape) > 1:
-            bound = 1.0 / np.sqrt(np.prod(shape[1:]))
-            values = (rng.random(shape, dtype=np.float32) * 2 - 1) * np.float32(bound)
-        elif key.endswith("bias"):
-            values = (rng.random(shape, dtype=np.float32) * 2 - 1) * np.float32(0.1)
-        else:
-            values = rng.random(shape, dtype=np.float32) * np.float32(0.5)
-        out[key] = values.astype(np.float32)
-    return out
+def _upscaler_weights() -> Any:
+    """``fixtures/upscalers/upscaler_weights.py``: the seeded values the fixture script fed spandrel."""
+    spec = importlib.util.spec_from_file_location("upscaler_weights", FIXTURES / "upscaler_weights.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+WEIGHTS = _upscaler_weights()
 
 
 def write_case(case: str, folder: Path) -> Path:
     facts = GOLDENS[case]
-    values = random_values([(k, s) for k, s in facts["entries"]], facts["seed"])
-    digest = hashlib.sha256()
-    for key, array in values.items():
-        digest.update(key.encode() + b"\0" + array.tobytes())
-    assert digest.hexdigest() == facts["values_sha256"]
+    values = WEIGHTS.random_values([(k, s) for k, s in facts["entries"]], facts["seed"])
+    assert WEIGHTS.values_hash(values) == facts["values_sha256"]
     path = folder / f"{case}.safetensors"
     save_file(values, str(path))
     return path
