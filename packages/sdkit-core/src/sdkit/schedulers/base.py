@@ -230,6 +230,7 @@ class Scheduler(ABC):
         and ``create_scheduler`` pick it, so a user's "Euler" works on every model.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
+      default_config: the config ``config=None`` means (SD 1.x's ``SD15_CONFIG``; ``{}`` for flow).
     """
 
     name: ClassVar[str]
@@ -244,6 +245,7 @@ class Scheduler(ABC):
     variant_of: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
+    default_config: ClassVar[Mapping[str, Any]] = SD15_CONFIG
 
     def __init__(
         self,
@@ -259,7 +261,7 @@ class Scheduler(ABC):
             )
         if config is not None and not isinstance(config, Mapping):
             raise OptionError(f"scheduler config must be a dict (scheduler_config.json), got {type(config).__name__}")
-        data = dict(SD15_CONFIG if config is None else config)
+        data = dict(self.default_config if config is None else config)
         if prediction_type is not None:
             data["prediction_type"] = prediction_type
         if schedule == "sgm_uniform":
@@ -282,6 +284,11 @@ class Scheduler(ABC):
         self._begin = 0
         self._index = 0
         self._uncond: NDArray[np.float32] | None = None
+        self._configure()
+
+    def _configure(self) -> None:
+        """A sampler's own checks and state from its config and options, once the base has set
+        them (the end of ``__init__``); an override calls ``super()._configure()`` first."""
 
     # -- public API ---------------------------------------------------------------------
 

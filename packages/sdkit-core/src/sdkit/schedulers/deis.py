@@ -16,7 +16,6 @@ interpolation variable, so its images differ slightly from these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -53,14 +52,8 @@ class DEISSolver(Coordinates):
     option_defaults: ClassVar[dict[str, float]] = {"order": 3.0}
     diffusers_class = "DEISMultistepScheduler"
 
-    def __init__(
-        self,
-        schedule: str = "normal",
-        config: Mapping[str, Any] | None = None,
-        prediction_type: str | None = None,
-        **options: float,
-    ) -> None:
-        super().__init__(schedule, config, prediction_type, **options)
+    def _configure(self) -> None:
+        super()._configure()
         self._order = checked_order(self.name, self.options["order"], 3)
 
     def _reset_solver(self) -> None:

@@ -9,7 +9,6 @@ so ``init_noise_sigma`` is 1 and ``scale_model_input`` is the identity; the k-di
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -55,14 +54,8 @@ class DPMSolverMultistep(Scheduler):
         "steps_offset": 0,
     }
 
-    def __init__(
-        self,
-        schedule: str = "normal",
-        config: Mapping[str, Any] | None = None,
-        prediction_type: str | None = None,
-        **options: float,
-    ) -> None:
-        super().__init__(schedule, config, prediction_type, **options)
+    def _configure(self) -> None:
+        super()._configure()
         # The sampler name picks the algorithm; settings that would change it are refused.
         for key, wanted in self.required_settings:
             value = self.config.extra.get(key, wanted)

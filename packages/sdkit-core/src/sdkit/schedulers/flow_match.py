@@ -175,16 +175,11 @@ class FlowMatchEuler(Scheduler):
     prediction_types: ClassVar[tuple[str, ...]] = ("flow",)
     diffusers_class = "FlowMatchEulerDiscreteScheduler"
     diffusers_defaults: ClassVar[dict[str, Any]] = {"num_train_timesteps": 1000, "prediction_type": "flow"}
+    # SD 1.x's config (what config=None means elsewhere) has nothing for a flow model.
+    default_config: ClassVar[Mapping[str, Any]] = {}
 
-    def __init__(
-        self,
-        schedule: str = "normal",
-        config: Mapping[str, Any] | None = None,
-        prediction_type: str | None = None,
-        **options: float,
-    ) -> None:
-        # SD 1.x's config (what config=None means elsewhere) has nothing for a flow model.
-        super().__init__(schedule, {} if config is None else config, prediction_type, **options)
+    def _configure(self) -> None:
+        super()._configure()
         self.flow = FlowShift.from_extra(self.config.extra)
         self._given_sigmas: Floats | None = None
         self._mu: float | None = None

@@ -8,8 +8,7 @@ Flux and Chroma (``variant_of``: "DPM2" on a flow model is ``dpm_2_flow``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sdkit.errors import OptionError
 from sdkit.schedulers import k_algorithms as alg
@@ -87,14 +86,8 @@ class DDPM(KDiscreteSampler):
     needs_noise = True
     algorithm: ClassVar[Algorithm] = ui.ddpm
 
-    def __init__(
-        self,
-        schedule: str = "normal",
-        config: Mapping[str, Any] | None = None,
-        prediction_type: str | None = None,
-        **options: float,
-    ) -> None:
-        super().__init__(schedule, config, prediction_type, **options)
+    def _configure(self) -> None:
+        super()._configure()
         if self.config.clip_sample:
             raise OptionError("scheduler config clip_sample=True is not supported by 'ddpm' (ComfyUI's does not clip)")
 

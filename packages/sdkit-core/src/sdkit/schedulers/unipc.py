@@ -17,7 +17,6 @@ their images differ slightly from these (the same algorithm, not the same roundi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,14 +38,8 @@ class UniPCSolver(Coordinates):
     option_defaults: ClassVar[dict[str, float]] = {"order": 3.0}
     diffusers_class = "UniPCMultistepScheduler"
 
-    def __init__(
-        self,
-        schedule: str = "normal",
-        config: Mapping[str, Any] | None = None,
-        prediction_type: str | None = None,
-        **options: float,
-    ) -> None:
-        super().__init__(schedule, config, prediction_type, **options)
+    def _configure(self) -> None:
+        super()._configure()
         self._order = checked_order(self.name, self.options["order"], 3)
 
     def _reset_solver(self) -> None:
