@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.schedulers.base import f32
-from sdkit.schedulers.k_stepper import Run, Steps
+from sdkit.schedulers.k_stepper import Evaluated, Run, Steps
 from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32
 
 F32 = NDArray[np.float32]
@@ -55,6 +55,18 @@ def s_noise_of(run: Run) -> np.float32:
     return cast(np.float32, np.float32(run.options.get("s_noise", 1.0)))
 
 
+def dpm_2_step(ev: Evaluated, sigma: np.float32, sigma_to: np.float32, i: int) -> Steps:
+    """DPM2 from ``sigma`` (the model's output ``ev`` there) to ``sigma_to``: the slope at the
+    log-midpoint sigma (one more model call) carries the whole step; Euler when ``sigma_to`` is 0.
+    ``sample_dpm_2`` and the ancestral DPM2 samplers (k-diffusion's, ComfyUI's ``_RF``) share it."""
+    d = to_d(ev.x, ev.denoised, sigma)
+    if sigma_to == 0:
+        return f32(ev.x + d * np.float32(sigma_to - sigma))
+    mid = exp32(lerp_half(log32(sigma), log32(sigma_to)))
+    ev2 = yield f32(ev.x + d * np.float32(mid - sigma)), mid, i
+    return f32(ev.x + to_d(ev2.x, ev2.denoised, mid) * np.float32(sigma_to - sigma))
+
+
 # -- k-diffusion ---------------------------------------------------------------------------------
 
 
@@ -79,14 +91,7 @@ def dpm_2(run: Run) -> Steps:
     s, x = run.sigmas, run.x
     for i in range(len(s) - 1):
         ev = yield x, s[i], i
-        x = ev.x
-        d = to_d(x, ev.denoised, s[i])
-        if s[i + 1] == 0:
-            x = f32(x + d * np.float32(s[i + 1] - s[i]))
-            continue
-        mid = exp32(lerp_half(log32(s[i]), log32(s[i + 1])))
-        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
-        x = f32(x + to_d(ev2.x, ev2.denoised, mid) * np.float32(s[i + 1] - s[i]))
+        x = yield from dpm_2_step(ev, s[i], s[i + 1], i)
     return x
 
 
@@ -95,16 +100,10 @@ def dpm_2_a(run: Run) -> Steps:
     s, x, s_noise = run.sigmas, run.x, s_noise_of(run)
     for i in range(len(s) - 1):
         ev = yield x, s[i], i
-        x = ev.x
         sigma_down, sigma_up = ancestral_step(s[i], s[i + 1])
-        d = to_d(x, ev.denoised, s[i])
-        if sigma_down == 0:
-            x = f32(x + d * np.float32(sigma_down - s[i]))
-            continue
-        mid = exp32(lerp_half(log32(s[i]), log32(sigma_down)))
-        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
-        x = f32(x + to_d(ev2.x, ev2.denoised, mid) * np.float32(sigma_down - s[i]))
-        x = f32(x + f32(run.noise() * s_noise) * sigma_up)
+        x = yield from dpm_2_step(ev, s[i], sigma_down, i)
+        if sigma_down != 0:  # no draw on the step to sigma 0
+            x = f32(x + f32(run.noise() * s_noise) * sigma_up)
     return x
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.schedulers.base import f32
-from sdkit.schedulers.k_algorithms import ETA, HALF, ONE, lerp_half, s_noise_of, sqrt32, to_d
+from sdkit.schedulers.k_algorithms import ETA, HALF, ONE, dpm_2_step, s_noise_of, sqrt32, to_d
 from sdkit.schedulers.k_stepper import Run, Steps
 from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32, torch_linspace_f32
 
@@ -61,16 +61,10 @@ def dpm_2_a_rf(run: Run) -> Steps:
     s, x, s_noise = run.sigmas, run.x, s_noise_of(run)
     for i in range(len(s) - 1):
         ev = yield x, s[i], i
-        x = ev.x
         sigma_down, rescale, renoise = rf_ancestral_step(s[i], s[i + 1])
-        d = to_d(x, ev.denoised, s[i])
-        if sigma_down == 0:
-            x = f32(x + d * np.float32(sigma_down - s[i]))
-            continue
-        mid = exp32(lerp_half(log32(s[i]), log32(sigma_down)))
-        ev2 = yield f32(x + d * np.float32(mid - s[i])), mid, i
-        x = f32(x + to_d(ev2.x, ev2.denoised, mid) * np.float32(sigma_down - s[i]))
-        x = f32(rescale * x + f32(run.noise() * s_noise) * renoise)
+        x = yield from dpm_2_step(ev, s[i], sigma_down, i)
+        if sigma_down != 0:  # no rescale, no draw on the step to sigma 0
+            x = f32(rescale * x + f32(run.noise() * s_noise) * renoise)
     return x
 
 
