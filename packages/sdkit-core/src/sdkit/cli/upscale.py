@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sdkit.pipelines.stages.upscaler import load_upscaler, upscale
+    from sdkit.pipelines.stages.upscaler import load_upscaler, opened_image
 
     output = Path(args.output)
     if output.exists() and not args.force:
@@ -48,16 +48,7 @@ def run(args: argparse.Namespace) -> int:
         overlap=args.overlap,
         **options,
     )
-    result = upscale(
-        args.image,
-        upscaler.path,
-        args.scale,
-        backend=args.backend,
-        device=args.device,
-        tile=args.tile,
-        overlap=args.overlap,
-        **options,
-    )
+    result = upscaler.upscale(opened_image(args.image), args.scale)
     output.parent.mkdir(parents=True, exist_ok=True)
     result.save(output)
     print(f"{output}: {result.width}x{result.height} ({upscaler.config.describe()}, {upscaler.backend})")

@@ -205,13 +205,19 @@ def upscale(
 
         big = sdkit.upscale("photo.png", "RealESRGAN_x4plus.safetensors", scale=2)
     """
+    image = opened_image(image)
+    upscaler = load_upscaler(model, backend, device, folders=folders, tile=tile, overlap=overlap, **options)
+    return upscaler.upscale(image, scale)
+
+
+def opened_image(image: Any) -> Any:
+    """A PIL image as given, or an image file's path read as RGB (an InputError if it cannot be)."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(image, (str, os.PathLike)):
         try:
             with Image.open(image) as opened:
-                image = opened.convert("RGB")
+                return opened.convert("RGB")
         except (OSError, UnidentifiedImageError) as exc:
             raise InputError(f"cannot read image {image}: {exc}") from None
-    upscaler = load_upscaler(model, backend, device, folders=folders, tile=tile, overlap=overlap, **options)
-    return upscaler.upscale(image, scale)
+    return image
