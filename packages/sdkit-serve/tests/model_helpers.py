@@ -4,12 +4,9 @@ port (so a client library talks HTTP to it), and model folders laid out as A1111
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import shutil
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 from serve_helpers import REPO, free_port
+from tiny_families import tiny_family_plugins
 
 TINY_FAMILIES = REPO / "fixtures" / "families" / "tiny"
-PLUGIN_MODULE = "sdkit_tests_tiny_families"
 
 
 @contextmanager
@@ -31,17 +28,10 @@ def tiny_families() -> Iterator[None]:
     plugin for the duration, as that conftest's ``tiny_families`` fixture does."""
     if not (TINY_FAMILIES / "sd1").is_dir():
         pytest.skip(f"the tiny family fixtures are missing ({TINY_FAMILIES})")
-    from sdkit.plugins import Plugins, manager
+    from sdkit.plugins import manager
 
-    if PLUGIN_MODULE not in sys.modules:
-        spec = importlib.util.spec_from_file_location(PLUGIN_MODULE, REPO / "packages/sdkit-core/tests/conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[PLUGIN_MODULE] = module
-        spec.loader.exec_module(module)
-    entry = importlib.metadata.EntryPoint(name="tiny-families", value=PLUGIN_MODULE, group="sdkit")
     saved = manager._plugins
-    manager._plugins = Plugins([*importlib.metadata.entry_points(group="sdkit"), entry])
+    manager._plugins = tiny_family_plugins()
     try:
         yield
     finally:
