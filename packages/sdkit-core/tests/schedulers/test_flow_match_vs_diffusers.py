@@ -9,57 +9,29 @@ with the same tolerance: 1e-6, relative above 1 (timesteps reach 1000).
 
 from __future__ import annotations
 
-import json
 import math
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scheduler_goldens import GOLDEN, max_scaled_error
 
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
 from sdkit.schedulers.flow_match import FlowMatchEuler, linear_sigmas
 
-REPO = Path(__file__).resolve().parents[4]
-GOLDEN = REPO / "fixtures" / "schedulers" / "golden.npz"
 TOL = 1e-6  # |ours - diffusers| <= TOL * max(1, |diffusers|), as the discrete samplers' cases
 
 
-@lru_cache(maxsize=1)
-def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(GOLDEN) as data:
-        arrays = {k: data[k] for k in data.files if k.startswith("flow/") or k == "meta"}
-    return json.loads(arrays.pop("meta").tobytes().decode()), arrays
-
-
-def case(key: str) -> dict[str, np.ndarray]:
-    prefix = key + "/"
-    return {k[len(prefix) :]: v for k, v in load()[1].items() if k.startswith(prefix)}
-
-
-def max_scaled_error(ours: Any, reference: Any) -> float:
-    a, b = np.asarray(ours, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if a.size else 0.0
-
-
-def flow_cases() -> list[dict[str, Any]]:
-    if not GOLDEN.is_file():
-        return []
-    return list(load()[0].get("flow_cases", []))
-
-
 def flow_config(name: str) -> dict[str, Any]:
-    return dict(load()[0]["flow_configs"][name])
+    return dict(GOLDEN.meta["flow_configs"][name])
 
 
 pytestmark = pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not found")
 
 
 def make(spec: dict[str, Any]) -> tuple[FlowMatchEuler, dict[str, np.ndarray]]:
-    rec = case(spec["key"])
+    rec = GOLDEN.case(spec["key"])
     sched = create_scheduler("Euler", schedule=spec["schedule"], config=flow_config(spec["config"]))
     assert isinstance(sched, FlowMatchEuler)
     kwargs: dict[str, Any] = {}
@@ -72,7 +44,7 @@ def make(spec: dict[str, Any]) -> tuple[FlowMatchEuler, dict[str, np.ndarray]]:
     return sched, rec
 
 
-@pytest.mark.parametrize("spec", flow_cases(), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("flow_cases"), ids=lambda c: c["key"])
 def test_matches_diffusers(spec: dict[str, Any]) -> None:
     sched, rec = make(spec)
     tail = len(rec["all_sigmas"]) - len(sched.sigmas)
@@ -97,7 +69,7 @@ def test_matches_diffusers(spec: dict[str, Any]) -> None:
 
 
 def test_every_flow_schedule_and_config_is_covered() -> None:
-    specs = flow_cases()
+    specs = GOLDEN.cases("flow_cases")
     # kl_optimal and linear_quadratic have no diffusers form: checked against ComfyUI's formulas
     # in test_sigma_schedules.py
     assert {s["schedule"] for s in specs} == set(FlowMatchEuler.schedules) - {"kl_optimal", "linear_quadratic"}

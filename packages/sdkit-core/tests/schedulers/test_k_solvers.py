@@ -18,21 +18,18 @@ Tolerance: TOL (1e-6, relative above 1) unless listed with its cause.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scheduler_goldens import GOLDEN, Replay, max_scaled_error
 
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
 from sdkit.schedulers.k_algorithms import lms_coefficient
 from sdkit.schedulers.ui_algorithms import restart_pairs
 
-GOLDEN = Path(__file__).resolve().parents[4] / "fixtures" / "schedulers" / "golden.npz"
 TOL = 1e-6
 # Measured worst cases above TOL, with their cause.
 # torch's CPU sqrt / pow(0.5) of a 0-d float32 tensor is not always correctly rounded (1 ulp off in 2
@@ -49,44 +46,6 @@ TOLERANCE: dict[str, float] = {
 }
 
 
-@lru_cache(maxsize=1)
-def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(GOLDEN) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(arrays.pop("meta").tobytes().decode())
-    return meta, arrays
-
-
-def _cases(kind: str) -> list[dict[str, Any]]:
-    if not GOLDEN.is_file():
-        return []
-    return list(load()[0].get(kind, []))
-
-
-def _record(key: str) -> dict[str, np.ndarray]:
-    return {k[len(key) + 1 :]: v for k, v in load()[1].items() if k.startswith(key + "/")}
-
-
-def scaled_error(ours: Any, reference: Any) -> float:
-    a, b = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
-    assert a.shape == b.shape, f"{a.shape} != {b.shape}"
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if a.size else 0.0
-
-
-class Tape:
-    """Hands out the recorded noise in order."""
-
-    def __init__(self, draws: np.ndarray) -> None:
-        self.draws, self.used = draws, 0
-
-    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
-        assert self.used < len(self.draws), "drew more noise than the reference"
-        value = self.draws[self.used]
-        assert value.shape == shape
-        self.used += 1
-        return value
-
-
 pytestmark = pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not found")
 
 
@@ -96,7 +55,7 @@ def _scheduler(spec: dict[str, Any]) -> Any:
         sched = create_scheduler(spec["sampler"], schedule=spec["schedule"], **options)
         sched.set_timesteps(spec["steps"])
         return sched
-    config = load()[0]["flow_configs"][spec["flow_config"]]
+    config = GOLDEN.meta["flow_configs"][spec["flow_config"]]
     sched = create_scheduler(spec["sampler"], schedule=spec["schedule"], config=config, **options)
     steps = spec["steps"]
     if sched.uses_dynamic_shifting:
@@ -107,16 +66,16 @@ def _scheduler(spec: dict[str, Any]) -> Any:
     return sched
 
 
-@pytest.mark.parametrize("spec", _cases("ksolver_cases"), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("ksolver_cases"), ids=lambda c: c["key"])
 def test_replays_reference(spec: dict[str, Any]) -> None:
-    rec = _record(spec["key"])
+    rec = GOLDEN.case(spec["key"])
     sched = _scheduler(spec)
     flow = "flow_config" in spec
     assert sched.prediction_type == ("flow" if flow else "epsilon")
-    assert scaled_error(sched.sigmas[:-1], rec["sigma"]) <= TOL  # every model call's sigma
+    assert max_scaled_error(sched.sigmas[:-1], rec["sigma"]) <= TOL  # every model call's sigma
     assert len(sched.timesteps) == len(rec["x"])
     xs = [*rec["x"], rec["final"]]
-    tape = Tape(rec["noise"])
+    tape = Replay(rec["noise"])
     worst = 0.0
     for i, t in enumerate(sched.timesteps):
         x, sigma = rec["x"][i], rec["sigma"][i]
@@ -124,31 +83,31 @@ def test_replays_reference(spec: dict[str, Any]) -> None:
         uncond = ((x - rec["uncond"][i]) / sigma).astype(np.float32)
         sched.scale_model_input(x, t)
         out = sched.step(prediction, t, x, noise=tape, uncond=uncond if sched.needs_uncond else None)
-        worst = max(worst, scaled_error(out, xs[i + 1]))
+        worst = max(worst, max_scaled_error(out, xs[i + 1]))
     assert tape.used == len(rec["noise"])
     assert worst <= TOLERANCE.get(spec["key"], TOL), f"scaled error {worst:.3g}"
 
 
-@pytest.mark.parametrize("spec", _cases("ksolver_diffusers_cases"), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("ksolver_diffusers_cases"), ids=lambda c: c["key"])
 def test_replays_diffusers(spec: dict[str, Any]) -> None:
     """diffusers' scheduler step by step. DDPMScheduler works on the variance-preserving sample
     x / sqrt(sigma^2 + 1) (sdkit's ddpm, as ComfyUI's, on x): converted both ways; it also draws
     one more noise on its last step (multiplied by a zero variance)."""
-    rec = _record(spec["key"])
+    rec = GOLDEN.case(spec["key"])
     sched = create_scheduler(spec["sampler"], config=spec["config"], prediction_type=spec["prediction"])
     sched.set_timesteps(spec["steps"])
-    assert scaled_error(sched.timesteps, rec["timesteps"]) <= 1e-4  # diffusers' float32 / int64 copies
+    assert max_scaled_error(sched.timesteps, rec["timesteps"]) <= 1e-4  # diffusers' float32 / int64 copies
     vp = spec["sampler"] == "ddpm"
     sigmas = sched.sigmas
-    tape = Tape(rec["noise"])
+    tape = Replay(rec["noise"])
     latents = rec["start"]
     for i, t in enumerate(sched.timesteps):
         scale = np.sqrt(sigmas[i] * sigmas[i] + np.float32(1)) if vp else np.float32(1)
         x = (latents * scale).astype(np.float32)
-        assert scaled_error(sched.scale_model_input(x, t), rec["model_in"][i]) <= TOL
+        assert max_scaled_error(sched.scale_model_input(x, t), rec["model_in"][i]) <= TOL
         out = sched.step(rec["model_out"][i], t, x, noise=tape)
         next_scale = np.sqrt(sigmas[i + 1] * sigmas[i + 1] + np.float32(1)) if vp else np.float32(1)
-        err = scaled_error(out / next_scale, rec["prev"][i])
+        err = max_scaled_error(out / next_scale, rec["prev"][i])
         assert err <= TOLERANCE.get(spec["key"], TOL), f"step {i}: scaled error {err:.3g}"
         latents = rec["prev"][i]
     assert tape.used == len(rec["noise"]) - (1 if vp else 0)
@@ -367,6 +326,6 @@ def test_restart_segments() -> None:
 
 
 def test_tolerance_exceptions_are_real_cases() -> None:
-    keys = {c["key"] for c in _cases("ksolver_cases") + _cases("ksolver_diffusers_cases")}
+    keys = {c["key"] for c in GOLDEN.cases("ksolver_cases") + GOLDEN.cases("ksolver_diffusers_cases")}
     assert set(TOLERANCE) <= keys
     assert all(tol <= 5e-6 for tol in TOLERANCE.values())

@@ -10,55 +10,19 @@ the clean estimate computed from the recorded model output instead.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scheduler_goldens import GOLDEN_MULTISTEP as GOLDEN
+from scheduler_goldens import Replay, max_scaled_error
 
 from sdkit.schedulers import create_scheduler
 
-REPO = Path(__file__).resolve().parents[4]
-GOLDEN = REPO / "fixtures" / "schedulers" / "golden_multistep.npz"
 TOL = 1e-6
 FLUX_TOKENS = {"flux_dev": True, "flux_schnell": False, "sd3": False}
 
 pytestmark = pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not found")
-
-
-@lru_cache(maxsize=1)
-def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(GOLDEN) as data:
-        arrays = {k: data[k] for k in data.files}
-    return json.loads(arrays.pop("meta").tobytes().decode()), arrays
-
-
-def meta_list(name: str) -> list[dict[str, Any]]:
-    return list(load()[0][name]) if GOLDEN.is_file() else []
-
-
-def case(key: str) -> dict[str, np.ndarray]:
-    prefix = key + "/"
-    return {k[len(prefix) :]: v for k, v in load()[1].items() if k.startswith(prefix)}
-
-
-def max_scaled_error(ours: Any, reference: Any) -> float:
-    a, b = np.asarray(ours, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if a.size else 0.0
-
-
-class Replay:
-    def __init__(self, draws: np.ndarray) -> None:
-        self.draws, self.used = draws, 0
-
-    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
-        value = self.draws[self.used]
-        assert value.shape == shape
-        self.used += 1
-        return value
 
 
 def _clean_vp(sched: Any, sigma: float, model_out: np.ndarray, sample: np.ndarray) -> np.ndarray:
@@ -70,10 +34,10 @@ def _clean_vp(sched: Any, sigma: float, model_out: np.ndarray, sample: np.ndarra
     return alpha * x - sigma * alpha * out
 
 
-@pytest.mark.parametrize("spec", meta_list("cases"), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("cases"), ids=lambda c: c["key"])
 def test_matches_diffusers(spec: dict[str, Any]) -> None:
-    rec = case(spec["key"])
-    config = dict(load()[0]["configs"][spec["config"]])
+    rec = GOLDEN.case(spec["key"])
+    config = dict(GOLDEN.meta["configs"][spec["config"]])
     sched = create_scheduler(
         spec["sampler"], schedule=spec["schedule"], config=config, prediction_type=spec["prediction"], **spec["options"]
     )
@@ -106,12 +70,12 @@ def test_matches_diffusers(spec: dict[str, Any]) -> None:
     assert noise.used == len(rec["noise"])
 
 
-@pytest.mark.parametrize("spec", meta_list("ipndm_cases"), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("ipndm_cases"), ids=lambda c: c["key"])
 def test_ipndm_matches_diffusers_ipndm(spec: dict[str, Any]) -> None:
     """sdkit's ipndm (k-diffusion coordinates) against diffusers' IPNDMScheduler fed the same sigmas
     (variance-preserving coordinates: x_ve = x_vp / alpha)."""
-    rec = case(spec["key"])
-    sched = create_scheduler("ipndm", schedule=spec["schedule"], config=dict(load()[0]["configs"][spec["config"]]))
+    rec = GOLDEN.case(spec["key"])
+    sched = create_scheduler("ipndm", schedule=spec["schedule"], config=dict(GOLDEN.meta["configs"][spec["config"]]))
     sched.set_timesteps(spec["steps"])
     assert max_scaled_error(sched.sigmas, rec["sigmas"]) <= TOL
     alphas = rec["alphas"]
@@ -128,10 +92,10 @@ def test_ipndm_matches_diffusers_ipndm(spec: dict[str, Any]) -> None:
             assert max_scaled_error(out, clean) <= 1e-5
 
 
-@pytest.mark.parametrize("spec", meta_list("flow_cases"), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("flow_cases"), ids=lambda c: c["key"])
 def test_flow_variant_matches_diffusers(spec: dict[str, Any]) -> None:
-    rec = case(spec["key"])
-    config = dict(load()[0]["flow_configs"][spec["config"]])
+    rec = GOLDEN.case(spec["key"])
+    config = dict(GOLDEN.meta["flow_configs"][spec["config"]])
     sched = create_scheduler(spec["sampler"], config=config)
     assert sched.prediction_type == "flow" and sched.name == spec["sampler"] + "_flow"
     steps = spec["steps"]

@@ -15,13 +15,11 @@ Oracles:
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scheduler_goldens import GOLDEN, Replay, max_scaled_error
 
 from sdkit.errors import OptionError
 from sdkit.schedulers import create_scheduler
@@ -33,7 +31,6 @@ from sdkit.schedulers.table_schedules import (
     simple_timesteps,
 )
 
-GOLDEN = Path(__file__).resolve().parents[4] / "fixtures" / "schedulers" / "golden.npz"
 TOL = 1e-6  # |ours - k-diffusion| <= TOL * max(1, |k-diffusion|)
 # Measured worst cases above TOL, with their cause: k-diffusion's DPM++ 2M SDE works on x (VE),
 # sdkit's (as diffusers') on x / sqrt(sigma^2 + 1) (VP); converting the recorded samples into VP and
@@ -45,52 +42,19 @@ KDIFF_TOLERANCE: dict[str, float] = {
 }
 
 
-@lru_cache(maxsize=1)
-def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(GOLDEN) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(arrays.pop("meta").tobytes().decode())
-    return meta, arrays
-
-
-def kdiff_cases() -> list[dict[str, Any]]:
-    if not GOLDEN.is_file():
-        return []
-    return list(load()[0].get("kdiffusion_cases", []))
-
-
-def scaled_error(ours: Any, reference: Any) -> float:
-    a, b = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
-    assert a.shape == b.shape
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b))))
-
-
-class Tape:
-    """Hands out the recorded noise in order."""
-
-    def __init__(self, draws: np.ndarray) -> None:
-        self.draws, self.used = draws, 0
-
-    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
-        value = self.draws[self.used]
-        assert value.shape == shape
-        self.used += 1
-        return value
-
-
-@pytest.mark.parametrize("spec", kdiff_cases(), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("kdiffusion_cases"), ids=lambda c: c["key"])
 def test_kdiffusion_replay(spec: dict[str, Any]) -> None:
-    rec = {k[len(spec["key"]) + 1 :]: v for k, v in load()[1].items() if k.startswith(spec["key"] + "/")}
+    rec = GOLDEN.case(spec["key"])
     sched = create_scheduler(spec["sampler"], schedule=spec["schedule"], s_noise=spec["s_noise"])
     sched.set_timesteps(spec["steps"])
     k_sigmas = rec["sigmas"]
     # the sigma list k-diffusion ran is sdkit's (the step sigmas; SDE midpoints are internal)
     ours = sched.sigmas if spec["sampler"] != "dpmpp_sde" else np.concatenate([sched.sigmas[:1], sched.sigmas[1::2]])
-    assert scaled_error(ours, k_sigmas) <= TOL
+    assert max_scaled_error(ours, k_sigmas) <= TOL
     vp = spec["sampler"] == "dpmpp_2m_sde"  # sdkit's DPM-Solver works on x / sqrt(sigma^2 + 1)
     xs = [*rec["x"], rec["final"]]
     sigmas = [*rec["sigma"], np.float32(0.0)]
-    tape = Tape(rec["noise"])
+    tape = Replay(rec["noise"])
     worst = 0.0
     for i, t in enumerate(sched.timesteps):
         x, sigma, denoised = rec["x"][i], rec["sigma"][i], rec["denoised"][i]
@@ -100,7 +64,7 @@ def test_kdiffusion_replay(spec: dict[str, Any]) -> None:
         out = sched.step(eps, t, (x * scale).astype(np.float32), noise=tape)
         nxt = sigmas[i + 1]
         expected = xs[i + 1] / np.sqrt(nxt * nxt + np.float32(1.0)) if vp else xs[i + 1]
-        worst = max(worst, scaled_error(out, expected))
+        worst = max(worst, max_scaled_error(out, expected))
     assert tape.used == len(rec["noise"])
     assert worst <= KDIFF_TOLERANCE.get(spec["key"], TOL), f"scaled error {worst:.3g}"
 
@@ -165,21 +129,21 @@ def test_table_schedule_worked_examples(schedule: str, steps: int) -> None:
 def _tables() -> list[str]:
     if not GOLDEN.is_file():
         return []
-    return sorted(k for k in load()[1] if k.startswith("tables/") and k != "tables/train_sigmas_sd15")
+    return sorted(k for k in GOLDEN.arrays if k.startswith("tables/") and k != "tables/train_sigmas_sd15")
 
 
 @pytest.mark.parametrize("key", _tables())
 def test_table_schedules_match_comfyui_transcription(key: str) -> None:
     """sdkit's picks equal ComfyUI's algorithm run in the golden script (scipy's Beta quantiles)."""
     schedule, steps = key.removeprefix("tables/").rsplit("-", 1)
-    expected = load()[1][key].tolist()
+    expected = GOLDEN.arrays[key].tolist()
     picked = {"simple": simple_timesteps, "ddim_uniform": ddim_uniform_timesteps, "beta": beta_timesteps}[schedule]
     assert picked(1000, int(steps)) == expected
     sched = create_scheduler("euler", schedule=schedule)
     sched.set_timesteps(int(steps))
     assert sched.timesteps.tolist() == expected
-    table = load()[1]["tables/train_sigmas_sd15"]
-    assert scaled_error(sched.sigmas, np.append(table[expected], 0.0)) <= TOL
+    table = GOLDEN.arrays["tables/train_sigmas_sd15"]
+    assert max_scaled_error(sched.sigmas, np.append(table[expected], 0.0)) <= TOL
 
 
 def test_table_schedules_in_every_sigma_sampler() -> None:

@@ -8,18 +8,13 @@ cases listed in STEP_TOLERANCE_EXCEPTIONS, with their cause.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scheduler_goldens import GOLDEN, Replay, max_scaled_error
 
 from sdkit.schedulers import create_scheduler, pipeline_config_fixups
-
-REPO = Path(__file__).resolve().parents[4]
-GOLDEN = REPO / "fixtures" / "schedulers" / "golden.npz"
 
 # The tolerance of every comparison with diffusers: |ours - diffusers| <= TOL * max(1, |diffusers|),
 # i.e. 1e-6 absolute for values up to 1 and 1e-6 relative above (latents reach ~50 at sigma_max).
@@ -39,56 +34,11 @@ STEP_TOLERANCE_EXCEPTIONS: dict[str, tuple[float, str]] = {
 }
 
 
-@lru_cache(maxsize=1)
-def load() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(GOLDEN) as data:
-        arrays = {k: data[k] for k in data.files}
-    meta = json.loads(arrays.pop("meta").tobytes().decode())
-    return meta, arrays
-
-
-def cases() -> list[dict[str, Any]]:
-    if not GOLDEN.is_file():
-        return []
-    return list(load()[0]["cases"])
-
-
-def case(key: str) -> dict[str, np.ndarray]:
-    _, arrays = load()
-    prefix = key + "/"
-    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-
-
-def max_scaled_error(ours: Any, reference: Any) -> float:
-    """max |ours - reference| / max(1, |reference|)."""
-    a = np.asarray(ours, dtype=np.float64)
-    b = np.asarray(reference, dtype=np.float64)
-    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
-    if a.size == 0:
-        return 0.0
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b))))
-
-
 pytestmark = pytest.mark.skipif(not GOLDEN.is_file(), reason=f"{GOLDEN} not found")
 
 
-class Replay:
-    """A NoiseFn that hands out the recorded draws in order."""
-
-    def __init__(self, draws: np.ndarray) -> None:
-        self.draws = draws
-        self.used = 0
-
-    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
-        assert self.used < len(self.draws), "the scheduler drew more noise than diffusers did"
-        value = self.draws[self.used]
-        assert value.shape == shape
-        self.used += 1
-        return value
-
-
 def _config(name: str) -> dict[str, Any]:
-    return dict(load()[0]["configs"][name])
+    return dict(GOLDEN.meta["configs"][name])
 
 
 def _scheduler_config(spec: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +49,9 @@ def _scheduler_config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-@pytest.mark.parametrize("spec", cases(), ids=lambda c: c["key"])
+@pytest.mark.parametrize("spec", GOLDEN.cases("cases"), ids=lambda c: c["key"])
 def test_matches_diffusers(spec: dict[str, Any]) -> None:
-    rec = case(spec["key"])
+    rec = GOLDEN.case(spec["key"])
     options = {"eta": spec["eta"]} if "eta" in spec else {}
     sched = create_scheduler(
         spec["sampler"],
@@ -141,19 +91,19 @@ def test_matches_diffusers(spec: dict[str, Any]) -> None:
 
 
 def test_tolerance_exceptions_are_real_cases() -> None:
-    keys = {c["key"] for c in cases()}
+    keys = {c["key"] for c in GOLDEN.cases("cases")}
     assert set(STEP_TOLERANCE_EXCEPTIONS) <= keys
     assert all(tol <= 1e-5 for tol, _ in STEP_TOLERANCE_EXCEPTIONS.values())
 
 
-PIPELINE_CASES = [c for c in cases() if "pipeline" in c]
+PIPELINE_CASES = [c for c in GOLDEN.cases("cases") if "pipeline" in c]
 
 
 @pytest.mark.parametrize("spec", PIPELINE_CASES, ids=lambda c: c["key"])
 def test_pipeline_fixups_match_diffusers_constructor(spec: dict[str, Any]) -> None:
     """pipeline_config_fixups gives the steps_offset and clip_sample the diffusers pipeline's
     constructor left on its scheduler (recorded), for a config that sets neither."""
-    rec = case(spec["key"])
+    rec = GOLDEN.case(spec["key"])
     sched = create_scheduler(spec["sampler"], config=_scheduler_config(spec))
     assert sched.config.steps_offset == int(rec["effective_steps_offset"])
     if spec["sampler"] == "ddim":
@@ -165,9 +115,9 @@ def test_ddim_on_euler_config_differs_without_fixups() -> None:
     (clip_sample=True, steps_offset=0) on an Euler config give another trajectory than the one
     StableDiffusionPipeline runs."""
     key = "ddim-normal-epsilon-6-1.0-euler_only-StableDiffusionPipeline"
-    if key not in {c["key"] for c in cases()}:
+    if key not in {c["key"] for c in GOLDEN.cases("cases")}:
         pytest.skip("golden file predates the pipeline fix-up cases")
-    rec = case(key)
+    rec = GOLDEN.case(key)
     plain = create_scheduler("ddim", config=_config("euler_only"))
     plain.set_timesteps(6)
     assert plain.config.clip_sample is True and plain.config.steps_offset == 0
