@@ -56,10 +56,17 @@ def _tiny_entries(case: str = "compact_x2") -> list[tuple[str, list[int]]]:
     return [(k, list(s)) for k, s in goldens[case]["entries"]]
 
 
+def engine(backend: str) -> tuple[str, dict[str, Any]]:
+    """A matrix column -> (sdkit backend, its options): ``ggml-vulkan`` is ggml on ``vulkan:0``."""
+    if backend == "ggml-vulkan":
+        return "ggml", {"device": "vulkan:0"}
+    return backend, {"threads": 1} if backend == "ggml" else {}
+
+
 def _upscale(path: Path, backend: str) -> None:
     from sdkit.pipelines.stages.upscaler import ModelUpscaler
 
-    options: dict[str, Any] = {"threads": 1} if backend == "ggml" else {}
+    backend, options = engine(backend)
     up = ModelUpscaler(path, backend=backend, graphs=[UPSCALERS / "tiny"], tile=0, **options)
     up.upscale_array(np.zeros((1, 8, 8, 3), np.float32))
 
@@ -99,7 +106,8 @@ def _up_by_name(name: str) -> Callable[[str, Path], None]:
 
         os.environ["SDKIT_UPSCALER_DIR"] = str(folder)
         (folder / "in.png").write_bytes(_png(8, 8))
-        sdkit.upscale(folder / "in.png", name, backend=backend)
+        backend, options = engine(backend)
+        sdkit.upscale(folder / "in.png", name, backend=backend, device=options.get("device"))
 
     return case
 
@@ -395,6 +403,10 @@ SERVER_CASES: list[tuple[str, str, str, Any]] = [
     ),
     ("img2img: mask garbage", "post", "/sdapi/v1/img2img", _TXT | {"init_images": [_GOOD], "mask": "zz"}),
     ("img2img: init image a text", "post", "/sdapi/v1/img2img", _TXT | {"init_images": [_b64(b"text")]}),
+    ("options: a damaged --ckpt-dir file", "post", "/sdapi/v1/options", {"sd_model_checkpoint": "broken"}),
+    ("options: a cut GGUF in --ckpt-dir (unlisted)", "post", "/sdapi/v1/options", {"sd_model_checkpoint": "cut"}),
+    ("options: a damaged --vae-dir file", "post", "/sdapi/v1/options", {"sd_vae": "bad.safetensors"}),
+    ("control: still serving after all that", "post", "/sdapi/v1/txt2img", _TXT),
 ]
 
 
@@ -416,6 +428,9 @@ def serve_client(folder: Path) -> Any:
 
     for sub in ("ckpt", "vae", "cn", "lora"):
         (folder / sub).mkdir(exist_ok=True)
+    (folder / "ckpt" / "broken.safetensors").write_bytes(struct.pack("<Q", 40) + b"{not json" * 8)
+    (folder / "ckpt" / "cut.gguf").write_bytes(_gguf()[:200])
+    (folder / "vae" / "bad.safetensors").write_bytes(b"\xff" * 64)
     if not (folder / "cn" / "sd15_a").exists():
         shutil.copytree(NETS / "sd15_a", folder / "cn" / "sd15_a")
     config = ServerConfig(

@@ -202,6 +202,8 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
 
 def run_backend(backend: str) -> None:
     """In the child: each case, one JSON line before (so a crash names it) and one after."""
+    import bad_input_files as files
+
     import sdkit
     from sdkit.errors import SdkitError
     from sdkit.model import Model
@@ -217,8 +219,8 @@ def run_backend(backend: str) -> None:
                 path = folder / "model.onnx"
                 onnx.save(make(), path)
                 model = sdkit.load_model(path)
-                options = {"threads": 1} if backend == "ggml" else {}
-                compiled = sdkit.compile(model, backend=backend, input_shapes=shapes, **options)
+                engine, options = files.engine(backend)  # ggml-vulkan: ggml on vulkan:0
+                compiled = sdkit.compile(model, backend=engine, input_shapes=shapes, **options)
                 out = compiled.run(feeds)
                 if expect == "error":
                     result = "exit 0 on invalid input"
@@ -278,6 +280,18 @@ def run_file_cases(backend: str, folder: Path) -> None:
             print(json.dumps({"done": [files.SERVER_CLASS, name, result]}), flush=True)
 
 
+def _vulkan_dir() -> Path | None:
+    """ggml's Vulkan build: $SDKIT_GGML_VULKAN_DIR, else the one ``native_build --vulkan`` made
+    in sdkit's cache (``~/.cache/sdkit/ggml-vulkan/<version>``)."""
+    import os
+
+    named = os.environ.get("SDKIT_GGML_VULKAN_DIR")
+    if named:
+        return Path(named)
+    found = sorted((Path.home() / ".cache" / "sdkit" / "ggml-vulkan").glob("*/libggml-vulkan.*"))
+    return found[-1].parent if found else None
+
+
 def _run_child(backend: str, table: dict[tuple[str, str], Counter[str]], bad: list[tuple[str, ...]]) -> None:
     """One child process; its JSON lines into ``table`` and ``bad`` (a death names its case)."""
     import os
@@ -287,7 +301,7 @@ def _run_child(backend: str, table: dict[tuple[str, str], Counter[str]], bad: li
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "GGML_NO_BACKTRACE": "1"},
+        env={**os.environ, "GGML_NO_BACKTRACE": "1", **_child_env(backend)},
     )
     started, finished = [], set()
     for line in done.stdout.splitlines():
@@ -304,6 +318,13 @@ def _run_child(backend: str, table: dict[tuple[str, str], Counter[str]], bad: li
         crashed = next((s for s in started if s not in finished), ("?", "?"))
         table.setdefault((crashed[0], backend), Counter())[f"CRASH (exit {done.returncode})"] += 1
         bad.append((backend, crashed[0], crashed[1], f"process died: {done.returncode}: {done.stderr[-300:]}"))
+
+
+def _child_env(backend: str) -> dict[str, str]:
+    if backend != "ggml-vulkan":
+        return {}
+    # a software Vulkan device (llvmpipe) is CPU-typed: ggml lists it only when named
+    return {"SDKIT_GGML_LIB_DIR": str(_vulkan_dir()), "GGML_VK_VISIBLE_DEVICES": "0"}
 
 
 def _cells(table: dict[tuple[str, str], Counter[str]], klass: str, columns: list[str]) -> str:
@@ -325,8 +346,15 @@ def main() -> int:
 
     backends = [
         b
-        for b, m in (("reference", "onnx"), ("ggml", "sdkit_ggml"), ("openvino", "openvino"))
-        if importlib.util.find_spec(m) and (len(sys.argv) == 1 or b in sys.argv[1:])
+        for b, m in (
+            ("reference", "onnx"),
+            ("ggml", "sdkit_ggml"),
+            ("ggml-vulkan", "sdkit_ggml"),
+            ("openvino", "openvino"),
+        )
+        if importlib.util.find_spec(m)
+        and (b != "ggml-vulkan" or _vulkan_dir() is not None)
+        and (len(sys.argv) == 1 or b in sys.argv[1:])
     ]
     children = [*backends, "once"] if len(sys.argv) == 1 or "once" in sys.argv[1:] else backends
     table: dict[tuple[str, str], Counter[str]] = {}
