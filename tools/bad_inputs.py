@@ -202,6 +202,8 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
 
 def run_backend(backend: str) -> None:
     """In the child: each case, one JSON line before (so a crash names it) and one after."""
+    import bad_input_files as files
+
     import sdkit
     from sdkit.errors import SdkitError
     from sdkit.model import Model
@@ -217,8 +219,8 @@ def run_backend(backend: str) -> None:
                 path = folder / "model.onnx"
                 onnx.save(make(), path)
                 model = sdkit.load_model(path)
-                options = {"threads": 1} if backend == "ggml" else {}
-                compiled = sdkit.compile(model, backend=backend, input_shapes=shapes, **options)
+                engine, options = files.engine(backend)  # ggml-vulkan: ggml on vulkan:0
+                compiled = sdkit.compile(model, backend=engine, input_shapes=shapes, **options)
                 out = compiled.run(feeds)
                 if expect == "error":
                     result = "exit 0 on invalid input"
@@ -234,50 +236,144 @@ def run_backend(backend: str) -> None:
             except Exception as exc:
                 result = f"traceback: {type(exc).__name__}: {exc}"[:200]
             print(json.dumps({"done": [klass, name, result]}), flush=True)
+    run_file_cases(backend, folder)
+
+
+def _file_case(case: Callable[[str, Path], None], backend: str, folder: Path) -> str:
+    from sdkit.errors import SdkitError
+
+    try:
+        case(backend, folder)
+    except SdkitError:
+        return "clear error"
+    except Exception as exc:
+        return f"traceback: {type(exc).__name__}: {exc}"[:200]
+    return "exit 0 on invalid input"
+
+
+def run_file_cases(backend: str, folder: Path) -> None:
+    """In the child: the file classes of ``bad_input_files`` (each backend runs the per-backend
+    ones; ``once`` runs the rest and the server's requests)."""
+    import bad_input_files as files
+
+    for klass, (per_backend, cases) in files.FILE_CASES.items():
+        if per_backend != (backend != "once"):
+            continue
+        for name, case in cases:
+            print(json.dumps({"start": [klass, name]}), flush=True)
+            scratch = Path(tempfile.mkdtemp(dir=folder))
+            result = _file_case(case, "reference" if backend == "once" else backend, scratch)
+            if name in files.ACCEPTED or name.startswith("control:"):
+                ran = "control ran" if name.startswith("control:") else "documented result"
+                result = ran if result == "exit 0 on invalid input" else f"control failed: {result}"
+            print(json.dumps({"done": [klass, name, result]}), flush=True)
+    if backend != "once":
+        return
+    with files.serve_client(Path(tempfile.mkdtemp(dir=folder))) as client:
+        for name, method, url, body in files.SERVER_CASES:
+            print(json.dumps({"start": [files.SERVER_CLASS, name]}), flush=True)
+            try:
+                reply = getattr(client, method)(url, json=body)
+                result = files.judge_reply(name, reply.status_code, reply.text)
+            except Exception as exc:
+                result = f"traceback: {type(exc).__name__}: {exc}"[:200]
+            print(json.dumps({"done": [files.SERVER_CLASS, name, result]}), flush=True)
+
+
+def _vulkan_dir() -> Path | None:
+    """ggml's Vulkan build: $SDKIT_GGML_VULKAN_DIR, else the one ``native_build --vulkan`` made
+    in sdkit's cache (``~/.cache/sdkit/ggml-vulkan/<version>``)."""
+    import os
+
+    named = os.environ.get("SDKIT_GGML_VULKAN_DIR")
+    if named:
+        return Path(named)
+    found = sorted((Path.home() / ".cache" / "sdkit" / "ggml-vulkan").glob("*/libggml-vulkan.*"))
+    return found[-1].parent if found else None
+
+
+def _run_child(backend: str, table: dict[tuple[str, str], Counter[str]], bad: list[tuple[str, ...]]) -> None:
+    """One child process; its JSON lines into ``table`` and ``bad`` (a death names its case)."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", backend],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GGML_NO_BACKTRACE": "1", **_child_env(backend)},
+    )
+    started, finished = [], set()
+    for line in done.stdout.splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        if "start" in record:
+            started.append(tuple(record["start"]))
+        elif "done" in record:
+            klass, name, result = record["done"]
+            finished.add((klass, name))
+            table.setdefault((klass, backend), Counter())[result] += 1
+            if result not in ("clear error", "correct output", "clear 4xx", "documented result", "control ran"):
+                bad.append((backend, klass, name, result))
+    if done.returncode != 0:
+        crashed = next((s for s in started if s not in finished), ("?", "?"))
+        table.setdefault((crashed[0], backend), Counter())[f"CRASH (exit {done.returncode})"] += 1
+        bad.append((backend, crashed[0], crashed[1], f"process died: {done.returncode}: {done.stderr[-300:]}"))
+
+
+def _child_env(backend: str) -> dict[str, str]:
+    if backend != "ggml-vulkan":
+        return {}
+    # a software Vulkan device (llvmpipe) is CPU-typed: ggml lists it only when named
+    return {"SDKIT_GGML_LIB_DIR": str(_vulkan_dir()), "GGML_VK_VISIBLE_DEVICES": "0"}
+
+
+def _cells(table: dict[tuple[str, str], Counter[str]], klass: str, columns: list[str]) -> str:
+    return " | ".join(
+        ", ".join(f"{n} {r}" for r, n in sorted(table.get((klass, b), Counter()).items())) or "-" for b in columns
+    )
 
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        run_backend(sys.argv[2])
+        if sys.argv[2] == "once":
+            run_file_cases("once", Path(tempfile.mkdtemp(prefix="sdkit-bad-")))
+        else:
+            run_backend(sys.argv[2])
         return 0
     import importlib.util
 
+    import bad_input_files as files
+
     backends = [
         b
-        for b, m in (("reference", "onnx"), ("ggml", "sdkit_ggml"), ("openvino", "openvino"))
-        if importlib.util.find_spec(m)
-    ]
-    table: dict[tuple[str, str], Counter[str]] = {}
-    bad = []
-    for backend in backends:
-        env_done = subprocess.run(
-            [sys.executable, __file__, "--child", backend],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**__import__("os").environ, "GGML_NO_BACKTRACE": "1"},
+        for b, m in (
+            ("reference", "onnx"),
+            ("ggml", "sdkit_ggml"),
+            ("ggml-vulkan", "sdkit_ggml"),
+            ("openvino", "openvino"),
         )
-        started, finished = [], set()
-        for line in env_done.stdout.splitlines():
-            record = json.loads(line) if line.startswith("{") else {}
-            if "start" in record:
-                started.append(tuple(record["start"]))
-            elif "done" in record:
-                klass, name, result = record["done"]
-                finished.add((klass, name))
-                table.setdefault((klass, backend), Counter())[result] += 1
-                if result not in ("clear error", "correct output"):
-                    bad.append((backend, klass, name, result))
-        if env_done.returncode != 0:
-            crashed = next((s for s in started if s not in finished), ("?", "?"))
-            table.setdefault((crashed[0], backend), Counter())[f"CRASH (exit {env_done.returncode})"] += 1
-            bad.append((backend, crashed[0], crashed[1], f"process died: {env_done.returncode}"))
+        if importlib.util.find_spec(m)
+        and (b != "ggml-vulkan" or _vulkan_dir() is not None)
+        and (len(sys.argv) == 1 or b in sys.argv[1:])
+    ]
+    children = [*backends, "once"] if len(sys.argv) == 1 or "once" in sys.argv[1:] else backends
+    table: dict[tuple[str, str], Counter[str]] = {}
+    bad: list[tuple[str, ...]] = []
+    for child in children:
+        _run_child(child, table, bad)
     print("| bad-input class | cases | " + " | ".join(backends) + " |")
     print("| --- | ---: | " + " | ".join("---" for _ in backends) + " |")
     for klass, cases in CASES.items():
-        cells = [", ".join(f"{n} {r}" for r, n in sorted(table.get((klass, b), Counter()).items())) for b in backends]
-        print(f"| {klass} | {len(cases)} | " + " | ".join(cells) + " |")
+        print(f"| {klass} | {len(cases)} | {_cells(table, klass, backends)} |")
     total = sum(len(c) for c in CASES.values()) * len(backends)
+    print("\n| files and requests | cases | " + " | ".join(backends) + " | once |")
+    print("| --- | ---: | " + " | ".join("---" for _ in backends) + " | --- |")
+    for klass, (per_backend, file_cases) in files.FILE_CASES.items():
+        print(f"| {klass} | {len(file_cases)} | {_cells(table, klass, [*backends, 'once'])} |")
+        total += len(file_cases) * (len(backends) if per_backend else 1)
+    server = _cells(table, files.SERVER_CLASS, [*backends, "once"])
+    print(f"| {files.SERVER_CLASS} | {len(files.SERVER_CASES)} | {server} |")
+    total += len(files.SERVER_CASES)
     print(f"\n{total} case runs on {len(backends)} backends; {len(bad)} not a clear error or correct output")
     for item in bad:
         print("  ", *item)

@@ -118,3 +118,22 @@ def test_refusals_are_json(client: TestClient, body: dict[str, Any], status: int
     source = b64png(Image.new("RGB", (8, 8)))
     reply = client.post("/sdapi/v1/extra-single-image", json={"image": source, **body})
     assert reply.status_code == status and words in reply.json()["detail"]
+
+
+def test_clients_name_upscalers_never_paths(client: TestClient, tmp_path: Path) -> None:
+    """Issue 30's second pass (``tools/bad_inputs.py``): ``upscaler_1`` took any path on the
+    server (``/elsewhere/x.safetensors`` was loaded; ``../x`` answered whether a file exists), the
+    refusal named the upscaler folder's absolute path, and so did ``/sdapi/v1/upscalers``."""
+    elsewhere = compact_file(tmp_path)  # a readable upscaler outside the folder
+    source = b64png(Image.new("RGB", (8, 8)))
+    for name in (str(elsewhere), "../realesr-animevideov3.safetensors", "realesr-animevideov3.safetensors"):
+        reply = client.post("/sdapi/v1/extra-single-image", json={"image": source, "upscaler_1": name})
+        assert reply.status_code == 400, reply.text
+        detail = reply.json()["detail"]
+        assert detail.startswith(f"unknown upscaler {name!r}; this server has: None, Lanczos, Nearest, R-ESRGAN")
+        assert str(tmp_path) not in detail.replace(name, "")
+    items = client.get("/sdapi/v1/upscalers").json()
+    assert items[3]["model_path"] == "realesr-animevideov3.safetensors"
+    assert not any(str(tmp_path) in json.dumps(i) for i in items)
+    reply = client.post("/sdapi/v1/png-info", json={"image": base64.b64encode(b"GIF89a no").decode()})
+    assert reply.status_code == 400 and "BytesIO" not in reply.json()["detail"]

@@ -130,3 +130,47 @@ def test_truncated_data_is_caught_from_the_header(tmp_path: Path) -> None:
     path.write_bytes(data[:-100])
     with pytest.raises(ModelFormatError, match=r"sd1.gguf is truncated: its tensors end at byte"):
         gguf_reader.read_header(path).check_complete()
+
+
+def _one_tensor_gguf(
+    kv: bytes = b"", n_kv: int = 0, kind: int = 1, dims: tuple[int, ...] = (4, 8), data: int | None = None
+) -> bytes:
+    """A GGUF v3 file written by hand (no ``gguf`` package needed): ``kv`` the metadata, one
+    tensor of ``dims`` (innermost first) and ggml type ``kind``, its data zero-filled (``data``
+    bytes of it if given)."""
+    import struct
+
+    def text(value: str) -> bytes:
+        return struct.pack("<Q", len(value)) + value.encode()
+
+    tensor = text("model.diffusion_model.out.2.weight") + struct.pack("<I", len(dims))
+    tensor += b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", kind, 0)
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, n_kv) + kv + tensor
+    return head + b"\0" * (-len(head) % 32) + b"\0" * (int(np.prod(dims)) * 2 if data is None else data)
+
+
+def test_hostile_headers_found_in_the_second_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30's second pass (``tools/bad_inputs.py``): metadata arrays nested 100000 deep were
+    a RecursionError; an unknown ggml type was listed as ``type 999`` and ``sdkit inspect``
+    exited 0 on files whose tensors end past the file's end (truncated data, dims of 2^31 x 2^31,
+    an offset of 2^63). Each is now one ``ModelFormatError`` / ``sdkit: error:`` line."""
+    import struct
+
+    from sdkit.cli.main import main
+
+    path = tmp_path / "bad.gguf"
+    nested = struct.pack("<Q", 4) + b"deep" + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 100_000
+    path.write_bytes(_one_tensor_gguf(nested + struct.pack("<IQ", 4, 0), n_kv=1))
+    with pytest.raises(ModelFormatError, match="nested over 8 deep"):
+        gguf_reader.read_header(path)
+    path.write_bytes(_one_tensor_gguf(kind=999))
+    with pytest.raises(ModelFormatError, match="unknown ggml type 999"):
+        gguf_reader.read_header(path)
+    whole = _one_tensor_gguf()
+    path.write_bytes(whole)
+    assert main(["inspect", str(path)]) == 0  # the whole file: fine
+    capsys.readouterr()
+    for data in (whole[:-10], _one_tensor_gguf(dims=(2**31, 2**31), data=64)):
+        path.write_bytes(data)
+        assert main(["inspect", str(path)]) == 1
+        assert capsys.readouterr().err.strip().startswith("sdkit: error: bad.gguf is truncated")

@@ -207,6 +207,26 @@ def test_refusals(tmp_path: Path) -> None:
     assert not out.exists() and not list(tmp_path.glob("*.partial"))
 
 
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_multiplier_is_refused(alpha: float, tmp_path: Path) -> None:
+    """Issue 30's second pass: ``--alpha nan`` wrote a checkpoint of NaN weights, exit 0."""
+    p = files(tmp_path)["paths"]
+    with pytest.raises(InputError, match="must be a finite number"):
+        merge_checkpoints(p["a"], p["b"], output=tmp_path / "out.safetensors", alpha=alpha)
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_an_unwritable_output_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30's second pass: an output in a missing folder was a FileNotFoundError traceback
+    (``sdkit: internal error`` from the CLI)."""
+    p = files(tmp_path)["paths"]
+    out = tmp_path / "no" / "such" / "out.safetensors"
+    with pytest.raises(InputError, match=r"cannot write .*out.safetensors: No such file or directory"):
+        merge_checkpoints(p["a"], p["b"], output=out)
+    assert main(["merge", str(p["a"]), str(p["b"]), "-o", str(out)]) == 1
+    assert capsys.readouterr().err.strip().startswith("sdkit: error: cannot write")
+
+
 @pytest.fixture
 def sd1(tiny_families: dict[str, Any]) -> Path:
     path = TINY / "sd1" / "sd1_fp16.safetensors"

@@ -87,7 +87,8 @@ def upscaler_items() -> list[UpscalerItem]:
             file = UpscalerFile(path)
         except SdkitError:
             continue  # not an upscaler sdkit reads: not offered
-        items.append(UpscalerItem(name=name, model_name=path.stem, model_path=str(path), scale=file.config.scale))
+        # the file's name, not its absolute path (answers never give the server's folders away)
+        items.append(UpscalerItem(name=name, model_name=path.stem, model_path=path.name, scale=file.config.scale))
         file.close()
     return items
 
@@ -104,14 +105,19 @@ def _model_free(image: Any, scale: float, mode: str) -> Any:
 
 
 def _resolve(name: str) -> str:
-    """An upscaler name as A1111 lists it, or an InputError listing the known ones."""
+    """An upscaler name as ``/sdapi/v1/upscalers`` lists it (a model-free one, or a file of the
+    upscaler folder by A1111's name or file stem), never a path; an InputError listing them."""
     for known in MODEL_FREE:
         if known.lower() == name.lower():
             return known
-    from sdkit.pipelines.stages.upscaler import resolve_upscaler
+    from sdkit.families.upscalers import available_upscalers
 
-    resolve_upscaler(name)  # raises, naming what is there
-    return name
+    files = available_upscalers()
+    for listed, path in files.items():
+        if name.lower() in (listed.lower(), path.stem.lower()):
+            return listed
+    names = ", ".join([*MODEL_FREE, *sorted(files)])
+    raise InputError(f"unknown upscaler {name!r}; this server has: {names} (see /sdapi/v1/upscalers)")
 
 
 class ExtrasRun:
@@ -133,12 +139,16 @@ class ExtrasRun:
             return image
         if name in MODEL_FREE:
             return _model_free(image, scale, name)
+        from sdkit.families.upscalers import available_upscalers
         from sdkit.pipelines.stages.upscaler import load_upscaler
 
+        path = available_upscalers().get(name)
+        if path is None:  # listed when the request came, gone since
+            raise InputError(f"upscaler {name!r} is no longer in the upscaler folder")
         backend = self.engine.config.backend
         device = self.engine.config.device
         upscaler = load_upscaler(
-            name,
+            path,
             backend if isinstance(backend, str) else "auto",
             device if isinstance(device, str) else None,
             **served_options(self.engine.config.options),

@@ -144,7 +144,9 @@ def read_png_info(text: str) -> PNGInfoResponse:
             info = dict(image.info)
     except (binascii.Error, ValueError):
         raise InputError("image is not valid base64") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError:  # its message is the stream's repr: say it plainly
+        raise InputError("image is not a readable image (no image format recognised)") from None
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
         raise InputError(f"image is not a readable image: {exc}") from None
     parameters = info.pop("parameters", None)
     geninfo = parameters if isinstance(parameters, str) else ""

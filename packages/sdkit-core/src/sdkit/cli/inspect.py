@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 def inspect_gguf(args: argparse.Namespace) -> int:
     header = gguf_reader.read_header(args.file)
+    header.check_complete()  # a truncated download, or sizes and offsets past the file's end
     counts = dict(header.type_counts().most_common())
     parameters = sum(int(np.prod(t.shape, dtype=np.int64)) for t in header.tensors)
     found = {

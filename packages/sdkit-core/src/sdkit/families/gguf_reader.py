@@ -27,6 +27,7 @@ MAX_METADATA = 100_000
 MAX_STRING = 1 << 24  # 16 MiB: a tokenizer's merges list as one string would be long, never this
 MAX_ARRAY = 1 << 24
 MAX_DIMS = 8
+MAX_NESTING = 8  # arrays of arrays: no real file nests; each level is a Python frame
 # ggml_type -> name (ggml.h; the ones GGUF files for image models use, and the rest of the enum).
 GGML_TYPES: dict[int, str] = {
     0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 9: "q8_1",
@@ -129,14 +130,16 @@ class _Reader:
     def string(self) -> str:
         return self.take(self.count(MAX_STRING, "bytes in a string")).decode("utf-8", errors="replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.scalar(_SCALARS[kind])
         if kind == _STRING:
             return self.string()
         if kind == _ARRAY:
+            if depth >= MAX_NESTING:
+                raise ModelFormatError(f"{self.path.name}: GGUF metadata arrays nested over {MAX_NESTING} deep")
             item = int(self.scalar("<I"))
-            return [self.value(item) for _ in range(self.count(MAX_ARRAY, "array items"))]
+            return [self.value(item, depth + 1) for _ in range(self.count(MAX_ARRAY, "array items"))]
         raise ModelFormatError(f"{self.path.name}: unknown GGUF metadata type {kind}")
 
 
@@ -170,8 +173,10 @@ def _read(reader: _Reader) -> GgufHeader:
             raise ModelFormatError(f"{reader.path.name}: tensor {name!r} has {n_dims} dimensions")
         dims = [int(reader.scalar("<Q")) for _ in range(n_dims)]
         kind = int(reader.scalar("<I"))
+        if kind not in GGML_TYPES:  # as ggml's own reader: a type it has no layout for is refused
+            raise ModelFormatError(f"{reader.path.name}: tensor {name!r} has an unknown ggml type {kind}")
         offset = int(reader.scalar("<Q"))
-        tensors.append(GgufTensor(name, tuple(reversed(dims)), GGML_TYPES.get(kind, f"type {kind}"), offset))
+        tensors.append(GgufTensor(name, tuple(reversed(dims)), GGML_TYPES[kind], offset))
     alignment = metadata.get("general.alignment", 32)
     alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
     data_start = -(-reader.stream.tell() // alignment) * alignment

@@ -29,6 +29,7 @@ output and renamed when complete.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -127,6 +128,8 @@ class Merger:
             raise InputError(f"unknown output dtype {dtype!r}; use fp16 or fp32")
         if vae is not None and keep_vae:
             raise InputError("give a VAE to bake in or keep A's, not both")
+        if not math.isfinite(alpha):
+            raise InputError(f"the multiplier M (--alpha) must be a finite number, got {alpha}")
         self.mode, self.alpha, self.dtype, self.keep_vae = mode, float(alpha), dtype, keep_vae
         self.a = _open(a, "checkpoint A")
         self.b = _open(b, "checkpoint B") if b is not None else None
@@ -304,6 +307,9 @@ class Merger:
                         raise ModelFormatError(f"{item.key}: {array.nbytes} bytes computed, {item.nbytes} planned")
                     f.write(array.data)
             partial.replace(output)
+        except OSError as exc:  # a missing folder, no permission, a full disk
+            partial.unlink(missing_ok=True)
+            raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

@@ -236,7 +236,7 @@ def prompt_loras(prompt: str, lora_dir: str | os.PathLike[str]) -> list[tuple[Pa
             stem = Path(name).name
             pickled = [p for p in (*folder.rglob("*.pt"), *folder.rglob("*.ckpt")) if p.stem == stem]
             why = f" (only {sorted(pickled)[0].name}: pickles are refused)" if pickled else ""
-            raise InputError(f"<lora:{name}> in the prompt: no {name}.safetensors in {folder}{why}")
+            raise InputError(f"<lora:{name}> in the prompt: no {name}.safetensors in the LoRA folder{why}")
         found.append((path, strength))
     return found
 
