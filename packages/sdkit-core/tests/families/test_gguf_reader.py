@@ -3,8 +3,10 @@ and reader: a test tool, dev.py's TEST_TOOLS), and the family the tensor names s
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sdkit.errors import ModelFormatError
@@ -138,7 +140,6 @@ def _one_tensor_gguf(
     """A GGUF v3 file written by hand (no ``gguf`` package needed): ``kv`` the metadata, one
     tensor of ``dims`` (innermost first) and ggml type ``kind``, its data zero-filled (``data``
     bytes of it if given)."""
-    import struct
 
     def text(value: str) -> bytes:
         return struct.pack("<Q", len(value)) + value.encode()
@@ -154,7 +155,6 @@ def test_hostile_headers_found_in_the_second_pass(tmp_path: Path, capsys: pytest
     a RecursionError; an unknown ggml type was listed as ``type 999`` and ``sdkit inspect``
     exited 0 on files whose tensors end past the file's end (truncated data, dims of 2^31 x 2^31,
     an offset of 2^63). Each is now one ``ModelFormatError`` / ``sdkit: error:`` line."""
-    import struct
 
     from sdkit.cli.main import main
 
