@@ -35,6 +35,8 @@ BEFORE_SAMPLERS = {
     "dpmpp_3m_sde": "DPM++ 3M SDE",
     "lms": "LMS",
     "ddpm": "DDPM",
+    "ddim_sigmas": "DDIM",  # ComfyUI's ddim / lcm on sigma schedules ("DDIM Karras")
+    "lcm_sigmas": "LCM",
     "heunpp2": "Heun++ 2",
     "euler_cfg_pp": "Euler CFG++",
     "dpmpp_2m_cfg_pp": "DPM++ 2M CFG++",
@@ -94,7 +96,7 @@ def test_create_resolves_and_checks_without_a_model() -> None:
         ({"guidance_scale": "x"}, InputError, "guidance_scale must be a number"),
         ({"seed": "1"}, InputError, "seed must be an integer"),
         ({"sampler": "eulr_a"}, UnknownSchedulerError, "did you mean"),
-        ({"sampler": "ddim", "schedule": "karras"}, OptionError, "does not support schedule 'karras'"),
+        ({"sampler": "tcd", "schedule": "karras"}, OptionError, "does not support schedule 'karras'"),
         ({"sampler": "Euler Karras", "schedule": "exponential"}, OptionError, "names schedule 'karras'"),
         ({"init_image": "/no/such.png"}, InputError, "init image not found"),
         ({"init_image": np.zeros((8, 8, 3), np.uint8), "strength": 0.0}, InputError, "strength must be in"),
@@ -221,6 +223,27 @@ def test_every_registered_builtin_sampler_has_a_label() -> None:
         "Beta",
         "DDIM",
     )
+
+
+@pytest.mark.parametrize(
+    ("fields", "sampler", "schedule", "label"),
+    [
+        ({"sampler": "DDIM Karras"}, "ddim_sigmas", "karras", "Sampler: DDIM, Schedule type: Karras"),
+        ({"sampler": "ddim", "schedule": "beta"}, "ddim_sigmas", "beta", "Sampler: DDIM, Schedule type: Beta"),
+        (
+            {"sampler": "LCM", "schedule": "Exponential"},
+            "lcm_sigmas",
+            "exponential",
+            "Sampler: LCM, Schedule type: Exponential",
+        ),
+        ({"sampler": "DDIM"}, "ddim", "normal", "Sampler: DDIM, Schedule type: Automatic"),
+    ],
+)
+def test_ddim_and_lcm_with_a_sigma_schedule(fields: dict[str, Any], sampler: str, schedule: str, label: str) -> None:
+    request = GenerationRequest.create("a cat", **fields)
+    assert (request.sampler, request.schedule) == (sampler, schedule)
+    params = GenerationParameters("a cat", "", 20, sampler, schedule, 7.0, 1, 64, 64, "tiny", None)
+    assert label in params.a1111_text()
 
 
 def test_label_fallback_for_third_party_schedulers() -> None:

@@ -26,7 +26,7 @@ import pytest
 from scheduler_goldens import GOLDEN, Replay, max_scaled_error
 
 from sdkit.errors import InputError, OptionError
-from sdkit.schedulers import create_scheduler, sampler_label, scheduler_class
+from sdkit.schedulers import create_scheduler, resolve, sampler_label, scheduler_class
 from sdkit.schedulers.k_algorithms import lms_coefficient
 from sdkit.schedulers.ui_algorithms import restart_pairs
 
@@ -158,6 +158,44 @@ def test_ddpm_worked_example() -> None:
     _, xs = _drive("ddpm", [1.0, 0.5, 0.0], 2.0, [1.0, 0.3])
     mu = math.sqrt(1.6) * (math.sqrt(2) - 0.375 / math.sqrt(0.5)) + math.sqrt(0.375 * 0.2 / 0.5)
     assert xs == pytest.approx([mu * math.sqrt(1.25), 0.3], abs=1e-6)
+
+
+def test_ddim_on_sigmas_worked_example() -> None:
+    # ComfyUI's ddim is Euler: sigmas 2, 1, 0.5, 0; x = 4; D = 0.3, -0.2, 0.1.
+    # d = (4 - 0.3) / 2 = 1.85, x = 4 - 1.85 = 2.15; d = (2.15 + 0.2) / 1 = 2.35, x = 2.15 - 1.175 = 0.975;
+    # d = (0.975 - 0.1) / 0.5 = 1.75, x = 0.975 - 0.875 = 0.1 (the last step lands on D)
+    sched, xs = _drive("DDIM Karras", [2.0, 1.0, 0.5, 0.0], 4.0, [0.3, -0.2, 0.1])
+    assert sched.name == "ddim_sigmas"
+    assert xs == pytest.approx([2.15, 0.975, 0.1], abs=1e-6)
+
+
+def test_lcm_on_sigmas_worked_example() -> None:
+    # ComfyUI's sample_lcm: x = D + s[i+1] z (z = 1), the last step x = D: 0.3 + 1, -0.2 + 0.5, 0.1.
+    sched, xs = _drive("LCM Karras", [2.0, 1.0, 0.5, 0.0], 4.0, [0.3, -0.2, 0.1])
+    assert sched.name == "lcm_sigmas"
+    assert xs == pytest.approx([1.3, 0.3, 0.1], abs=1e-6)
+
+
+def test_ddim_and_lcm_pairs_resolve() -> None:
+    """A schedule diffusers' DDIM / LCM lack picks ComfyUI's ddim / lcm on sigmas; theirs stay."""
+    for name in ("DDIM Karras", "ddim_karras", "k_ddim_karras"):
+        assert resolve(name) == ("ddim_sigmas", "karras")
+    assert resolve("ddim", "exponential") == ("ddim_sigmas", "exponential")
+    assert resolve("DDIM", "Align Your Steps") == ("ddim_sigmas", "align_your_steps")
+    assert resolve("lcm", "kl_optimal") == ("lcm_sigmas", "kl_optimal")
+    assert resolve("LCM Beta") == ("lcm_sigmas", "beta")
+    assert resolve("DDIM") == ("ddim", "normal")
+    assert resolve("ddim", "sgm_uniform") == ("ddim", "sgm_uniform")
+    assert resolve("LCM") == ("lcm", "normal")
+    assert resolve("lcm", "sgm_uniform") == ("lcm_sigmas", "sgm_uniform")  # diffusers' LCM has only its own
+    assert type(create_scheduler("DDIM")).__name__ == "DDIM"
+    assert type(create_scheduler("LCM")).__name__ == "LCM"
+    assert sampler_label("ddim_sigmas") == "DDIM"
+    assert sampler_label("lcm_sigmas") == "LCM"
+    with pytest.raises(OptionError, match="eta"):  # ComfyUI's ddim has no eta
+        create_scheduler("DDIM Karras", eta=0.5)
+    with pytest.raises(OptionError, match="schedule"):  # TCD: no sigma-schedule variant
+        create_scheduler("TCD", schedule="karras")
 
 
 def test_euler_cfg_pp_worked_example() -> None:

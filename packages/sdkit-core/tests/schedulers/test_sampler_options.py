@@ -90,8 +90,8 @@ def test_option_errors() -> None:
         create_scheduler("ddim", eta=1.5)
     with pytest.raises(OptionError, match="s_noise"):
         create_scheduler("euler_a", s_noise="x")  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="schedule 'beta'"):
-        create_scheduler("ddim", schedule="beta")
+    with pytest.raises(OptionError, match="schedule 'beta'"):  # ddim / lcm take it (ComfyUI's, on sigmas)
+        create_scheduler("tcd", schedule="beta")
 
 
 def test_ddim_draws_noise_only_with_eta() -> None:

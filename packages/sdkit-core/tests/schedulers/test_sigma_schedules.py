@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sdkit.errors import OptionError
-from sdkit.schedulers import create_scheduler
+from sdkit.schedulers import SCHEDULES, create_scheduler
 from sdkit.schedulers.sigma_schedules import (
     AYS_TABLES,
     ays_sigmas,
@@ -114,10 +114,18 @@ def test_kl_and_linear_quadratic_span_the_training_table(schedule: str) -> None:
     np.testing.assert_allclose(sched.sigmas[:-1], expected, rtol=1e-6)
 
 
-def test_ddim_and_lcm_refuse_sigma_schedules() -> None:
-    for sampler in ("ddim", "lcm", "tcd"):
-        with pytest.raises(OptionError, match="does not support schedule"):
-            create_scheduler(sampler, schedule="align_your_steps")
+@pytest.mark.parametrize("schedule", [s for s in SCHEDULES if s not in ("normal", "sgm_uniform")])
+def test_ddim_and_lcm_take_every_sigma_schedule(schedule: str) -> None:
+    """As ComfyUI runs its ddim and lcm: on the sigmas every k-sampler gets (Euler's here)."""
+    euler = create_scheduler("euler", schedule=schedule)
+    euler.set_timesteps(6)
+    for sampler in ("ddim", "lcm"):
+        sched = create_scheduler(sampler, schedule=schedule)
+        sched.set_timesteps(6)
+        assert sched.name == f"{sampler}_sigmas"
+        np.testing.assert_array_equal(sched.sigmas, euler.sigmas)
+    with pytest.raises(OptionError, match="does not support schedule"):
+        create_scheduler("tcd", schedule=schedule)
 
 
 @pytest.mark.parametrize("sampler", ["Euler", "UniPC", "ipndm"])

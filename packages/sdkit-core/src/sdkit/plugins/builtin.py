@@ -41,6 +41,8 @@ SCHEDULERS = (
             "DPMPP3MSDE",
             "LMS",
             "DDPM",
+            "DDIMSigmas",
+            "LCMSigmas",
             "HeunPP2",
             "EulerCFGPP",
             "DPMPP2MCFGPP",

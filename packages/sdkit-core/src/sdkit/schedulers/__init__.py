@@ -28,6 +28,8 @@ dpmpp_sde      DPM++ SDE, k_dpmpp_sde, dpm_solver_sde     DPMSolverSDEScheduler 
                                                           the noise callable: see sdkit.schedulers.dpm_sde)
 ddim           DDIM                                       DDIMScheduler, any eta (schedules: normal, sgm_uniform)
 lcm            LCM                                        LCMScheduler (schedule: normal only, LCM's own)
+ddim_sigmas    "DDIM Karras", ddim + any other schedule   ComfyUI's ddim = k-diffusion sample_euler (no eta)
+lcm_sigmas     "LCM Karras", lcm + any other schedule     ComfyUI's sample_lcm (see k_solvers.LCMSigmas)
 euler_flow     flow_match_euler, FlowMatchEulerDiscrete   FlowMatchEulerDiscreteScheduler (flow matching: SD3,
                (label "Euler"; "Euler" on a flow model)   Flux, Chroma; shift, dynamic shift mu; every schedule:
                                                           see sdkit.schedulers.flow_match)
@@ -108,7 +110,11 @@ align_your_steps  none; A1111's "Align Your Steps" (NVIDIA's SD 1.5 table, log-l
 kl_optimal        none; ComfyUI "kl_optimal", A1111 "KL Optimal" (evenly spaced in atan sigma)
 linear_quadratic  none; ComfyUI "linear_quadratic" (Mochi's)
 
-The last six are sigma schedules: every sampler but ddim, lcm and tcd takes them. Sampler
+The last six are sigma schedules: every sampler but tcd takes them. DDIM and LCM with a schedule
+their diffusers classes lack ("DDIM Karras", ComfyUI's ddim + beta, "LCM", schedule="karras")
+resolve to ``ddim_sigmas`` / ``lcm_sigmas``, ComfyUI's ddim and lcm on the model's sigmas, as
+ComfyUI and A1111 1.9+ run them with a schedule; "normal" (and "sgm_uniform" for DDIM) stay
+diffusers' DDIMScheduler / LCMScheduler. Sampler
 options (keyword arguments of ``create_scheduler``): ``eta`` for ddim (default 0; noise
 as diffusers' ``DDIMScheduler.step(eta=...)``), ``s_noise`` for euler_a, dpmpp_2m_sde and
 dpmpp_sde (A1111's "sigma noise", default 1: multiplies the noise each step adds, as

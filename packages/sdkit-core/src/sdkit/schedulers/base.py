@@ -228,6 +228,9 @@ class Scheduler(ABC):
       variant_of: for a sampler of another prediction type, the sampler whose name asks for it
         (``euler_flow`` is ``euler`` for flow models): ``scheduler_class(name, prediction_type)``
         and ``create_scheduler`` pick it, so a user's "Euler" works on every model.
+      schedule_variant_of: for a sampler that runs the schedules another one lacks, that sampler
+        (``ddim_sigmas`` is ComfyUI's ddim, on sigma schedules): ``create_scheduler("DDIM Karras")``
+        picks it where ``ddim`` does not take the schedule.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
       default_config: the config ``config=None`` means (SD 1.x's ``SD15_CONFIG``; ``{}`` for flow).
@@ -243,6 +246,7 @@ class Scheduler(ABC):
     prediction_types: ClassVar[tuple[str, ...]] = ("epsilon", "v_prediction")
     needs_uncond: ClassVar[bool] = False
     variant_of: ClassVar[str] = ""
+    schedule_variant_of: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
     default_config: ClassVar[Mapping[str, Any]] = SD15_CONFIG

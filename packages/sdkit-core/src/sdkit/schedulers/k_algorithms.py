@@ -5,7 +5,7 @@ float32 scalar arithmetic in the reference's operation order (libm-rounded log/e
 0-d CPU tensor), with ``yield x, sigma, i`` where the reference calls the model in step ``i``. The
 references (k-diffusion 0.1.1.post1 ``k_diffusion/sampling.py``, whose code ComfyUI copies):
 
-- ``dpm_2``, ``dpm_2_a``, ``dpmpp_2s_a``, ``dpmpp_3m_sde``, ``lms``, ``heun``, ``dpmpp_2m``: k-diffusion's
+- ``euler``, ``dpm_2``, ``dpm_2_a``, ``dpmpp_2s_a``, ``dpmpp_3m_sde``, ``lms``, ``heun``, ``dpmpp_2m``: k-diffusion's
   ``sample_*`` with their defaults (``s_churn=0``, ``eta=1``, LMS order 4, 3M SDE eta 1);
 - the algorithms only ComfyUI or A1111 have are in ``sdkit.schedulers.ui_algorithms``.
 
@@ -68,6 +68,16 @@ def dpm_2_step(ev: Evaluated, sigma: np.float32, sigma_to: np.float32, i: int) -
 
 
 # -- k-diffusion ---------------------------------------------------------------------------------
+
+
+def euler(run: Run) -> Steps:
+    """``sample_euler`` (``s_churn=0``: no noise): ``x += (x - denoised) / s[i] * (s[i+1] - s[i])``.
+    ComfyUI's ``ddim`` sampler is this function on the model's sigmas (its ``sampler_object``)."""
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = f32(ev.x + to_d(ev.x, ev.denoised, s[i]) * np.float32(s[i + 1] - s[i]))
+    return x
 
 
 def heun(run: Run) -> Steps:

@@ -95,6 +95,35 @@ class DDPM(KDiscreteSampler):
     diffusers_class = "DDPMScheduler"
 
 
+class DDIMSigmas(KDiscreteSampler):
+    """ComfyUI's ``ddim``: k-diffusion's ``sample_euler`` on the model's sigmas, so it takes every
+    sigma schedule. "DDIM" with a schedule the diffusers-timestep ``ddim`` lacks ("DDIM Karras",
+    ComfyUI's ddim + karras) resolves here (``schedule_variant_of``); "normal" and "sgm_uniform"
+    stay diffusers' DDIMScheduler. No ``eta``: ComfyUI's ddim has none."""
+
+    name = "ddim_sigmas"
+    label = "DDIM"
+    schedule_variant_of = "ddim"
+    algorithm: ClassVar[Algorithm] = alg.euler
+    reference = "k_diffusion.sampling.sample_euler"
+
+
+class LCMSigmas(KDiscreteSampler):
+    """ComfyUI's ``lcm`` (``sample_lcm``) on the model's sigmas: every step takes the x0 estimate
+    and re-noises it to the next sigma. "LCM Karras" / ComfyUI's lcm + karras resolve here
+    (``schedule_variant_of``); "normal" stays diffusers' LCMScheduler. The x0 estimate is the
+    model's plain one, as in ComfyUI's default (eps / v) model sampling: LCM's consistency
+    boundary scalings (c_skip, c_out), which ComfyUI adds only under ModelSamplingDiscrete "lcm",
+    are not applied (at timestep t they move x0 by about 0.0025 / t^2 of the sample)."""
+
+    name = "lcm_sigmas"
+    label = "LCM"
+    schedule_variant_of = "lcm"
+    needs_noise = True
+    algorithm: ClassVar[Algorithm] = ui.lcm
+    reference = "comfy.k_diffusion.sampling.sample_lcm"
+
+
 class HeunPP2(KDiscreteSampler):
     name = "heunpp2"
     label = "Heun++ 2"

@@ -93,7 +93,8 @@ def resolve(sampler: str, schedule: str | None = None, registry: SchedulerRegist
 
     ``resolve("DPM++ 2M Karras") == ("dpmpp_2m", "karras")``. Without a suffix the schedule
     is ``schedule`` or "normal"; a suffix that contradicts an explicit ``schedule`` is an
-    OptionError.
+    OptionError. A sampler that lacks the schedule gives way to its ``schedule_variant_of``
+    class that has it: ``resolve("DDIM Karras") == ("ddim_sigmas", "karras")`` (ComfyUI's ddim).
     """
     if not isinstance(sampler, str) or not sampler.strip():
         raise UnknownSchedulerError(str(sampler), _known_names(_registry(registry)))
@@ -115,11 +116,25 @@ def resolve(sampler: str, schedule: str | None = None, registry: SchedulerRegist
     if canonical is None:
         raise UnknownSchedulerError(sampler, _known_names(reg))
     if schedule is None:
-        return canonical, suffix_schedule or "normal"
+        chosen = suffix_schedule or "normal"
+        return _schedule_variant(canonical, chosen, reg), chosen
     explicit = resolve_schedule(schedule)
     if suffix_schedule is not None and suffix_schedule != explicit:
         raise OptionError(f"{sampler!r} names schedule {suffix_schedule!r} but schedule={schedule!r} was given")
-    return canonical, explicit
+    return _schedule_variant(canonical, explicit, reg), explicit
+
+
+def _schedule_variant(canonical: str, schedule: str, registry: SchedulerRegistry) -> str:
+    """The sampler that runs ``canonical`` on ``schedule``: itself if it takes the schedule, else
+    a registered class whose ``schedule_variant_of`` it is and that does ("ddim" on "karras" is
+    ``ddim_sigmas``, ComfyUI's ddim); else itself (its constructor names the schedules it takes)."""
+    cls = registry.get(canonical)
+    if cls is None or schedule in cls.schedules:
+        return canonical
+    for name, other in registry.items():
+        if getattr(other, "schedule_variant_of", "") == canonical and schedule in other.schedules:
+            return name
+    return canonical
 
 
 def sampler_listing(registry: SchedulerRegistry | None = None) -> str:
@@ -130,7 +145,13 @@ def sampler_listing(registry: SchedulerRegistry | None = None) -> str:
     for alias, canonical in reg.aliases().items():
         names.setdefault(canonical, []).append(alias)
     lines = ["samplers (any name on a line; a schedule may follow, as in 'DPM++ 2M Karras'):"]
-    lines += [f"  {name}: {', '.join(aliases)}" if aliases else f"  {name}" for name, aliases in names.items()]
+    for name, aliases in names.items():
+        cls = reg.get(name)
+        base = getattr(cls, "schedule_variant_of", "") if cls is not None else ""
+        label = sampler_label(name, reg)
+        note = [f"{base} on the schedules {base!r} itself lacks (as in '{label} Karras')"] if base else []
+        shown = aliases or note  # "ddim_sigmas": what "DDIM Karras" runs
+        lines.append(f"  {name}: {', '.join(shown)}" if shown else f"  {name}")
     lines += [
         f"  {short}: {sampler} with schedule {schedule}" for short, (sampler, schedule) in SAMPLER_SHORTHANDS.items()
     ]
@@ -223,8 +244,8 @@ def create_scheduler(
     does not take is an OptionError.
     """
     reg = _registry(registry)
-    _, resolved_schedule = resolve(name, schedule, registry=reg)
+    canonical, resolved_schedule = resolve(name, schedule, registry=reg)
     prediction = prediction_type if prediction_type is not None else implied_prediction_type(config)
-    cls = scheduler_class(name, reg, prediction)
+    cls = scheduler_class(canonical, reg, prediction)
     instance: Scheduler = cls(schedule=resolved_schedule, config=config, prediction_type=prediction_type, **options)
     return instance

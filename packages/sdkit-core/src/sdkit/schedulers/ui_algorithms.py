@@ -2,7 +2,7 @@
 
 Written like ``sdkit.schedulers.k_algorithms`` (float32 in the reference's operation order, one noise
 draw where the reference draws), each with its algorithm written out in its docstring. References:
-ComfyUI ``comfy/k_diffusion/sampling.py`` (``sample_*_RF``, ``sample_heunpp2``, ``sample_ddpm``,
+ComfyUI ``comfy/k_diffusion/sampling.py`` (``sample_*_RF``, ``sample_heunpp2``, ``sample_ddpm``, ``sample_lcm``,
 ``sample_euler_cfg_pp``, ``sample_dpmpp_2m_cfg_pp``); A1111 ``modules/sd_samplers_extra.py``
 (``restart_sampler``).
 
@@ -158,6 +158,19 @@ def ddpm(run: Run) -> Steps:
             mu = f32(mu + scale * run.noise())
             mu = f32(mu * sqrt32(ONE + sigma_prev * sigma_prev))
         x = mu
+    return x
+
+
+def lcm(run: Run) -> Steps:
+    """ComfyUI's ``sample_lcm``: each step takes the x0 estimate and, unless the next sigma is 0,
+    re-noises it there with a fresh draw z: ``x = denoised + s[i+1] z`` (an epsilon / v model's
+    ``noise_scaling``; on a flow model ``s[i+1] z + (1 - s[i+1]) denoised``, not used here)."""
+    s, x = run.sigmas, run.x
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x = ev.denoised
+        if s[i + 1] > 0:
+            x = f32(x + s[i + 1] * run.noise())
     return x
 
 
