@@ -276,6 +276,10 @@ def test_sampler_options() -> None:
     assert plan({"sampler_name": "Euler", "eta": 0.3, "s_noise": 0.5}).ignored == {}  # deterministic: as A1111
     assert "no eta option" in plan({"sampler_name": "Euler a", "eta": 0.5}).ignored["eta"]
     assert plan({"sampler_name": "Euler a", "eta": 1.0}).ignored == {}  # A1111's ancestral eta
+    # DDIM with a schedule its diffusers class lacks runs ComfyUI's ddim, which has no eta: reported
+    karras = plan({"sampler_name": "DDIM", "scheduler": "Karras", "eta": 0.3})
+    assert "ddim_sigmas sampler has no eta option" in karras.ignored["eta"]
+    assert plan({"sampler_name": "DDIM", "scheduler": "Karras", "eta": 0.0}).ignored == {}
 
 
 def test_controlnet_units(tmp_path: Path) -> None:

@@ -120,6 +120,9 @@ def sampler_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:
     cls = get_plugins().schedulers.get(canonical)
     takes = dict(getattr(cls, "option_defaults", {}))
     stochastic = bool(getattr(cls, "needs_noise", False))
+    # "DDIM Karras" runs ComfyUI's ddim (no eta): an eta the schedule-less DDIM would use is reported
+    base = get_plugins().schedulers.get(str(getattr(cls, "schedule_variant_of", "")))
+    base_takes = dict(getattr(base, "option_defaults", {})) if base is not None else {}
     options: dict[str, float] = {}
     for name in ("eta", "s_noise"):
         value = getattr(payload, name)
@@ -127,7 +130,7 @@ def sampler_fields(payload: Any, sampler: str, schedule: str | None) -> Mapped:
             continue
         if name in takes:
             options[name] = float(value)
-        elif stochastic and float(value) != 1.0:
+        elif (stochastic and float(value) != 1.0) or (name in base_takes and float(value) != base_takes[name]):
             has = ", ".join(takes) or "none"
             mapped.ignored[name] = f"the {canonical} sampler has no {name} option (its options: {has})"
     if options:
