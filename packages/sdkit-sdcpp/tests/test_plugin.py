@@ -68,6 +68,16 @@ def test_gguf_files_are_its_own_and_others_only_by_name(tmp_path: Path) -> None:
         sdkit.load_pipeline(tmp_path, backend="sdcpp")
 
 
+def test_a_damaged_gguf_is_refused_as_gguf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A ``.gguf`` file whose first bytes are not GGUF's magic is refused as a GGUF file (the
+    second bad-input pass found it reported as "not a safetensors file")."""
+    path = write_gguf(tmp_path / "model.gguf", SD1)
+    path.write_bytes(b"GGUX" + path.read_bytes()[4:])
+    _build(monkeypatch, "CPU")
+    with pytest.raises(ModelFormatError, match=r"model.gguf is not a GGUF file \(no GGUF magic\)"):
+        sdkit.load_pipeline(path, backend="sdcpp")
+
+
 def test_backends_lists_the_engine(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _build(monkeypatch, "CPU", "Vulkan")
     assert main(["backends", "--json"]) == 0

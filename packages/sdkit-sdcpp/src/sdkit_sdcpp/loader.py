@@ -27,8 +27,9 @@ TEXT_ENCODER_FILES = ("clip_l", "clip_g", "t5xxl")
 
 def file_family(path: Path) -> str:
     """The family the file's tensor names say (``gguf.family_of``), from its header only (checked
-    complete: a truncated file never reaches sd.cpp's loader)."""
-    if gguf.is_gguf(path):
+    complete: a truncated file never reaches sd.cpp's loader). A ``.gguf`` name is read as GGUF
+    whatever its first bytes, so a damaged one is refused as GGUF, not as a safetensors file."""
+    if gguf.is_gguf(path) or path.suffix.lower() == ".gguf":
         header = gguf.read_header(path)
         header.check_complete()
         return header.family
