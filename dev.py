@@ -142,7 +142,13 @@ def test() -> int:
     env = dict(os.environ)
     for var in ("SDKIT_BACKEND", "SDKIT_DISABLE_PLUGINS", "SDKIT_STRICT_PLUGINS", "SDKIT_CONFIG"):
         env.pop(var, None)
-    sh(PY, "-m", "pytest", *existing_tests(), *sys.argv[2:], env=env)
+    # pytest-xdist on the machine's cores (at most 4: the pipeline tests use two threads each);
+    # `dev.py test -n 0` runs in one process
+    args = sys.argv[2:]
+    workers = (
+        [] if any(a.startswith(("-n", "--numprocesses")) for a in args) else ["-n", str(min(4, os.cpu_count() or 1))]
+    )
+    sh(PY, "-m", "pytest", *workers, *existing_tests(), *args, env=env)
     return 0
 
 
