@@ -48,6 +48,7 @@ TEST_TOOLS = [
     "opencv-python-headless>=4.8",  # sdkit-core[control]: the ControlNet preprocessor tests
     "scikit-learn>=1.3",  # the tiny_digits test's classifier (load_digits ships in its wheel)
     "gguf>=0.10",  # llama.cpp's GGUF reader/writer: the oracle of sdkit's GGUF header reader
+    "tokenizers>=0.15",  # Hugging Face's tokenizers: the oracle of sdkit's CLIP BPE and T5 Unigram
 ]
 # sdkit-coreml's converter runs on any OS (its tests convert every fixture graph to an
 # .mlpackage); only running one needs macOS. ~110 MB with sympy, ~1 min to install.

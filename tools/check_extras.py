@@ -33,7 +33,7 @@ from sdkit.known_backends import KNOWN_BACKENDS, InstallSource, KnownBackend, in
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sdkit-core", "sdkit-ggml", "sdkit-openvino", "sdkit-trt", "sdkit-migraphx", "sdkit-coreml"]
 BEGIN, END = "<!-- extras-table:begin -->", "<!-- extras-table:end -->"
-# Dependencies of tokenizers that sdkit never imports (the Hub client and what only it needs).
+# The Hub client: a dependency sdkit never imports, reported when something pulls it in.
 HUB = "huggingface-hub"
 
 # Runs inside each fresh environment: every installed distribution, its size on disk and the
@@ -232,12 +232,12 @@ def table(outcomes: list[Outcome], order: list[str], earlier: dict[str, str]) ->
     lines = [f"pip install {requirement(e)}" for e in order]
     rows = [by_line[line] for line in lines if line in by_line]
     lines = ["| install line | installed size | largest parts |", "|---|---|---|", *rows, ""]
-    if core:
+    if core and HUB in core_dists:
         hub = core_dists - closure(["sdkit"], core.dists, without=HUB)
         hub_size = sum(dist_size(core, d) for d in hub)
         lines.append(
             f"Of core's {mb(core.size)}, {mb(hub_size)} is {HUB} and what only it needs "
-            f"({', '.join(sorted(hub - {HUB}))}): `tokenizers` requires it; sdkit never imports it."
+            f"({', '.join(sorted(hub - {HUB}))}): a dependency requires it; sdkit never imports it."
         )
     lines.append(
         f"Measured by `tools/check_extras.py` ({time.strftime('%Y-%m-%d')}, Linux {platform.machine()}, "

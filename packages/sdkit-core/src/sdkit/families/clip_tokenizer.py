@@ -11,8 +11,10 @@ its PROVENANCE.md). The token ids are built as CLIP's own ``SimpleTokenizer`` an
 - then one token per merge, the pair joined, for the first 48,894 merges of the file;
 - ``<|startoftext|>`` (49406) and ``<|endoftext|>`` (49407): 49,408 tokens in all.
 
-The BPE itself is the ``tokenizers`` library's, configured as CLIP's (normalizer, pre-tokenizer,
-``</w>`` suffix: ``configure_clip``). ``ClipTokenizerBase`` turns prompts into the text encoder's
+The BPE itself is ``sdkit.families.bpe.ClipBPE``: CLIP's normaliser, pre-tokeniser, byte-level
+alphabet and ``</w>`` suffix in plain Python, token for token what the ``tokenizers`` library
+computes (sdkit does not depend on that library: it and the Hub client it requires would add 41 MB).
+``ClipTokenizerBase`` turns prompts into the text encoder's
 fixed-length windows; ``sdkit.pipelines.text.clip_tokenizer.ClipTokenizer`` is the same on a diffusers
 folder's tokenizer files, and ``make_tokenizer`` there picks one from a ``PipelineConfig``.
 
@@ -31,14 +33,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.families.bpe import ClipBPE, bytes_to_unicode
 
-# CLIP's pre-tokenizer: contractions, letter runs, single digits, punctuation runs.
-CLIP_SPLIT = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
 VOCAB_SIZE = 49408
 MERGES = VOCAB_SIZE - 2 * 256 - 2  # 48,894: CLIP reads lines 1 .. 49152-256-2 of the file
@@ -46,19 +46,6 @@ BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 # A1111's extra-network tags (<lora:name:0.8>, <lyco:...>, <hypernet:...>): they choose networks
 # and are no text for the encoder; A1111 removes them from the prompt it encodes, as here.
 EXTRA_NETWORK_TAG = re.compile(r"<(?:lora|lyco|hypernet):[^<>]*>", re.IGNORECASE)
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character table (CLIP's byte-level alphabet):
-    printable Latin-1 bytes map to themselves, the other 68 to code points from 256 up."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
 
 
 def _byte_symbols() -> list[str]:
@@ -86,53 +73,24 @@ class PromptTruncatedWarning(UserWarning):
     """A prompt had more tokens than the text encoder's window; the rest was dropped."""
 
 
-def configure_clip(tokenizer: Any) -> Any:
-    """Set CLIP's normalizer (NFC, collapsed whitespace, lower case), pre-tokenizer and decoder
-    on a ``tokenizers.Tokenizer`` built on a CLIP BPE model; returns it."""
-    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
-
-    tokenizer.normalizer = normalizers.Sequence(
-        [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
-    )
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
-        ]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-    return tokenizer
-
-
-def clip_bpe() -> Any:
-    """A ``tokenizers.Tokenizer`` giving SD's CLIPTokenizer ids (no special tokens added)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import BPE
-
+def clip_bpe() -> ClipBPE:
+    """CLIP's BPE on the shipped vocabulary: SD's CLIPTokenizer ids (no special tokens added)."""
     vocab, merges = vocab_and_merges()
-    model = BPE(
-        vocab=dict(vocab),
-        merges=list(merges),
-        continuing_subword_prefix="",
-        end_of_word_suffix="</w>",
-        fuse_unk=False,
-        unk_token=EOS,
-    )
-    return configure_clip(Tokenizer(model))
+    return ClipBPE(vocab, merges, unk_token=EOS)
 
 
 class ClipTokenizerBase:
     """Prompt text -> fixed-length token-id windows for a CLIP text encoder.
 
     A subclass sets ``bos_token``, ``eos_token``, ``pad_token``, ``model_max_length`` and
-    ``_tokenizer`` (a ``tokenizers.Tokenizer``), then calls ``_finish()``.
+    ``_tokenizer`` (a ``ClipBPE``), then calls ``_finish()``.
     """
 
     bos_token: str
     eos_token: str
     pad_token: str
     model_max_length: int
-    _tokenizer: Any
+    _tokenizer: ClipBPE
 
     def _finish(self) -> None:
         self._expand: dict[int, list[int]] = {}  # an embedding's first token -> all its tokens
@@ -146,10 +104,7 @@ class ClipTokenizerBase:
         # and SDXL's bigG included, as an added token that splits the text: "wow!!" is then
         # "wow", "!", "!" (ids 0, 0), not the merged "!!" token (committed golden:
         # fixtures/families/clip_vocab_golden.json). Written into a prompt, "<|endoftext|>" is its id.
-        from tokenizers import AddedToken
-
-        specials = sorted({self.bos_token, self.eos_token, self.pad_token})
-        self._tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+        self._tokenizer.add_special_tokens(sorted({self.bos_token, self.eos_token, self.pad_token}))
 
     def _id(self, token: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -159,22 +114,20 @@ class ClipTokenizerBase:
 
     def __len__(self) -> int:
         """The vocabulary size with added tokens (transformers' ``len(tokenizer)``)."""
-        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+        return self._tokenizer.vocab_size()
 
     def add_embedding(self, name: str, vectors: int) -> list[int]:
         """Register a textual-inversion embedding as diffusers' ``load_textual_inversion`` does:
         the tokens ``name``, ``name_1``, ... ``name_{vectors-1}`` with the next free ids; ``name``
         in a prompt then stands for all of them. Returns their ids (the same ones again when
         ``name`` is already registered with that many vectors)."""
-        from tokenizers import AddedToken
-
         tokens = [name.lower()] + [f"{name.lower()}_{i}" for i in range(1, vectors)]
         known = [self._tokenizer.token_to_id(t) for t in tokens]
-        if known[0] is not None and self._expand.get(int(known[0])) == known:
-            return [int(i) for i in known]
+        if known[0] is not None and self._expand.get(known[0]) == known:
+            return [i for i in known if i is not None]
         if any(i is not None for i in known):
             raise ModelFormatError(f"the embedding name {name!r} is already a token of the vocabulary; rename its file")
-        self._tokenizer.add_tokens([AddedToken(t, normalized=True) for t in tokens])
+        self._tokenizer.add_tokens(tokens)
         ids = [self._id(t) for t in tokens]
         self._expand[ids[0]] = ids
         return ids
@@ -183,10 +136,10 @@ class ClipTokenizerBase:
         """The prompt's token ids, without start/end tokens or truncation (A1111's
         ``<lora:...>`` tags removed, each embedding's trigger expanded to its tokens)."""
         text = EXTRA_NETWORK_TAG.sub("", prompt)
-        encoding = self._tokenizer.encode(text.strip(), add_special_tokens=False)
+        ids = self._tokenizer.encode(text.strip())
         if not self._expand:
-            return list(encoding.ids)
-        return [t for i in encoding.ids for t in self._expand.get(i, [i])]
+            return ids
+        return [t for i in ids for t in self._expand.get(i, [i])]
 
     def __call__(self, prompts: str | Sequence[str]) -> np.ndarray:
         """``[len(prompts), model_max_length]`` int64 ids: start, prompt, end, padding."""

@@ -1,10 +1,11 @@
 """The CLIP tokenizer of a pipeline: a diffusers folder's tokenizer files, or the CLIP vocabulary
-sdkit ships (single-file checkpoints carry none); both built on the ``tokenizers`` library.
+sdkit ships (single-file checkpoints carry none); both on ``sdkit.families.bpe.ClipBPE``.
 
 CLIP's tokenizer is byte-level BPE with a ``</w>`` end-of-word suffix, lower-cased text with runs
 of whitespace collapsed, and a start and an end token around every prompt. ``ClipTokenizer``
 configures those pieces from a ``tokenizer/`` folder (``vocab.json`` + ``merges.txt``, or a
-``tokenizer.json``); the windowing (77 tokens: start, 75, end, padding; longer prompts truncated
+``tokenizer.json``: its BPE vocabulary and merges, read with CLIP's normaliser and pre-tokeniser);
+the windowing (77 tokens: start, 75, end, padding; longer prompts truncated
 with a ``PromptTruncatedWarning``) is ``sdkit.families.clip_tokenizer.ClipTokenizerBase``'s.
 ``make_tokenizer(source)`` makes the tokenizer a ``PipelineConfig.tokenizers`` entry names.
 """
@@ -16,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from sdkit.errors import ModelFormatError
+from sdkit.families.bpe import ClipBPE
 from sdkit.families.clip_tokenizer import (
     ClipTokenizerBase,
     PromptTruncatedWarning,
     ShippedVocab,
     TokenizerSource,
-    configure_clip,
 )
 from sdkit.files import read_optional_json_object
 
@@ -48,8 +49,6 @@ class ClipTokenizer(ClipTokenizerBase):
     """The CLIP tokenizer of a diffusers pipeline's ``tokenizer/`` folder."""
 
     def __init__(self, folder: str | Path) -> None:
-        from tokenizers import Tokenizer
-
         folder = Path(folder)
         config = {
             **read_optional_json_object(folder / "special_tokens_map.json", "tokenizer file"),
@@ -66,22 +65,18 @@ class ClipTokenizer(ClipTokenizerBase):
 
         vocab_file, merges_file = folder / "vocab.json", folder / "merges.txt"
         if vocab_file.is_file() and merges_file.is_file():
-            self._tokenizer = self._from_vocab(vocab_file, merges_file, unk_token)
+            vocab, merges = self._read_vocab(vocab_file, merges_file)
         elif (folder / "tokenizer.json").is_file():
-            try:
-                self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-            except Exception as exc:  # tokenizers raises plain Exceptions on bad files
-                raise ModelFormatError(f"{folder / 'tokenizer.json'} cannot be read: {exc}") from None
-            self._tokenizer.post_processor = None
+            vocab, merges, unk_token = self._read_tokenizer_json(folder / "tokenizer.json", unk_token)
         else:
             raise ModelFormatError(f"tokenizer folder {folder} has neither vocab.json + merges.txt nor tokenizer.json")
+        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in vocab.items()):
+            raise ModelFormatError(f"the tokenizer vocabulary in {folder} is not a token -> id mapping")
+        self._tokenizer = ClipBPE(vocab, merges, unk_token)
         self._finish()
 
     @staticmethod
-    def _from_vocab(vocab_file: Path, merges_file: Path, unk_token: str) -> Any:
-        from tokenizers import Tokenizer
-        from tokenizers.models import BPE
-
+    def _read_vocab(vocab_file: Path, merges_file: Path) -> tuple[dict[str, int], list[tuple[str, str]]]:
         try:
             vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
             lines = merges_file.read_text(encoding="utf-8").splitlines()
@@ -97,18 +92,32 @@ class ClipTokenizer(ClipTokenizerBase):
             if len(parts) != 2:
                 raise ModelFormatError(f"{merges_file}: bad merge line {line!r}")
             merges.append((parts[0], parts[1]))
+        return vocab, merges
+
+    @staticmethod
+    def _read_tokenizer_json(path: Path, unk_token: str) -> tuple[dict[str, int], list[tuple[str, str]], str]:
+        """A ``tokenizer.json``'s BPE vocabulary, merges (``"a b"`` strings or ``[a, b]`` pairs)
+        and unknown token; the file's normaliser and pre-tokeniser are CLIP's by definition here."""
         try:
-            model = BPE(
-                vocab=vocab,
-                merges=merges,
-                continuing_subword_prefix="",
-                end_of_word_suffix="</w>",
-                fuse_unk=False,
-                unk_token=unk_token,
-            )
-        except Exception as exc:
-            raise ModelFormatError(f"tokenizer files in {vocab_file.parent} are inconsistent: {exc}") from None
-        return configure_clip(Tokenizer(model))
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise ModelFormatError(f"{path} cannot be read: {exc}") from None
+        model = spec.get("model") if isinstance(spec, dict) else None
+        if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
+            raise ModelFormatError(f"{path} is not a BPE tokenizer (CLIP's tokenizers are)")
+        vocab, raw_merges = model.get("vocab"), model.get("merges")
+        if not isinstance(vocab, dict) or not isinstance(raw_merges, list):
+            raise ModelFormatError(f"{path} has no BPE vocabulary and merges")
+        merges = []
+        for entry in raw_merges:
+            parts = entry.split() if isinstance(entry, str) else entry
+            if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) for p in parts):
+                raise ModelFormatError(f"{path}: bad merge {entry!r}")
+            merges.append((parts[0], parts[1]))
+        if model.get("end_of_word_suffix", "</w>") != "</w>":
+            raise ModelFormatError(f"{path} is not a CLIP tokenizer (its BPE has no </w> word ends)")
+        unk = model.get("unk_token")
+        return vocab, merges, unk if isinstance(unk, str) else unk_token
 
 
 def make_tokenizer(source: TokenizerSource) -> ClipTokenizerBase:

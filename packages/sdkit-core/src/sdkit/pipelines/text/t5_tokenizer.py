@@ -1,5 +1,6 @@
 """The T5 tokenizer of SD3 (``tokenizer_3``), Flux.1 and Chroma (``tokenizer_2``): SentencePiece
-Unigram through the ``tokenizers`` library.
+Unigram in plain Python (``sdkit.pipelines.text.unigram``: token for token what the ``tokenizers``
+library computes, without it).
 
 T5's SentencePiece model (32,000 pieces plus 100 ``<extra_id_*>`` sentinels; ``<pad>`` 0, ``</s>``
 1, ``<unk>`` 2) is read from a pipeline's tokenizer folder when it has a ``tokenizer.json`` (what
@@ -19,17 +20,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.pipelines.text.clip_tokenizer import PromptTruncatedWarning
+from sdkit.pipelines.text.unigram import Unigram
 
 SHIPPED = Path(__file__).with_name("t5_vocab") / "tokenizer.json.gz"
 # sha256 of T5's spiece.model (google/t5-v1_1-xxl, FLUX.1 tokenizer_2, SD3 tokenizer_3), the model
@@ -53,21 +55,27 @@ def _shipped_json() -> str:
         return handle.read()
 
 
-def _load(folder: Path | None) -> Any:
-    from tokenizers import Tokenizer
+@lru_cache(maxsize=1)
+def _shipped() -> Unigram:
+    return Unigram(json.loads(_shipped_json()))
 
+
+def _load(folder: Path | None) -> Unigram:
     if folder is None:
-        return Tokenizer.from_str(_shipped_json())
+        return _shipped()
     path = folder / "tokenizer.json"
     if path.is_file():
         try:
-            return Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises plain Exceptions on bad files
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
             raise ModelFormatError(f"{path} cannot be read: {exc}") from None
+        if not isinstance(spec, dict):
+            raise ModelFormatError(f"{path} is not a tokenizer description")
+        return Unigram(spec)
     spiece = folder / "spiece.model"
     if spiece.is_file():
         if hashlib.sha256(spiece.read_bytes()).hexdigest() == SPIECE_SHA256:
-            return Tokenizer.from_str(_shipped_json())
+            return _shipped()
         raise ModelFormatError(
             f"{spiece} is not T5's SentencePiece model and the folder has no tokenizer.json; "
             "add the tokenizer.json of the model (transformers' T5TokenizerFast writes it)"
@@ -84,11 +92,8 @@ class T5Tokenizer:
 
     def __init__(self, folder: str | Path | None = None) -> None:
         self.folder = None if folder is None else Path(folder)
-        self._tokenizer = _load(self.folder)
         # The pieces alone: </s> and padding are added below, as the model's template does.
-        self._tokenizer.post_processor = None
-        self._tokenizer.no_truncation()
-        self._tokenizer.no_padding()
+        self._tokenizer = _load(self.folder)
         self.pad_id = self._id("<pad>")
         self.eos_id = self._id("</s>")
         self.unk_id = self._id("<unk>")
@@ -102,14 +107,14 @@ class T5Tokenizer:
     @property
     def vocab_size(self) -> int:
         """Pieces including the sentinels and special tokens (32,100 for T5)."""
-        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+        return self._tokenizer.vocab_size()
 
     def tokens(self, prompt: str) -> list[int]:
         """The prompt's piece ids, without ``</s>``, padding or truncation."""
-        return list(self._tokenizer.encode(prompt, add_special_tokens=False).ids)
+        return self._tokenizer.encode(prompt)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
+        return self._tokenizer.decode(ids)
 
     def __call__(self, prompts: str | Sequence[str], max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> T5Tokens:
         """``max_sequence_length`` ids per prompt: pieces, ``</s>``, ``<pad>`` padding."""
