@@ -397,6 +397,23 @@ def test_flow_sde_first_sigma_offset() -> None:
         assert float(other.sigmas[0]) == 1.0
 
 
+def test_comfyui_gpu_names_and_tcd_schedules() -> None:
+    """ComfyUI's *_gpu SDE samplers differ from theirs only in where the Brownian tree draws (sdkit
+    draws its own noise for both): same classes, and the flow variants on a flow model. TCD on a
+    sigma schedule is refused with the reason (ComfyUI's core has no TCD sampler to follow)."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    for name, canonical in [
+        ("dpmpp_2m_sde_gpu", "dpmpp_2m_sde"),
+        ("dpmpp_3m_sde_gpu", "dpmpp_3m_sde"),
+        ("dpmpp_sde_gpu", "dpmpp_sde"),
+    ]:
+        assert resolve(name) == (canonical, "normal")
+        assert resolve(f"{name} karras") == (canonical, "karras")
+    assert create_scheduler("dpmpp_3m_sde_gpu", config=flow).name == "dpmpp_3m_sde_flow"
+    with pytest.raises(OptionError, match="ComfyUI's core has no TCD sampler"):
+        create_scheduler("TCD Karras")
+
+
 def test_restart_segments() -> None:
     """A1111's automatic restart list: below 20 steps plain Heun over the schedule; at 20 the main
     schedule is 11 Karras steps and, after the step nearest sigma 0.1, 9 segments from the sigma

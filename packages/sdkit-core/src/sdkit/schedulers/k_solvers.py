@@ -92,7 +92,7 @@ class DPMPP2SAncestral(KDiscreteSampler):
 class DPMPP3MSDE(KDiscreteSampler):
     name = "dpmpp_3m_sde"
     label = "DPM++ 3M SDE"
-    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 3M SDE", "k_dpmpp_3m_sde")
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 3M SDE", "k_dpmpp_3m_sde", "dpmpp_3m_sde_gpu")  # _gpu: see DPMPP2MSDE
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpmpp_3m_sde
