@@ -65,6 +65,11 @@ BEFORE_SAMPLERS.update(
         "deis_flow": "DEIS",
         "ipndm_flow": "iPNDM",
         "ipndm_v_flow": "iPNDM_v",
+        # ComfyUI's DPM++ 2M/3M SDE (half log-SNR), DDPM and DPM++ 2M CFG++ on flow models
+        "dpmpp_2m_sde_flow": "DPM++ 2M SDE",
+        "dpmpp_3m_sde_flow": "DPM++ 3M SDE",
+        "ddpm_flow": "DDPM",
+        "dpmpp_2m_cfg_pp_flow": "DPM++ 2M CFG++",
     }
 )
 BEFORE_SCHEDULES = {

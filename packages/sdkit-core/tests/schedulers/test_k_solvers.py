@@ -18,12 +18,13 @@ Tolerance: TOL (1e-6, relative above 1) unless listed with its cause.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
 import numpy as np
 import pytest
-from scheduler_goldens import GOLDEN, Replay, max_scaled_error
+from scheduler_goldens import FIXTURES, GOLDEN, Replay, max_scaled_error
 
 from sdkit.errors import InputError, OptionError
 from sdkit.schedulers import create_scheduler, resolve, sampler_label, scheduler_class
@@ -310,6 +311,13 @@ def test_flow_variants_resolve_and_label() -> None:
         ("DPM2 a", "dpm_2_a_flow"),
         ("heunpp2", "heunpp2_flow"),
         ("Euler CFG++", "euler_cfg_pp_flow"),
+        ("DPM++ 2M SDE", "dpmpp_2m_sde_flow"),
+        ("k_dpmpp_2m_sde_karras", "dpmpp_2m_sde_flow"),
+        ("DPM++ 3M SDE", "dpmpp_3m_sde_flow"),
+        ("dpmpp_3m_sde", "dpmpp_3m_sde_flow"),
+        ("DDPM", "ddpm_flow"),
+        ("DPM++ 2M CFG++", "dpmpp_2m_cfg_pp_flow"),
+        ("dpmpp_2m_cfg_pp", "dpmpp_2m_cfg_pp_flow"),
     ]:
         sched = create_scheduler(name, config=flow)
         assert sched.name == variant
@@ -317,7 +325,7 @@ def test_flow_variants_resolve_and_label() -> None:
         sched.set_timesteps(4)
         assert float(sched.sigmas[0]) <= 1.0 and float(sched.sigmas[-1]) == 0.0
     with pytest.raises(OptionError, match="flow"):
-        create_scheduler("DDPM", config=flow)
+        create_scheduler("DPM++ SDE", config=flow)
     with pytest.raises(OptionError, match="clip_sample"):
         create_scheduler("DDPM", config={"clip_sample": True})
 
@@ -334,6 +342,7 @@ def test_labels_and_names() -> None:
         "Euler CFG++": "euler_cfg_pp",
         "DPM++ 2M CFG++": "dpmpp_2m_cfg_pp",
         "Restart": "restart",
+        "DPM++ 2M SDE": "dpmpp_2m_sde",
     }
     comfy = ["dpm_2", "dpm_2_ancestral", "dpmpp_2s_ancestral", "dpmpp_3m_sde", "lms", "ddpm", "heunpp2"]
     for label, name in labels.items():
@@ -343,6 +352,66 @@ def test_labels_and_names() -> None:
         assert scheduler_class(name).name in labels.values()
     assert create_scheduler("DPM2 a Karras").schedule == "karras"
     assert create_scheduler("DPM++ 3M SDE Exponential").schedule == "exponential"
+
+
+FLOW_SDE_EXAMPLE = FIXTURES / "flow_sde_example.json"
+
+
+@pytest.mark.skipif(not FLOW_SDE_EXAMPLE.is_file(), reason=f"{FLOW_SDE_EXAMPLE} not found")
+@pytest.mark.parametrize("sampler", ["dpmpp_2m_sde", "dpmpp_3m_sde"])
+def test_flow_sde_worked_example(sampler: str) -> None:
+    """The 4-step SD3 case written down in sdkit.schedulers.k_solvers, against the numbers of
+    fixtures/schedulers/make_flow_sde_example.py (Python floats from the written-down algorithm;
+    sdkit runs float32: 1e-6 relative, measured 1.8e-7)."""
+    example = json.loads(FLOW_SDE_EXAMPLE.read_text())
+    sched = create_scheduler(sampler, config={"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0})
+    assert sched.name == f"{sampler}_flow"
+    sched.set_timesteps(4)
+    assert sched.sigmas.tolist() == pytest.approx(example["run_sigmas"], rel=1e-6, abs=0)
+    assert float(sched.sigmas[0]) == np.float32(example["offset_sigma"])  # percent_to_sigma(1e-4), float32
+    draws = iter(example["draws"])
+    x = np.full((1,), example["x_start"], np.float32)
+    for i, t in enumerate(sched.timesteps):
+        v = np.array([(float(x[0]) - example["estimates"][i]) / float(sched.sigmas[i])], np.float32)
+        x = sched.step(v, t, x, noise=lambda shape: np.full(shape, next(draws), np.float32))
+        assert float(x[0]) == pytest.approx(example[sampler][i], rel=1e-6, abs=1e-7)
+    assert next(draws, None) is None  # one draw per step but the last
+
+
+def test_flow_sde_first_sigma_offset() -> None:
+    """ComfyUI's offset_first_sigma_for_snr: only a first sigma >= 1 moves, to the model's
+    percent_to_sigma(1e-4) (Flux: mu from the resolution); img2img's tail and the samplers that do
+    not use the half log-SNR (DDPM, DPM++ 2M CFG++, Euler a) keep the schedule's sigmas."""
+    flux = {"_class_name": "FlowMatchEulerDiscreteScheduler", "use_dynamic_shifting": True}
+    sched = create_scheduler("DPM++ 3M SDE", config=flux)
+    sched.set_timesteps(5, mu=1.15)
+    example = json.loads(FLOW_SDE_EXAMPLE.read_text()) if FLOW_SDE_EXAMPLE.is_file() else {}
+    offset = math.exp(1.15) / (math.exp(1.15) + (1 / (1 - 1e-4) - 1))
+    assert float(sched.sigmas[0]) == np.float32(offset) == np.float32(example.get("flux_offset_sigma_1024px", offset))
+    assert float(sched.timesteps[0]) == pytest.approx(offset * 1000, rel=1e-6)
+    sched.set_timesteps(5, strength=0.6, mu=1.15)
+    assert float(sched.sigmas[0]) < 0.99 and sched.sigmas[0] == sched._all_sigmas[sched._first]
+    for name in ("DDPM", "DPM++ 2M CFG++", "Euler a"):
+        other = create_scheduler(name, config=flux)
+        other.set_timesteps(5, mu=1.15)
+        assert float(other.sigmas[0]) == 1.0
+
+
+def test_comfyui_gpu_names_and_tcd_schedules() -> None:
+    """ComfyUI's *_gpu SDE samplers differ from theirs only in where the Brownian tree draws (sdkit
+    draws its own noise for both): same classes, and the flow variants on a flow model. TCD on a
+    sigma schedule is refused with the reason (ComfyUI's core has no TCD sampler to follow)."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    for name, canonical in [
+        ("dpmpp_2m_sde_gpu", "dpmpp_2m_sde"),
+        ("dpmpp_3m_sde_gpu", "dpmpp_3m_sde"),
+        ("dpmpp_sde_gpu", "dpmpp_sde"),
+    ]:
+        assert resolve(name) == (canonical, "normal")
+        assert resolve(f"{name} karras") == (canonical, "karras")
+    assert create_scheduler("dpmpp_3m_sde_gpu", config=flow).name == "dpmpp_3m_sde_flow"
+    with pytest.raises(OptionError, match="ComfyUI's core has no TCD sampler"):
+        create_scheduler("TCD Karras")
 
 
 def test_restart_segments() -> None:

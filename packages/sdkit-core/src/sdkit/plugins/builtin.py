@@ -56,6 +56,10 @@ SCHEDULERS = (
             "DPM2AncestralFlow",
             "HeunPP2Flow",
             "EulerCFGPPFlow",
+            "DPMPP2MSDEFlow",
+            "DPMPP3MSDEFlow",
+            "DDPMFlow",
+            "DPMPP2MCFGPPFlow",
         )
     ),
     # issue 27 (UniPC, DEIS, iPNDM, TCD and their flow variants)

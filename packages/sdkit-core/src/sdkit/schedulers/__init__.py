@@ -61,7 +61,11 @@ The last ten (``sdkit.schedulers.k_solvers``) list every model call in ``timeste
 per step) and start img2img at a step, on the tail of the sigmas, as A1111 and ComfyUI do. Flow
 variants, as ComfyUI runs them on SD3/Flux/Chroma: ``euler_a_flow``, ``heun_flow``,
 ``dpmpp_2m_flow``, ``dpmpp_2s_a_flow``, ``lms_flow``, ``dpm_2_flow``, ``dpm_2_a_flow``,
-``heunpp2_flow``, ``euler_cfg_pp_flow`` (the ancestral ones are ComfyUI's rectified-flow variants).
+``heunpp2_flow``, ``euler_cfg_pp_flow`` (the ancestral ones are ComfyUI's rectified-flow variants),
+``dpmpp_2m_sde_flow``, ``dpmpp_3m_sde_flow`` (ComfyUI's half-log-SNR form with its first-sigma offset,
+worked example in ``sdkit.schedulers.k_solvers``), ``ddpm_flow``, ``dpmpp_2m_cfg_pp_flow`` (ComfyUI's
+unchanged on flow sigmas). Still refused on flow models (no flow variant here): DPM++ SDE, DDIM,
+LCM, Restart, TCD.
 
 
 The step to sigma 0 of UniPC and DEIS returns the clean estimate (diffusers' bh1 and DEIS cannot

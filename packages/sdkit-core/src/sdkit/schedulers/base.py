@@ -231,6 +231,7 @@ class Scheduler(ABC):
       schedule_variant_of: for a sampler that runs the schedules another one lacks, that sampler
         (``ddim_sigmas`` is ComfyUI's ddim, on sigma schedules): ``create_scheduler("DDIM Karras")``
         picks it where ``ddim`` does not take the schedule.
+      schedules_note: why the schedules it lacks are missing, appended to the refusal of one.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
       default_config: the config ``config=None`` means (SD 1.x's ``SD15_CONFIG``; ``{}`` for flow).
@@ -247,6 +248,7 @@ class Scheduler(ABC):
     needs_uncond: ClassVar[bool] = False
     variant_of: ClassVar[str] = ""
     schedule_variant_of: ClassVar[str] = ""
+    schedules_note: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
     default_config: ClassVar[Mapping[str, Any]] = SD15_CONFIG
@@ -260,8 +262,10 @@ class Scheduler(ABC):
     ) -> None:
         self.options: dict[str, float] = _checked_options(self.name, self.option_defaults, options)
         if schedule not in self.schedules:
+            note = f" ({self.schedules_note})" if self.schedules_note else ""
             raise OptionError(
-                f"sampler {self.name!r} does not support schedule {schedule!r}; use one of {', '.join(self.schedules)}"
+                f"sampler {self.name!r} does not support schedule {schedule!r}; use one of "
+                f"{', '.join(self.schedules)}{note}"
             )
         if config is not None and not isinstance(config, Mapping):
             raise OptionError(f"scheduler config must be a dict (scheduler_config.json), got {type(config).__name__}")

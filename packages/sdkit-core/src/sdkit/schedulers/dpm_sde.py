@@ -44,7 +44,12 @@ def _sigma(t: np.float32) -> np.float32:
 class DPMPPSDE(SigmaScheduler):
     name = "dpmpp_sde"
     label = "DPM++ SDE"
-    aliases: ClassVar[tuple[str, ...]] = ("DPM++ SDE", "k_dpmpp_sde", "dpm_solver_sde")
+    aliases: ClassVar[tuple[str, ...]] = (
+        "DPM++ SDE",
+        "k_dpmpp_sde",
+        "dpm_solver_sde",
+        "dpmpp_sde_gpu",
+    )  # see DPMPP2MSDE
     order = 2
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = {"s_noise": 1.0}  # A1111's "sigma noise": scales both noises

@@ -175,7 +175,9 @@ class DPMPP2M(DPMSolverMultistep):
 class DPMPP2MSDE(DPMSolverMultistep):
     name = "dpmpp_2m_sde"
     label = "DPM++ 2M SDE"
-    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M SDE", "k_dpmpp_2m_sde", "sde-dpmsolver++")
+    # ComfyUI's dpmpp_2m_sde_gpu differs from its dpmpp_2m_sde only in where its Brownian-tree noise
+    # is drawn; sdkit draws its own noise for both (see sdkit.schedulers.base.noise_from_seed).
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 2M SDE", "k_dpmpp_2m_sde", "sde-dpmsolver++", "dpmpp_2m_sde_gpu")
     stochastic = True
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = {"s_noise": 1.0}

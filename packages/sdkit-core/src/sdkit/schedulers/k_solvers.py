@@ -4,6 +4,38 @@ Each class joins an algorithm of ``sdkit.schedulers.k_algorithms`` (or ``ui_algo
 ``sdkit.schedulers.k_stepper`` and the names A1111 (its label, also written in PNG parameters),
 ComfyUI and diffusers use. The ``*_flow`` classes are the flow-model variants ComfyUI runs on SD3,
 Flux and Chroma (``variant_of``: "DPM2" on a flow model is ``dpm_2_flow``).
+
+DPM++ 2M SDE and DPM++ 3M SDE on flow models (``dpmpp_2m_sde_flow``, ``dpmpp_3m_sde_flow``) are
+ComfyUI's ``sample_dpmpp_2m_sde`` / ``sample_dpmpp_3m_sde`` with ``CONST`` model sampling: they
+work in the half log-SNR lambda = log((1 - sigma) / sigma) (``ui_algorithms.dpmpp_sde_rf`` has the
+update), and since lambda(1) = -inf, ComfyUI's ``offset_first_sigma_for_snr`` first replaces a first
+sigma >= 1 by the model's ``percent_to_sigma(1e-4)``, the shift of t = 1 - 1e-4:
+``shift t / (1 + (shift - 1) t)`` for SD3 (ModelSamplingDiscreteFlow; shift 3: 0.99996666),
+``e^mu / (e^mu + 1 / t - 1)`` for Flux / Chroma (ModelSamplingFlux, mu from the resolution as the
+schedule's; FLUX.1 dev at 1024x1024, mu 1.15: 0.99996833), in float64 rounded to float32. The first
+model call is at that sigma (timestep 999.9667 for SD3), on the initial noise; img2img's tail
+(first sigma < 1) is not moved. Worked example (``fixtures/schedulers/make_flow_sde_example.py``,
+Python floats; ``flow_sde_example.json``), SD3 shift 3, 4 steps "normal", one-element sample x = 1.5,
+x0 estimates D = 0.4, 0.45, 0.5, 0.52 at the four calls, draws z = 1, -0.5, 0.25, s_noise 1:
+
+===================  ==========  ==========  ==========  ==========  =====
+                     step 0      step 1      step 2      step 3      end
+===================  ==========  ==========  ==========  ==========  =====
+sigma                0.99996668  0.85769230  0.60215056  0.00892857  0
+lambda               -10.309350  -1.796254   -0.414434   4.709530
+h (to next)          8.513096    1.381820    5.123964    (x = D)
+x after, 2M SDE      0.914874    0.039121    0.589626    0.52
+x after, 3M SDE      0.914874    0.039743    0.715808    0.52
+===================  ==========  ==========  ==========  ==========  =====
+
+Step 0 of both: alpha = 1 - 0.85769230, e = 1 - exp(-2 h) = 1 - 4.0e-8, x = (0.85769230 /
+0.99996668) exp(-h) 1.5 + alpha e 0.4 + 1 * 0.85769230 sqrt(1 - exp(-2 h)) = 0.914874. Step 1
+adds 2M's midpoint term (alpha e / 2) (h / h_prev) (D - D_prev), 3M's alpha phi2 (D - D_prev)
+h / h_prev; step 2 uses 3M's two-history term. ``ddpm_flow`` and ``dpmpp_2m_cfg_pp_flow`` are
+ComfyUI's ``sample_ddpm`` / ``sample_dpmpp_2m_cfg_pp`` unchanged on flow sigmas (neither has a
+``CONST`` form in ComfyUI, and neither offsets the first sigma): images match ComfyUI's, but DDPM's
+variance-preserving step is not a posterior of the flow interpolation. ``noise_scale`` (ComfyUI's
+per-model multiplier of s_noise) is 1 for SD3, Flux and Chroma and not modelled.
 """
 
 from __future__ import annotations
@@ -60,7 +92,7 @@ class DPMPP2SAncestral(KDiscreteSampler):
 class DPMPP3MSDE(KDiscreteSampler):
     name = "dpmpp_3m_sde"
     label = "DPM++ 3M SDE"
-    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 3M SDE", "k_dpmpp_3m_sde")
+    aliases: ClassVar[tuple[str, ...]] = ("DPM++ 3M SDE", "k_dpmpp_3m_sde", "dpmpp_3m_sde_gpu")  # _gpu: see DPMPP2MSDE
     needs_noise = True
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = alg.dpmpp_3m_sde
@@ -255,3 +287,54 @@ class EulerCFGPPFlow(_Flow):
     needs_uncond = True
     algorithm: ClassVar[Algorithm] = ui.euler_cfg_pp
     reference = "comfy.k_diffusion.sampling.sample_euler_cfg_pp"
+
+
+class DPMPP2MSDEFlow(_Flow):
+    """ComfyUI's ``sample_dpmpp_2m_sde`` on a flow model: half log-SNR form, first sigma offset
+    (``ui_algorithms.dpmpp_sde_rf``; worked example in the module docstring)."""
+
+    name = "dpmpp_2m_sde_flow"
+    label = "DPM++ 2M SDE"
+    variant_of = "dpmpp_2m_sde"
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2m_sde_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_sde"
+
+
+class DPMPP3MSDEFlow(_Flow):
+    """ComfyUI's ``sample_dpmpp_3m_sde`` on a flow model (``ui_algorithms.dpmpp_sde_rf``, order 3)."""
+
+    name = "dpmpp_3m_sde_flow"
+    label = "DPM++ 3M SDE"
+    variant_of = "dpmpp_3m_sde"
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_3m_sde_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_3m_sde"
+
+
+class DDPMFlow(_Flow):
+    """ComfyUI's ``sample_ddpm`` on a flow model: ComfyUI applies its variance-preserving DDPM step
+    (``ui_algorithms.ddpm``) to the flow sigmas unchanged (no ``CONST`` form, no first-sigma
+    offset), and so does this class, so images match ComfyUI's; it is not a DDPM posterior of the
+    flow model's interpolation."""
+
+    name = "ddpm_flow"
+    label = "DDPM"
+    variant_of = "ddpm"
+    needs_noise = True
+    algorithm: ClassVar[Algorithm] = ui.ddpm
+    reference = "comfy.k_diffusion.sampling.sample_ddpm"
+
+
+class DPMPP2MCFGPPFlow(_Flow):
+    """ComfyUI's ``sample_dpmpp_2m_cfg_pp`` on a flow model: unchanged (t = -log sigma, no
+    ``CONST`` form, no first-sigma offset: -log 1 = 0 is finite), as ComfyUI runs it."""
+
+    name = "dpmpp_2m_cfg_pp_flow"
+    label = "DPM++ 2M CFG++"
+    variant_of = "dpmpp_2m_cfg_pp"
+    needs_uncond = True
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2m_cfg_pp
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"

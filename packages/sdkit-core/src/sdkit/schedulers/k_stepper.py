@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,13 +63,17 @@ Steps = Generator[tuple[F32, np.float32, int], Evaluated, F32]
 @dataclass
 class Run:
     """One sampling run: the step sigmas (float32, ending in 0), the start sample, the noise and
-    the sampler's options; ``flow`` says the sigmas are a flow model's (ComfyUI's ``CONST``)."""
+    the sampler's options; ``flow`` says the sigmas are a flow model's (ComfyUI's ``CONST``);
+    ``snr_first_sigma`` is the sigma ComfyUI's ``offset_first_sigma_for_snr`` puts in place of a
+    first sigma >= 1 for the samplers that work in half-log-SNR (a flow model's
+    ``percent_to_sigma(1e-4)``; None for sigma models, which it leaves alone)."""
 
     sigmas: F32
     x: F32
     draw: Callable[[tuple[int, ...]], F32]
     options: Mapping[str, float]
     flow: bool = False
+    snr_first_sigma: np.float32 | None = None
 
     def noise(self) -> F32:
         """A standard-normal draw shaped like the sample (k-diffusion's ``noise_sampler(...)``)."""
@@ -105,6 +109,10 @@ class KSampler(Scheduler):
     def _x0(self, model_output: F32, sample: F32, sigma: np.float32) -> F32:
         raise NotImplementedError
 
+    def _snr_first_sigma(self) -> np.float32 | None:
+        """``Run.snr_first_sigma`` (sigma models: None)."""
+        return None
+
     # -- planning -----------------------------------------------------------------------------
 
     def _build(self, steps: int, strength: float) -> None:
@@ -119,7 +127,9 @@ class KSampler(Scheduler):
         sigmas, step_t = self._all_sigmas[first:], self._all_t[first:]
         calls: list[np.float32] = []
         starts: list[int] = []  # the call each step starts with
-        steps = type(self).algorithm(Run(sigmas, np.zeros(1, np.float32), _zeros, self.options, self._flow))
+        steps = type(self).algorithm(
+            Run(sigmas, np.zeros(1, np.float32), _zeros, self.options, self._flow, self._snr_first_sigma())
+        )
         try:
             _, sigma, step = next(steps)
             while True:
@@ -166,8 +176,9 @@ class KSampler(Scheduler):
         sample = sample.copy()  # the algorithm may keep it for a later stage; the caller may reuse its array
         self._noise = noise
         if self._steps is None:
+            draw = lambda shape: self._draw(self._noise, shape)  # noqa: E731
             self._steps = type(self).algorithm(
-                Run(self._run_sigmas, sample, lambda shape: self._draw(self._noise, shape), self.options, self._flow)
+                Run(self._run_sigmas, sample, draw, self.options, self._flow, self._snr_first_sigma())
             )
             next(self._steps)  # runs to the first model call, on this sample
         denoised = self._x0(model_output, sample, sigma)
@@ -237,3 +248,11 @@ class KFlowSampler(KSampler, FlowMatchEuler):
 
     def _x0(self, model_output: F32, sample: F32, sigma: np.float32) -> F32:
         return f32(sample - model_output * sigma)
+
+    def _snr_first_sigma(self) -> np.float32 | None:
+        """ComfyUI's ``percent_to_sigma(1e-4)`` of the model: the shift of t = 1 - 1e-4 in float64
+        (ModelSamplingDiscreteFlow's ``time_snr_shift(shift, t)``, ModelSamplingFlux's
+        ``flux_time_shift(mu, 1, t)``: the schedule's own shift, ``FlowShift.apply``), rounded to
+        float32 as ComfyUI's assignment into its float32 sigmas rounds it. No terminal stretch
+        (``shift_terminal``): ComfyUI's model sampling has none."""
+        return cast(np.float32, np.float32(self.flow.apply(np.array([1.0 - 1e-4]), self._mu)[0]))

@@ -27,6 +27,13 @@ class TCD(LCM):
     name = "tcd"
     label = "TCD"
     aliases: ClassVar[tuple[str, ...]] = ("TCD",)
+    # ComfyUI's core (comfy/k_diffusion/sampling.py, comfy_extras) has no TCD sampler: its TCD is the
+    # ComfyUI-TCD custom node's, with that node's own scheduler. There is no UI reference for TCD on
+    # sigma schedules to follow, so only diffusers' (LCM's timesteps) is offered.
+    schedules_note = (
+        "TCD runs LCM's timesteps, as diffusers' TCDScheduler; ComfyUI's core has no TCD sampler to follow on "
+        "sigma schedules"
+    )
     option_defaults: ClassVar[dict[str, float]] = {"eta": 0.3}
     diffusers_class = "TCDScheduler"
 

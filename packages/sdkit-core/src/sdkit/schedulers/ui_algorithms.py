@@ -228,6 +228,96 @@ def dpmpp_2m_cfg_pp(run: Run) -> Steps:
     return x
 
 
+def offset_first_sigma_for_snr(run: Run) -> F32:
+    """ComfyUI's ``offset_first_sigma_for_snr``: on a flow model a first sigma >= 1 (whose half
+    log-SNR -logit(1) is -inf) becomes ``run.snr_first_sigma``; the model is evaluated there."""
+    s: F32 = run.sigmas
+    if run.snr_first_sigma is None or len(s) <= 1 or s[0] < ONE:
+        return s
+    s = s.copy()
+    s[0] = run.snr_first_sigma
+    return s
+
+
+def dpmpp_sde_rf(run: Run, order: int) -> Steps:
+    """ComfyUI's ``sample_dpmpp_2m_sde`` (midpoint; ``order`` 2) and ``sample_dpmpp_3m_sde`` (``order``
+    3) on a flow model (``CONST``), eta 1, in the half log-SNR lambda = log((1 - sigma) / sigma) on
+    :func:`offset_first_sigma_for_snr`'s sigmas s. Per step, with D the x0 estimate, h = lambda(s[i+1])
+    - lambda(s[i]), h_eta = 2 h, alpha = 1 - s[i+1] (= s[i+1] exp(lambda(s[i+1]))), e = -expm1(-h_eta):
+
+        x <- (s[i+1] / s[i]) exp(-h) x + alpha e D                          (x = D on the step to 0)
+        2M, from the second step (r = h_prev / h):  x += (alpha e / 2) (1 / r) (D - D_prev)
+        3M, second step: x += alpha phi2 (D - D_prev) / r  with phi2 = expm1(-h_eta) / h_eta + 1;
+            from the third (r0 = h_prev / h, r1 = h_prev2 / h, d0 = (D - D_prev) / r0,
+            d1' = (D_prev - D_prev2) / r1, phi3 = phi2 / h_eta - 1/2):
+            x += alpha phi2 (d0 + (d0 - d1') r0 / (r0 + r1)) - alpha phi3 (d0 - d1') / (r0 + r1)
+        x += z s[i+1] sqrt(-expm1(-2 h)) s_noise    (z ~ N(0, 1); no draw when s_noise is 0)
+
+    The worked example of a 4-step case is in ``sdkit.schedulers.k_solvers``."""
+    s, x, s_noise = offset_first_sigma_for_snr(run), run.x, s_noise_of(run)
+    eta = ETA
+    history: list[tuple[F32, np.float32]] = []  # (x0 estimate, its step's h), newest first
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x, denoised = ev.x, ev.denoised
+        if s[i + 1] == 0:
+            x = denoised
+            continue
+        lambda_s, lambda_t = _half_log_snr(s[i], True), _half_log_snr(s[i + 1], True)
+        h = np.float32(lambda_t - lambda_s)
+        h_eta = np.float32(h * np.float32(eta + ONE))
+        alpha_t = np.float32(s[i + 1] * exp32(lambda_t))
+        decay = -expm1_32(-h_eta)
+        x = f32(
+            np.float32(np.float32(s[i + 1] / s[i]) * exp32(np.float32(-h * eta))) * x + (alpha_t * decay) * denoised
+        )
+        x = _sde_correction(x, denoised, history, h, h_eta, alpha_t, order)
+        if eta > 0 and s_noise > 0:
+            scale = sqrt32(-expm1_32(np.float32(np.float32(-2) * h * eta)))
+            x = f32(x + f32(f32(run.noise() * s[i + 1]) * scale) * s_noise)
+        history = [(denoised, h), *history][:2]
+    return x
+
+
+def _sde_correction(
+    x: F32,
+    denoised: F32,
+    history: list[tuple[F32, np.float32]],
+    h: np.float32,
+    h_eta: np.float32,
+    alpha_t: np.float32,
+    order: int,
+) -> F32:
+    """The multistep terms of :func:`dpmpp_sde_rf` (ComfyUI's operation order)."""
+    if not history:
+        return x
+    den_1, h_1 = history[0]
+    if order == 2:
+        r = np.float32(h_1 / h)
+        coeff = np.float32(np.float32(np.float32(HALF * alpha_t) * -expm1_32(-h_eta)) * np.float32(ONE / r))
+        return f32(x + coeff * f32(denoised - den_1))
+    phi_2 = np.float32(np.float32(expm1_32(-h_eta) / h_eta) + ONE)
+    if len(history) == 1:
+        return f32(x + np.float32(alpha_t * phi_2) * f32(f32(denoised - den_1) / np.float32(h_1 / h)))
+    den_2, h_2 = history[1]
+    r0, r1 = np.float32(h_1 / h), np.float32(h_2 / h)
+    d1_0, d1_1 = f32(f32(denoised - den_1) / r0), f32(f32(den_1 - den_2) / r1)
+    d1 = f32(d1_0 + f32(f32(d1_0 - d1_1) * r0) / np.float32(r0 + r1))
+    d2 = f32(f32(d1_0 - d1_1) / np.float32(r0 + r1))
+    phi_3 = np.float32(np.float32(phi_2 / h_eta) - HALF)
+    return f32(f32(x + np.float32(alpha_t * phi_2) * d1) - np.float32(alpha_t * phi_3) * d2)
+
+
+def dpmpp_2m_sde_rf(run: Run) -> Steps:
+    """ComfyUI's ``sample_dpmpp_2m_sde`` on a flow model: :func:`dpmpp_sde_rf` order 2."""
+    return (yield from dpmpp_sde_rf(run, 2))
+
+
+def dpmpp_3m_sde_rf(run: Run) -> Steps:
+    """ComfyUI's ``sample_dpmpp_3m_sde`` on a flow model: :func:`dpmpp_sde_rf` order 3."""
+    return (yield from dpmpp_sde_rf(run, 3))
+
+
 # -- A1111 only -------------------------------------------------------------------------------------
 
 
