@@ -232,9 +232,7 @@ class GFPGANFile:
         entries = self.entries()
         found = {int(m.group(1)): e for k, e in entries.items() if (m := _NOISE.match(k))}
         shapes = self.config.noise_shapes()
-        if sorted(found) != list(range(len(shapes))) or any(
-            found[i].shape != s for i, s in enumerate(shapes)
-        ):
+        if sorted(found) != list(range(len(shapes))) or any(found[i].shape != s for i, s in enumerate(shapes)):
             raise ModelFormatError(
                 f"{self.path.name}: no complete set of stored noise maps (stylegan_decoder.noises.noise0.."
                 f"noise{len(shapes) - 1} of shapes {[s[2] for s in shapes]}); use noise='random'"
