@@ -204,11 +204,13 @@ def test_the_shipped_graph_is_v010_with_its_state_dict() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["reference", "ggml", "openvino"])
+@pytest.mark.parametrize("backend", ["ggml", "openvino"])
 def test_full_size_v010_matches_spandrel(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """v0.1.0's configuration (94.1M random parameters, 376 MB file with ``params_ema.`` keys,
     detected by spandrel's own loader in the fixture script) on a 512 px face at w = 0, 0.5, 1;
-    the goldens hold every 8th pixel of spandrel's output."""
+    the goldens hold every 8th pixel of spandrel's output. Not on the reference backend:
+    onnx.reference's Conv ran the tiny graph's 0.58 GMAC of convolutions at ~0.13 GMAC/s, and
+    v0.1.0 at 512 px has 399 GMAC (about 50 minutes)."""
     if "slow" not in (request.config.option.markexpr or ""):
         pytest.skip("full-size CodeFormer (minutes on 2 cores): pytest -m slow")
     available(backend)
@@ -219,7 +221,7 @@ def test_full_size_v010_matches_spandrel(backend: str, tmp_path: Path, request: 
     assert net.config == V010 and net.size == 512
     face = np.random.default_rng(1000 + facts["input_seed"]).random((512, 512, 3), dtype=np.float32)
     stride = facts["stride"]
-    for w in FIDELITIES if backend != "reference" else (0.5,):
+    for w in FIDELITIES:
         want = golden("full_v010", w)
         raw = net.raw(face, w)[:, :, ::stride, ::stride]
         diff = float(np.abs(raw - want).max())
