@@ -85,7 +85,7 @@ def onnxruntime_peer(model: str, path: Path, feed: np.ndarray, threads: int) -> 
 
 
 def sdkit_runner(model: str, path: Path, backend: str, threads: int, feed: np.ndarray) -> Callable[[], np.ndarray]:
-    options = {"threads": threads} if backend == "ggml" else {}
+    options: dict[str, Any] = {"threads": threads} if backend == "ggml" else {}
     if model == "parsenet":
         from sdkit.pipelines.stages.parsenet import ParseNetParser
 
@@ -110,6 +110,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             path = weights_file(model, Path(tmp))
+            sdkit_in: np.ndarray
             if model == "parsenet":
                 sdkit_in = rng.random((512, 512, 3), dtype=np.float32)
                 peer_in = np.ascontiguousarray(((sdkit_in - 0.5) / 0.5).transpose(2, 0, 1)[None])
