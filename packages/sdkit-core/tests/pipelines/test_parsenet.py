@@ -137,6 +137,8 @@ def test_bad_input_is_refused(files: dict[str, Path], tmp_path: Path) -> None:
         p.parse(np.zeros((32, 32, 3), np.float32))
     with pytest.raises(InputError):
         p.logits(np.full((32, 32, 3), np.nan, np.float32))
+    with pytest.raises(InputError, match="floats"):
+        p.logits(np.zeros((32, 32, 3), np.uint8))  # 0..255 bytes would be read as far out of [0, 1]
     pth = tmp_path / "parsing_parsenet.pth"
     pth.write_bytes(b"\x80\x04 not read")
     with pytest.raises(ModelFormatError, match="weights_only=True"):

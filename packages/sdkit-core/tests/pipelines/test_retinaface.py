@@ -142,4 +142,7 @@ def test_bad_images_are_refused(tmp_path: Path) -> None:
     for bad in (np.zeros((8, 8, 3), np.float32), np.zeros((8, 8), np.uint8), np.zeros((1, 9, 3), np.uint8)):
         with pytest.raises(InputError):
             det.detect(bad)
+    for thresholds in ((float("nan"), 0.4), (0.97, 1.5), (-0.1, 0.4)):
+        with pytest.raises(InputError, match="threshold"):
+            det.detect(np.zeros((20, 24, 3), np.uint8), *thresholds)
     assert det.detect(np.zeros((20, 24, 3), np.uint8), conf_threshold=0.999) == []

@@ -62,6 +62,8 @@ class ParseNetParser:
     def logits(self, face: F32) -> F32:
         """The class logits [classes, H, W] of an (H, W, 3) RGB face in [0, 1]; H and W multiples
         of 16 (the network's four halvings), at least 32."""
+        if not np.issubdtype(np.asarray(face).dtype, np.floating):
+            raise InputError(f"face parsing takes RGB floats in [0, 1], got {np.asarray(face).dtype} values")
         x = np.asarray(face, dtype=np.float32)
         step = self.config.multiple_of
         if x.ndim != 3 or x.shape[2] != 3 or x.shape[0] % step or x.shape[1] % step or min(x.shape[:2]) < 2 * step:

@@ -194,6 +194,9 @@ class RetinaFaceDetector:
         """Faces in an (H, W, 3) uint8 RGB image, highest score first: the same boxes, scores and
         landmarks as facexlib's ``RetinaFace.detect_faces`` on the BGR image (its default
         ``use_origin_size=True``) with these thresholds."""
+        for name, value in (("conf_threshold", conf_threshold), ("nms_threshold", nms_threshold)):
+            if not 0.0 <= float(value) <= 1.0:
+                raise InputError(f"face detection: {name} must be in [0, 1], got {value}")
         loc, conf, landmarks = self.raw_outputs(image)
         height, width = np.asarray(image).shape[:2]
         return faces_from_rows(detections(loc, conf, landmarks, height, width, conf_threshold, nms_threshold))
