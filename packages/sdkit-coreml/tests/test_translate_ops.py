@@ -236,6 +236,17 @@ CASES["prelu_per_channel"] = (  # ESRGAN Compact: one slope per channel, [C, 1, 
     {"x": X, "slope": np.array([0.1, 0.25, 0.5], np.float32).reshape(3, 1, 1)},
     F,
 )
+CASES["batch_norm_inference"] = (  # RetinaFace / ParseNet: BatchNorm2d in eval mode
+    [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-5)],
+    {
+        "x": X,
+        "scale": np.array([0.5, 1.0, 1.5], np.float32),
+        "bias": np.array([0.1, -0.2, 0.0], np.float32),
+        "mean": np.array([0.3, -0.1, 0.05], np.float32),
+        "var": np.array([0.5, 1.2, 0.01], np.float32),
+    },
+    F,
+)
 CASES["tile"] = ([helper.make_node("Tile", ["x", "r"], ["y"])], {"x": f32(2, 1, 3), "r": i64(2, 4, 1)}, F)
 CASES["tile_int_after_unsqueeze"] = (  # Flux's RoPE: cos/sin repeated along a new last axis
     [helper.make_node("Unsqueeze", ["v", "axes"], ["u"]), helper.make_node("Tile", ["u", "r"], ["y"])],

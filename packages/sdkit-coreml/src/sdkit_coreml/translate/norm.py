@@ -1,5 +1,5 @@
-"""Normalizations and reductions: InstanceNormalization, LayerNormalization,
-GroupNormalization, ReduceMean/Sum/Max/Min.
+"""Normalizations and reductions: BatchNormalization (inference), InstanceNormalization,
+LayerNormalization, GroupNormalization, ReduceMean/Sum/Max/Min.
 
 SD graphs export GroupNorm as Reshape(N, G, -1) -> InstanceNormalization -> Reshape -> Mul
 -> Add. InstanceNormalization becomes ``layer_norm`` over the trailing axes followed by the
@@ -34,6 +34,32 @@ def _affine(ctx: Context, x: Any, scale: Any, bias: Any, rank: int) -> Any:
     if bias_value is None or np.any(bias_value != 0):
         x = mil().add(x=x, y=_per_channel(ctx, bias, rank))
     return x
+
+
+def _check_batch_norm(node: onnx.NodeProto, opset: int) -> str | None:
+    if int(attrs(node).get("training_mode", 0)) or (len(node.output) > 1 and any(node.output[1:])):
+        return "BatchNormalization in training mode (running statistics as outputs)"
+    return None
+
+
+@converter("BatchNormalization", since=15, check=_check_batch_norm)
+def batch_norm(ctx: Context, node: onnx.NodeProto) -> None:
+    """Inference BatchNorm (RetinaFace, ParseNet): ``(x - mean) * (scale / sqrt(var + eps)) + bias``
+    per channel, the per-channel factor folded in numpy when the statistics are known."""
+    x, scale, bias, mean, var = (ctx.get(n) for n in node.input[:5])
+    rank = rank_of(x)
+    epsilon = float(attrs(node).get("epsilon", 1e-5))
+    known = [ctx.value(v) for v in (scale, mean, var)]
+    if all(v is not None for v in known):
+        s, m, v = (np.asarray(k, dtype=np.float64) for k in known)
+        factor: Any = ctx.const((s / np.sqrt(v + epsilon)).astype(np.float32))
+        mean_c: Any = ctx.const(m.astype(np.float32))
+    else:
+        root = mil().sqrt(x=mil().add(x=var, y=ctx.const(np.float32(epsilon))))
+        factor, mean_c = mil().real_div(x=scale, y=root), mean
+    centred = mil().sub(x=x, y=_per_channel(ctx, mean_c, rank))
+    scaled = mil().mul(x=centred, y=_per_channel(ctx, factor, rank))
+    ctx.set(node.output[0], mil().add(x=scaled, y=_per_channel(ctx, bias, rank), name=node.output[0]))
 
 
 @converter("InstanceNormalization")
