@@ -1,0 +1,354 @@
+"""Face restoration as A1111 runs it: detect, align, restore, paste back.
+
+    image, count = restore_faces(image, restorer, detector, parser)        # a PIL image back
+
+A1111 (``modules/face_restoration_utils.py``) hands each image to facexlib's
+``FaceRestoreHelper(upscale_factor=1, face_size=512, crop_ratio=(1, 1),
+det_model="retinaface_resnet50", use_parse=True)``; this module does what that helper does, step
+by step, with OpenCV's arithmetic reproduced in numpy (``sdkit.pipelines.imaging.cv_compat``):
+
+1. **Detect** (``get_face_landmarks_5(only_center_face=False, resize=640, eye_dist_threshold=5)``):
+   the image is resized (Lanczos-4) so that its short side is 640 (``scale = min(h, w) / 640``,
+   the other side ``int(side / scale)``), RetinaFace finds faces at confidence 0.97, their boxes
+   and 5 landmarks are scaled back by ``scale`` in float32, and faces whose eyes are closer than
+   5 pixels are dropped. Every face is kept (not only the centre one), in the detector's order.
+2. **Align** (``align_warp_face``): the 5 landmarks are mapped onto facexlib's 512 x 512 FFHQ
+   template by ``cv2.estimateAffinePartial2D(..., method=cv2.LMEDS)``: 13 random 2-point
+   similarities (OpenCV's generator and seed), the one with the least median squared error
+   chooses the inliers (squared error within ``(2.5 * 1.4826 * (1 + 5 / 3))^2`` times that
+   median), then the least-squares similarity over the inliers (what OpenCV's Levenberg-Marquardt
+   refinement converges to). The face is warped to 512 x 512 (bilinear, grey border
+   (132, 133, 135) RGB).
+3. **Restore**: the crop as RGB floats in [0, 1] goes to the restorer (GFPGAN, or CodeFormer with
+   its fidelity weight ``w``); its [0, 1] output becomes 8 bits as A1111 writes it:
+   ``(face * 255).astype(uint8)`` (truncated, not rounded).
+4. **Paste back** (``get_inverse_affine`` + ``paste_faces_to_input_image``): the restored face is
+   warped back with the inverted matrix (black border). With a face parser (``use_parse=True``,
+   A1111's setting) the mask is the parse map's face classes (everything but background, hair,
+   hat... classes 0, 14, 16, 17, 18) as 255, blurred twice (Gaussian 101 x 101, sigma 11), its
+   10-pixel frame zeroed, divided by 255 and warped back. Without one (``use_parse=False``) it is
+   facexlib's square mask: ones warped back, eroded 2 x 2, then eroded by ``2 * w_edge`` and
+   blurred (``w_edge = int(sqrt(area)) // 20``). Each face blends as
+   ``mask * face + (1 - mask) * image`` in floats; the image is truncated to 8 bits at the end.
+5. **Visibility** (A1111's Extras ``gfpgan_visibility`` / ``codeformer_visibility``): below 1 the
+   result is ``PIL.Image.blend(original, restored, visibility)``; 0 runs nothing.
+
+``fixtures/faces/pipeline/make_pipeline_goldens.py`` runs facexlib itself on the same landmarks,
+restored faces and parse maps; ``tests/pipelines/test_faces.py`` holds this module to its output.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sdkit.errors import InputError
+from sdkit.pipelines.imaging.cv_compat import (
+    erode,
+    gaussian_blur,
+    invert_affine,
+    resize_lanczos4,
+    warp_affine,
+)
+
+log = logging.getLogger(__name__)
+
+F32 = NDArray[np.float32]
+U8 = NDArray[np.uint8]
+FACE_SIZE = 512
+# facexlib's 5 landmarks of an FFHQ face at 512 x 512: left eye, right eye, nose, mouth corners
+FACE_TEMPLATE = np.array(
+    [
+        [192.98138, 239.94708],
+        [318.90277, 240.1936],
+        [256.63416, 314.01935],
+        [201.26117, 371.41043],
+        [313.08905, 371.15118],
+    ]
+)
+CROP_BORDER_RGB = (132.0, 133.0, 135.0)  # facexlib's grey (135, 133, 132) in BGR
+DETECT_SHORT_SIDE = 640
+DETECT_CONFIDENCE = 0.97
+MIN_EYE_DISTANCE = 5.0
+NOT_FACE_CLASSES = (0, 14, 16, 17, 18)  # facexlib's MASK_COLORMAP zeros: background, cloth, hair, hat...
+PARSE_BLUR, PARSE_SIGMA, PARSE_FRAME = 101, 11.0, 10
+
+
+class FaceRestorer(Protocol):
+    """What ``GFPGANRestorer`` and ``CodeFormerRestorer`` provide (the faces contract)."""
+
+    name: str
+    size: int
+    takes_fidelity: bool
+
+    def restore(self, face: F32, fidelity: float | None = None) -> F32: ...
+
+
+class DetectedFaceLike(Protocol):
+    @property
+    def box(self) -> tuple[float, float, float, float]: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def landmarks(self) -> F32: ...
+
+
+class FaceDetector(Protocol):
+    def detect(self, image: np.ndarray, conf_threshold: float = ...) -> Sequence[DetectedFaceLike]: ...
+
+
+class FaceParser(Protocol):
+    size: int
+
+    def parse(self, face: F32) -> np.ndarray: ...
+
+
+# ---------------------------------------------------------------- OpenCV's LMEDS similarity
+
+
+class _CvRng:
+    """OpenCV's ``cv::RNG`` (multiply-with-carry), as ``LMeDSPointSetRegistrator`` seeds it."""
+
+    def __init__(self, state: int = 0xFFFFFFFFFFFFFFFF) -> None:
+        self.state = state
+
+    def uniform(self, low: int, high: int) -> int:
+        self.state = ((self.state & 0xFFFFFFFF) * 4164903690 + (self.state >> 32)) & 0xFFFFFFFFFFFFFFFF
+        return low + (self.state & 0xFFFFFFFF) % (high - low)
+
+
+def _two_point_similarity(src: np.ndarray, dst: np.ndarray) -> NDArray[np.float64]:
+    """The similarity (rotation, uniform scale, shift) taking 2 points exactly onto 2."""
+    p = complex(*src[0]) - complex(*src[1])
+    q = complex(*dst[0]) - complex(*dst[1])
+    z = q / p if p != 0 else complex(0, 0)
+    t = complex(*dst[0]) - z * complex(*src[0])
+    return np.array([[z.real, -z.imag, t.real], [z.imag, z.real, t.imag]])
+
+
+def _squared_errors(matrix: np.ndarray, src: np.ndarray, dst: np.ndarray) -> F32:
+    """OpenCV's ``computeError`` for affine models: float32 squared distances."""
+    h = matrix.reshape(6).astype(np.float32)
+    a = h[0] * src[:, 0] + h[1] * src[:, 1] + h[2] - dst[:, 0]
+    b = h[3] * src[:, 0] + h[4] * src[:, 1] + h[5] - dst[:, 1]
+    return np.asarray(a * a + b * b, dtype=np.float32)
+
+
+def _least_squares_similarity(src: np.ndarray, dst: np.ndarray) -> NDArray[np.float64]:
+    """The similarity minimising the summed squared distances (closed form)."""
+    p, q = src.astype(np.float64), dst.astype(np.float64)
+    pm, qm = p.mean(axis=0), q.mean(axis=0)
+    pc, qc = p - pm, q - qm
+    norm = float((pc * pc).sum())
+    a = float((pc * qc).sum()) / norm
+    b = float((pc[:, 0] * qc[:, 1] - pc[:, 1] * qc[:, 0]).sum()) / norm
+    tx = qm[0] - (a * pm[0] - b * pm[1])
+    ty = qm[1] - (b * pm[0] + a * pm[1])
+    return np.array([[a, -b, tx], [b, a, ty]])
+
+
+def _lmeds_iterations(points: int = 2, confidence: float = 0.99, outliers: float = 0.45, most: int = 2000) -> int:
+    num = math.log(1.0 - confidence)
+    denom = math.log(1.0 - (1.0 - outliers) ** points)
+    return max(most if -num >= most * -denom else round(num / denom), 3)
+
+
+def estimate_similarity(src: np.ndarray, dst: np.ndarray) -> NDArray[np.float64]:
+    """``cv2.estimateAffinePartial2D(src, dst, method=cv2.LMEDS)[0]`` for N >= 2 point pairs
+    (module docstring, step 2): a (2, 3) float64 matrix taking ``src`` onto ``dst``."""
+    src = np.asarray(src, dtype=np.float32).reshape(-1, 2)
+    dst = np.asarray(dst, dtype=np.float32).reshape(-1, 2)
+    count = len(src)
+    if count < 2 or len(dst) != count or not (np.isfinite(src).all() and np.isfinite(dst).all()):
+        raise InputError(f"a similarity needs >= 2 finite point pairs, got {len(src)} and {len(dst)}")
+    if count == 2:
+        return _two_point_similarity(src, dst)
+    rng, best, least = _CvRng(), None, math.inf
+    for _ in range(_lmeds_iterations()):
+        first = rng.uniform(0, count)
+        second = rng.uniform(0, count)
+        while second == first:
+            second = rng.uniform(0, count)
+        model = _two_point_similarity(src[[first, second]], dst[[first, second]])
+        median = float(np.sort(_squared_errors(model, src, dst))[count // 2])
+        if median < least:
+            best, least = model, median
+    if best is None:
+        raise InputError("no similarity fits these landmarks")
+    sigma = max(2.5 * 1.4826 * (1 + 5.0 / (count - 2)) * math.sqrt(least), 0.001)
+    inliers = _squared_errors(best, src, dst) <= np.float32(sigma * sigma)
+    if inliers.sum() < 2 or not np.ptp(src[inliers], axis=0).any():
+        return best
+    return _least_squares_similarity(src[inliers], dst[inliers])
+
+
+# ---------------------------------------------------------------- detection, alignment
+
+
+@dataclass(frozen=True)
+class AlignedFace:
+    """One face: its landmarks in the image, the image -> crop matrix and the 512 px crop."""
+
+    landmarks: F32
+    matrix: NDArray[np.float64]
+    crop: U8
+
+
+def detection_input(image: U8) -> tuple[U8, float]:
+    """The image the detector sees and the factor back to the image (facexlib's ``resize=640``)."""
+    height, width = image.shape[:2]
+    scale = min(height, width) / DETECT_SHORT_SIDE
+    size = (int(width / scale), int(height / scale))
+    return resize_lanczos4(image, size), scale
+
+
+def face_landmarks(image: U8, detector: FaceDetector) -> list[F32]:
+    """The 5 landmarks of every face the detector finds, in image pixels (step 1)."""
+    resized, scale = detection_input(image)
+    found = []
+    for face in detector.detect(resized, DETECT_CONFIDENCE):
+        landmarks = np.asarray(face.landmarks, dtype=np.float32).reshape(5, 2) * np.float32(scale)
+        if float(np.linalg.norm(landmarks[0] - landmarks[1])) < MIN_EYE_DISTANCE:
+            continue
+        found.append(np.asarray(landmarks, dtype=np.float32))
+    return found
+
+
+def align_face(image: U8, landmarks: np.ndarray) -> AlignedFace:
+    """The 512 x 512 crop of the face with these landmarks (step 2)."""
+    matrix = estimate_similarity(landmarks, FACE_TEMPLATE)
+    crop = warp_affine(image, matrix, (FACE_SIZE, FACE_SIZE), CROP_BORDER_RGB)
+    return AlignedFace(np.asarray(landmarks, dtype=np.float32), matrix, crop)
+
+
+def restored_to_uint8(face: np.ndarray) -> U8:
+    """A restorer's [0, 1] face as A1111 stores it: ``(face * 255).astype(uint8)``."""
+    return np.asarray(np.asarray(face, dtype=np.float32) * 255.0).astype(np.uint8)
+
+
+def crop_to_float(crop: U8) -> F32:
+    """An 8-bit crop as the restorer takes it: ``crop / 255.0`` (float64) in float32."""
+    return np.asarray(crop / 255.0, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- paste-back
+
+
+def parse_mask(classes: np.ndarray) -> NDArray[np.float64]:
+    """facexlib's soft mask from a (512, 512) parse map: 255 on face classes, blurred twice, the
+    10-pixel frame zeroed, in [0, 1] (float64)."""
+    classes = np.asarray(classes)
+    if classes.shape != (FACE_SIZE, FACE_SIZE):
+        raise InputError(f"a face parse map is {FACE_SIZE} x {FACE_SIZE}, got {classes.shape}")
+    mask = np.where(np.isin(classes, NOT_FACE_CLASSES), 0.0, 255.0)
+    mask[(classes < 0) | (classes >= 19)] = 0.0  # classes outside facexlib's colormap stay 0
+    mask = gaussian_blur(mask, PARSE_BLUR, PARSE_SIGMA)
+    mask = gaussian_blur(mask, PARSE_BLUR, PARSE_SIGMA)
+    frame = PARSE_FRAME
+    mask[:frame, :] = 0
+    mask[-frame:, :] = 0
+    mask[:, :frame] = 0
+    mask[:, -frame:] = 0
+    return mask / 255.0
+
+
+def _square_mask(inverse: np.ndarray, size: tuple[int, int]) -> tuple[F32, F32]:
+    """facexlib's ``use_parse=False`` masks: (the eroded warped square, its softened centre)."""
+    ones = np.ones((FACE_SIZE, FACE_SIZE), dtype=np.float32)
+    eroded = erode(warp_affine(ones, inverse, size), 2)
+    w_edge = int(np.sum(eroded) ** 0.5) // 20
+    centre = erode(eroded, w_edge * 2)
+    return eroded, gaussian_blur(centre, w_edge * 2 + 1, 0)
+
+
+def paste_faces(
+    image: U8,
+    faces: Sequence[tuple[np.ndarray, U8]],
+    parse_maps: Sequence[np.ndarray] | None = None,
+) -> U8:
+    """Step 4: each ``(matrix, restored 512 px uint8 face)`` pasted back into ``image`` (H, W, 3
+    uint8 RGB); with ``parse_maps`` (one per face) the parse mask, else the square mask."""
+    height, width = image.shape[:2]
+    out: np.ndarray = image
+    for i, (matrix, restored) in enumerate(faces):
+        inverse = invert_affine(matrix)
+        warped = warp_affine(restored, inverse, (width, height))
+        if parse_maps is not None:
+            mask = warp_affine(parse_mask(parse_maps[i]), inverse, (width, height))[:, :, None]
+            out = mask * warped + (1 - mask) * out
+        else:
+            eroded, soft = _square_mask(inverse, (width, height))
+            pasted = eroded[:, :, None] * warped
+            out = soft[:, :, None] * pasted + (1 - soft[:, :, None]) * out
+    return np.asarray(out).astype(np.uint8)
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def _as_rgb_array(image: Any) -> U8:
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    array = np.asarray(image)
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        raise InputError(f"face restoration takes a PIL image or (H, W, 3) uint8 RGB, got {array.dtype} {array.shape}")
+    return array
+
+
+def check_fidelity(restorer: FaceRestorer, fidelity: float | None) -> float | None:
+    """``fidelity`` checked against the restorer: CodeFormer's ``w`` in [0, 1]; GFPGAN takes none."""
+    if fidelity is None:
+        return None
+    if not getattr(restorer, "takes_fidelity", False):
+        raise InputError(
+            f"{getattr(restorer, 'name', 'this restorer')} has no fidelity weight (CodeFormer's); leave it unset"
+        )
+    value = float(fidelity)
+    if not 0.0 <= value <= 1.0:
+        raise InputError(f"CodeFormer's fidelity weight must be in [0, 1], got {fidelity}")
+    return value
+
+
+def restore_faces(
+    image: Any,
+    restorer: FaceRestorer,
+    detector: FaceDetector,
+    parser: FaceParser | None = None,
+    fidelity: float | None = None,
+    visibility: float = 1.0,
+) -> tuple[Any, int]:
+    """Restore every face in ``image`` (a PIL image or (H, W, 3) uint8 RGB) as A1111 does
+    (module docstring); returns ``(PIL image, number of faces restored)``. ``parser`` None uses
+    facexlib's square mask (``use_parse=False``); A1111 always has one."""
+    from PIL import Image
+
+    visibility = float(visibility)
+    if not 0.0 <= visibility <= 1.0:
+        raise InputError(f"face restoration visibility must be in [0, 1], got {visibility}")
+    fidelity = check_fidelity(restorer, fidelity)
+    pixels = _as_rgb_array(image)
+    original = Image.fromarray(pixels)
+    if visibility == 0.0:
+        return original, 0
+    faces, parse_maps = [], []
+    for landmarks in face_landmarks(pixels, detector):
+        aligned = align_face(pixels, landmarks)
+        restored = restored_to_uint8(restorer.restore(crop_to_float(aligned.crop), fidelity))
+        faces.append((aligned.matrix, restored))
+        if parser is not None:
+            parse_maps.append(parser.parse(np.asarray(restored, dtype=np.float32) / np.float32(255.0)))
+    log.info("restoring %d face(s) with %s", len(faces), getattr(restorer, "name", "a face restorer"))
+    if not faces:
+        return original, 0
+    result = Image.fromarray(paste_faces(pixels, faces, parse_maps if parser is not None else None))
+    if visibility < 1.0:
+        result = Image.blend(original, result, visibility)
+    return result, len(faces)
