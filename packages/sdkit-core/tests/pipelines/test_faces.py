@@ -44,7 +44,7 @@ def prim() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def golden() -> dict[str, np.ndarray]:
+def face_golden() -> dict[str, np.ndarray]:
     with np.load(FIXTURES / "pipeline.npz") as data:
         out = {k: data[k] for k in data.files}
     for name in ("image", "out_parse", "out_square", "blend_0_6", "parse_map", "crop0", "crop1"):
@@ -98,10 +98,10 @@ class Face:
 class FixedDetector:
     """The fixture's detector: fixed faces in the 640-short-side image; records what it saw."""
 
-    def __init__(self, golden: dict[str, np.ndarray]) -> None:
+    def __init__(self, face_golden: dict[str, np.ndarray]) -> None:
         self.faces = [
             Face(tuple(b), 0.999, lm)
-            for b, lm in zip(golden["detector_boxes"], golden["detector_landmarks"], strict=True)
+            for b, lm in zip(face_golden["detector_boxes"], face_golden["detector_landmarks"], strict=True)
         ]
         self.seen: list[tuple[tuple[int, ...], str]] = []
 
@@ -136,69 +136,73 @@ class FixedParser:
         return self.classes
 
 
-def test_detection_and_alignment_match_facexlib(golden: dict[str, np.ndarray]) -> None:
-    detector = FixedDetector(golden)
-    landmarks = faces.face_landmarks(golden["image"], detector)
+def test_detection_and_alignment_match_facexlib(face_golden: dict[str, np.ndarray]) -> None:
+    detector = FixedDetector(face_golden)
+    landmarks = faces.face_landmarks(face_golden["image"], detector)
     versions = json.loads((FIXTURES / "VERSIONS.json").read_text())
     assert detector.seen == [(tuple(versions["detector_input_shape"]), versions["detector_input_sha256_rgb"])]
     assert len(landmarks) == 2  # the third face's eyes are < 5 px apart
-    np.testing.assert_array_equal(np.array(landmarks), golden["landmarks"])
+    np.testing.assert_array_equal(np.array(landmarks), face_golden["landmarks"])
     for i, lm in enumerate(landmarks):
-        aligned = faces.align_face(golden["image"], lm)
-        np.testing.assert_allclose(aligned.matrix, golden["matrices"][i], atol=1e-4)
-        worst, beyond = levels(aligned.crop, golden[f"crop{i}"])
+        aligned = faces.align_face(face_golden["image"], lm)
+        np.testing.assert_allclose(aligned.matrix, face_golden["matrices"][i], atol=1e-4)
+        worst, beyond = levels(aligned.crop, face_golden[f"crop{i}"])
         assert worst <= 1 and beyond == 0
-        assert (aligned.crop != golden[f"crop{i}"]).mean() < 1e-4
+        assert (aligned.crop != face_golden[f"crop{i}"]).mean() < 1e-4
 
 
 @pytest.mark.parametrize(
     ("parse", "golden_name", "most_off"), [(True, "out_parse", 5e-4), (False, "out_square", 1.5e-2)]
 )
 def test_paste_back_matches_facexlib(
-    golden: dict[str, np.ndarray], parse: bool, golden_name: str, most_off: float
+    face_golden: dict[str, np.ndarray], parse: bool, golden_name: str, most_off: float
 ) -> None:
-    restorer, parser = Brighten(), FixedParser(golden["parse_map"])
-    image, count = faces.restore_faces(golden["image"], restorer, FixedDetector(golden), parser if parse else None)
+    restorer, parser = Brighten(), FixedParser(face_golden["parse_map"])
+    image, count = faces.restore_faces(
+        face_golden["image"], restorer, FixedDetector(face_golden), parser if parse else None
+    )
     assert count == 2 and image.size == (200, 256)
     out = np.asarray(image)
-    worst, beyond = levels(out, golden[golden_name])
+    worst, beyond = levels(out, face_golden[golden_name])
     assert worst <= 1 and beyond == 0
-    assert (out != golden[golden_name]).mean() <= most_off
+    assert (out != face_golden[golden_name]).mean() <= most_off
     if parse:  # the parser saw each restored face in [0, 1], as facexlib's parsenet input
         assert len(parser.inputs) == 2 and parser.inputs[0].shape == (512, 512, 3)
         restored = faces.restored_to_uint8(Brighten().restore(restorer.faces[0]))
         np.testing.assert_array_equal(parser.inputs[0], restored.astype(np.float32) / np.float32(255))
-    assert not np.array_equal(out, golden["image"])
+    assert not np.array_equal(out, face_golden["image"])
 
 
-def test_visibility_blends_as_pil(golden: dict[str, np.ndarray]) -> None:
-    parser = FixedParser(golden["parse_map"])
+def test_visibility_blends_as_pil(face_golden: dict[str, np.ndarray]) -> None:
+    parser = FixedParser(face_golden["parse_map"])
     image, _ = faces.restore_faces(
-        Image.fromarray(golden["image"]), Brighten(), FixedDetector(golden), parser, visibility=0.6
+        Image.fromarray(face_golden["image"]), Brighten(), FixedDetector(face_golden), parser, visibility=0.6
     )
-    worst, beyond = levels(np.asarray(image), golden["blend_0_6"])
+    worst, beyond = levels(np.asarray(image), face_golden["blend_0_6"])
     assert worst <= 1 and beyond == 0
-    untouched, count = faces.restore_faces(golden["image"], Brighten(), FixedDetector(golden), parser, visibility=0.0)
-    assert count == 0 and np.array_equal(np.asarray(untouched), golden["image"])
+    untouched, count = faces.restore_faces(
+        face_golden["image"], Brighten(), FixedDetector(face_golden), parser, visibility=0.0
+    )
+    assert count == 0 and np.array_equal(np.asarray(untouched), face_golden["image"])
 
 
-def test_no_face_returns_the_image(golden: dict[str, np.ndarray]) -> None:
+def test_no_face_returns_the_image(face_golden: dict[str, np.ndarray]) -> None:
     class Nobody:
         def detect(self, image: np.ndarray, conf_threshold: float = 0.97) -> list[Face]:
             return []
 
-    image, count = faces.restore_faces(golden["image"], Brighten(), Nobody())
-    assert count == 0 and np.array_equal(np.asarray(image), golden["image"])
+    image, count = faces.restore_faces(face_golden["image"], Brighten(), Nobody())
+    assert count == 0 and np.array_equal(np.asarray(image), face_golden["image"])
 
 
-def test_bad_arguments_are_refused(golden: dict[str, np.ndarray]) -> None:
-    detector = FixedDetector(golden)
+def test_bad_arguments_are_refused(face_golden: dict[str, np.ndarray]) -> None:
+    detector = FixedDetector(face_golden)
     with pytest.raises(InputError, match="fidelity"):
-        faces.restore_faces(golden["image"], Brighten(), detector, fidelity=0.5)
+        faces.restore_faces(face_golden["image"], Brighten(), detector, fidelity=0.5)
     with pytest.raises(InputError, match="visibility"):
-        faces.restore_faces(golden["image"], Brighten(), detector, visibility=1.5)
+        faces.restore_faces(face_golden["image"], Brighten(), detector, visibility=1.5)
     with pytest.raises(InputError, match="uint8"):
-        faces.restore_faces(golden["image"].astype(np.float32), Brighten(), detector)
+        faces.restore_faces(face_golden["image"].astype(np.float32), Brighten(), detector)
     with pytest.raises(InputError, match="512"):
         faces.parse_mask(np.zeros((10, 10)))
 
@@ -206,4 +210,4 @@ def test_bad_arguments_are_refused(golden: dict[str, np.ndarray]) -> None:
         takes_fidelity = True
 
     with pytest.raises(InputError, match=r"\[0, 1\]"):
-        faces.restore_faces(golden["image"], Weighted(), detector, fidelity=2.0)
+        faces.restore_faces(face_golden["image"], Weighted(), detector, fidelity=2.0)

@@ -41,14 +41,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.errors import InputError
+from sdkit.errors import InputError, MissingDependencyError, ModelFormatError
+from sdkit.families.safetensors_reader import SafetensorsFile
 from sdkit.pipelines.imaging.cv_compat import (
     erode,
     gaussian_blur,
@@ -352,3 +355,248 @@ def restore_faces(
     if visibility < 1.0:
         result = Image.blend(original, result, visibility)
     return result, len(faces)
+
+
+# ---------------------------------------------------------------- files
+
+FACE_DIR_ENV = "SDKIT_FACE_DIR"
+# A1111's file names (what it downloads into models/GFPGAN, models/Codeformer), as .safetensors
+RESTORER_STEMS = {"GFPGAN": "GFPGANv1.4", "CodeFormer": "codeformer-v0.1.0"}
+DETECTOR_STEM = "detection_Resnet50_Final"
+PARSER_STEM = "parsing_parsenet"
+_RESTORER_MODULES = {"GFPGAN": "gfpgan", "CodeFormer": "codeformer"}
+_RESTORER_CLASSES = {"GFPGAN": "GFPGANRestorer", "CodeFormer": "CodeFormerRestorer"}
+_PICKLED = (".pth", ".pt", ".ckpt", ".bin", ".pkl", ".pickle")
+
+
+def face_pth_refusal(name: str) -> str:
+    """Why a face model ``.pth`` is refused, and the one-line conversion (GFPGAN's and
+    CodeFormer's files keep their weights under ``params_ema``; facexlib's are plain)."""
+    stem = Path(name).stem
+    return (
+        f"{name}: pickled face model files are refused (unpickling can run code); convert it once with "
+        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
+        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
+        f"d = d.get('params_ema', d.get('params', d)); "
+        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
+    )
+
+
+def face_folders(folders: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """``folders``, then those of ``$SDKIT_FACE_DIR`` (``os.pathsep``-separated)."""
+    env = [p for p in os.environ.get(FACE_DIR_ENV, "").split(os.pathsep) if p]
+    return [Path(f) for f in [*folders, *env]]
+
+
+def find_face_file(stem: str, folders: Iterable[str | os.PathLike[str]] = ()) -> Path | None:
+    """``<stem>.safetensors`` in the face folders (first match, case-insensitive), or None."""
+    for folder in face_folders(folders):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.safetensors")):
+                if path.stem.lower() == stem.lower():
+                    return path
+    return None
+
+
+def _family(kind: str) -> Any:
+    """``sdkit.families.<kind>`` (gfpgan, codeformer, retinaface, parsenet), imported when asked."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"sdkit.families.{kind}")
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"face restoration needs sdkit.families.{kind}, which this sdkit lacks ({exc})"
+        ) from None
+
+
+def _stage(kind: str, cls: str) -> Any:
+    """``sdkit.pipelines.stages.<kind>.<cls>``, imported when asked."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"sdkit.pipelines.stages.{kind}"), cls)
+    except (ImportError, AttributeError) as exc:
+        raise MissingDependencyError(
+            f"face restoration needs sdkit.pipelines.stages.{kind}.{cls}, which this sdkit lacks ({exc})"
+        ) from None
+
+
+def _file_shapes(path: Path, what: str) -> dict[str, tuple[int, ...]]:
+    if path.suffix.lower() in _PICKLED:
+        raise ModelFormatError(face_pth_refusal(path.name))
+    if not path.is_file():
+        raise ModelFormatError(f"{what} file not found: {path}")
+    file = SafetensorsFile(path)
+    try:
+        return {key: tuple(entry.shape) for key, entry in file.entries.items()}
+    finally:
+        file.close()
+
+
+def sniff_face_restorer(path: str | os.PathLike[str]) -> str:
+    """ "GFPGAN" or "CodeFormer": which restorer a ``.safetensors`` file holds, from its keys and
+    shapes (``sdkit.families.gfpgan.sniff`` / ``codeformer.sniff``); a ModelFormatError otherwise."""
+    path = Path(path)
+    shapes = _file_shapes(path, "face restorer")
+    for name, module in _RESTORER_MODULES.items():
+        if _family(module).sniff(shapes) is not None:
+            return name
+    keys = ", ".join(sorted(shapes)[:4])
+    raise ModelFormatError(
+        f"{path.name} is neither a GFPGAN nor a CodeFormer file (sdkit.families.gfpgan.sniff and "
+        f"codeformer.sniff both declined its keys: {keys}...)"
+    )
+
+
+def open_face_restorer(path: str | os.PathLike[str], backend: str = "auto", device: Any = None) -> FaceRestorer:
+    """A compiled GFPGAN or CodeFormer restorer for this file, chosen by sniffing its tensors."""
+    name = sniff_face_restorer(path)
+    cls = _stage(_RESTORER_MODULES[name], _RESTORER_CLASSES[name])
+    restorer: FaceRestorer = cls(Path(path), backend=backend, device=device)
+    return restorer
+
+
+def _helper_file(
+    given: str | os.PathLike[str] | None, stem: str, what: str, folders: Iterable[str | os.PathLike[str]]
+) -> Path:
+    if given is not None:
+        return Path(given)
+    found = find_face_file(stem, folders)
+    if found is None:
+        where = ", ".join(str(f) for f in face_folders(folders)) or f"no folder (set ${FACE_DIR_ENV})"
+        raise InputError(f"face restoration needs the {what} {stem}.safetensors: not found in {where}")
+    return found
+
+
+def open_face_detector(
+    path: str | os.PathLike[str] | None = None,
+    backend: str = "auto",
+    device: Any = None,
+    folders: Iterable[str | os.PathLike[str]] = (),
+) -> FaceDetector:
+    """RetinaFace (ResNet-50) from ``path`` or ``detection_Resnet50_Final.safetensors`` in the face folders."""
+    file = _helper_file(path, DETECTOR_STEM, "face detector", folders)
+    _file_shapes(file, "face detector")  # refuses a .pth unread, names a missing file
+    detector: FaceDetector = _stage("retinaface", "RetinaFaceDetector")(file, backend=backend, device=device)
+    return detector
+
+
+def open_face_parser(
+    path: str | os.PathLike[str] | None = None,
+    backend: str = "auto",
+    device: Any = None,
+    folders: Iterable[str | os.PathLike[str]] = (),
+) -> FaceParser:
+    """ParseNet from ``path`` or ``parsing_parsenet.safetensors`` in the face folders."""
+    file = _helper_file(path, PARSER_STEM, "face parser", folders)
+    _file_shapes(file, "face parser")
+    parser: FaceParser = _stage("parsenet", "ParseNetParser")(file, backend=backend, device=device)
+    return parser
+
+
+@dataclass(frozen=True)
+class FaceModels:
+    """A restorer with the detector and parser it runs with (A1111's face helper)."""
+
+    restorer: FaceRestorer
+    detector: FaceDetector
+    parser: FaceParser | None
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.restorer, "name", "face restorer"))
+
+
+def resolve_face_restorer(model: str | os.PathLike[str], folders: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """A restorer file: a path, or A1111's name ("GFPGAN", "CodeFormer") / a file stem found in
+    the face folders."""
+    text = str(model)
+    if text.lower().endswith((".safetensors", *_PICKLED)) or os.sep in text:
+        return Path(text)
+    stem = RESTORER_STEMS.get(text, next((s for n, s in RESTORER_STEMS.items() if n.lower() == text.lower()), text))
+    found = find_face_file(stem, folders)
+    if found is None:
+        where = ", ".join(str(f) for f in face_folders(folders)) or f"no folder (set ${FACE_DIR_ENV})"
+        raise InputError(f"unknown face restorer {text!r}: not a file, and no {stem}.safetensors in {where}")
+    return found
+
+
+_LOADED: dict[tuple[Any, ...], FaceModels] = {}
+_KEEP = 2  # restorer sets kept compiled (a server switching GFPGAN / CodeFormer)
+
+
+def _stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def load_face_models(
+    model: str | os.PathLike[str],
+    *,
+    detector: str | os.PathLike[str] | None = None,
+    parser: str | os.PathLike[str] | None = None,
+    use_parse: bool = True,
+    backend: str = "auto",
+    device: Any = None,
+    folders: Iterable[str | os.PathLike[str]] = (),
+) -> FaceModels:
+    """The restorer (by path or A1111's name), detector and parser (``use_parse``), compiled and
+    reused while their files are unchanged (the last two sets)."""
+    folders = list(folders)
+    path = resolve_face_restorer(model, folders)
+    folders.append(path.parent)  # the detector and parser may sit next to the restorer
+    det = _helper_file(detector, DETECTOR_STEM, "face detector", folders)
+    par = _helper_file(parser, PARSER_STEM, "face parser", folders) if use_parse else None
+    files = [p for p in (path, det, par) if p is not None]
+    key = (*((str(p.resolve()), _stamp(p)) for p in files), use_parse, backend, device)
+    if key not in _LOADED:
+        models = FaceModels(
+            open_face_restorer(path, backend, device),
+            open_face_detector(det, backend, device),
+            open_face_parser(par, backend, device) if par is not None else None,
+        )
+        while len(_LOADED) >= _KEEP:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = models
+    return _LOADED[key]
+
+
+def restore_faces_with(
+    image: Any, models: FaceModels, fidelity: float | None = None, visibility: float = 1.0
+) -> tuple[Any, int]:
+    """``restore_faces`` with a loaded ``FaceModels``."""
+    return restore_faces(image, models.restorer, models.detector, models.parser, fidelity, visibility)
+
+
+def restore(
+    image: Any,
+    model: str | os.PathLike[str],
+    *,
+    fidelity: float | None = None,
+    visibility: float = 1.0,
+    detector: str | os.PathLike[str] | None = None,
+    parser: str | os.PathLike[str] | None = None,
+    use_parse: bool = True,
+    backend: str = "auto",
+    device: Any = None,
+    folders: Iterable[str | os.PathLike[str]] = (),
+) -> Any:
+    """Restore the faces in a PIL image (or an image file's path) as A1111 does, with a GFPGAN
+    or CodeFormer ``.safetensors`` file (or A1111's name for one in ``$SDKIT_FACE_DIR``);
+    ``fidelity``: CodeFormer's ``w``; ``visibility``: A1111's Extras blend. The detector
+    (``detection_Resnet50_Final``) and parser (``parsing_parsenet``) are found in ``folders``,
+    next to the restorer or in ``$SDKIT_FACE_DIR`` unless given. Returns a PIL image
+    (``sdkit.restore_faces``).
+
+        fixed = sdkit.restore_faces("photo.png", "codeformer-v0.1.0.safetensors", fidelity=0.7)
+    """
+    from sdkit.pipelines.stages.upscaler import opened_image
+
+    models = load_face_models(
+        model, detector=detector, parser=parser, use_parse=use_parse, backend=backend, device=device, folders=folders
+    )
+    result, _ = restore_faces_with(opened_image(image), models, fidelity, visibility)
+    return result
