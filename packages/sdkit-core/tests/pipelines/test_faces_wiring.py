@@ -283,3 +283,35 @@ def test_generate_with_restore_faces(networks: None, face_dir: Path, reference_p
     expected, count = faces.restore_faces(plain, FakeGFPGAN(Path()), FakeDetector(Path()), FakeParser(Path()))
     assert count == 1 and np.array_equal(np.asarray(fixed), np.asarray(expected))
     assert "Face restoration: GFPGAN" in fixed.info["parameters"]
+
+
+NETWORKS = [
+    ("gfpgan", "GFPGANRestorer", "face-gfpgan"),
+    ("codeformer", "CodeFormerRestorer", "face-codeformer"),
+    ("retinaface", "RetinaFaceDetector", "face-detect"),
+    ("parsenet", "ParseNetParser", "face-detect"),
+]
+
+
+@pytest.mark.parametrize(("module", "cls", "branch"), NETWORKS)
+def test_landed_networks_follow_the_contract(module: str, cls: str, branch: str) -> None:
+    """Once a network lands, its stage class and family sniffer have the contract's shape, and
+    the sniffer declines another architecture's keys without raising (the lead's end-to-end
+    test on real files comes with the networks)."""
+    stage = pytest.importorskip(
+        f"sdkit.pipelines.stages.{module}", reason=f"sdkit.pipelines.stages.{module} has not landed ({branch})"
+    )
+    family = pytest.importorskip(
+        f"sdkit.families.{module}", reason=f"sdkit.families.{module} has not landed ({branch})"
+    )
+    network = getattr(stage, cls)
+    if module in ("gfpgan", "codeformer"):
+        assert network.name == {"gfpgan": "GFPGAN", "codeformer": "CodeFormer"}[module]
+        assert network.takes_fidelity is (module == "codeformer")
+        assert callable(network.restore)
+    elif module == "retinaface":
+        assert callable(network.detect) and hasattr(stage, "DetectedFace")
+    else:
+        assert network.size == 512 and callable(network.parse)
+    foreign = {"model.0.weight": (64, 3, 3, 3), "model.1.sub.0.RDB1.conv1.0.weight": (32, 64, 3, 3)}
+    assert family.sniff(foreign) is None
