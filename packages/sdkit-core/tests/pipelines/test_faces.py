@@ -211,3 +211,16 @@ def test_bad_arguments_are_refused(face_golden: dict[str, np.ndarray]) -> None:
 
     with pytest.raises(InputError, match=r"\[0, 1\]"):
         faces.restore_faces(face_golden["image"], Weighted(), detector, fidelity=2.0)
+
+
+@pytest.mark.parametrize("parse", [True, False])
+def test_pasting_only_the_footprint_changes_nothing(
+    face_golden: dict[str, np.ndarray], parse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``paste_faces`` computes only the block each face reaches; over the whole image (as
+    facexlib) every pixel comes out the same, the border-cut face included."""
+    parser = FixedParser(face_golden["parse_map"]) if parse else None
+    block, _ = faces.restore_faces(face_golden["image"], Brighten(), FixedDetector(face_golden), parser)
+    monkeypatch.setattr(faces, "_footprint", lambda inverse, width, height: (0, 0, width, height))
+    whole, _ = faces.restore_faces(face_golden["image"], Brighten(), FixedDetector(face_golden), parser)
+    assert np.array_equal(np.asarray(block), np.asarray(whole))

@@ -81,6 +81,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="ControlNet folders (model.onnx + config.json) for alwayson_scripts.controlnet units",
     )
+    add_face_arguments(parser)
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    ray = parser.add_argument_group(f"Ray Serve ({install_command('ray')})")
+    ray.add_argument("--ray", action="store_true", help="run on Ray Serve, one pipeline per replica")
+    ray.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
+    ray.add_argument("--replicas", type=int, default=1, help="replicas (fixed; default: %(default)s)")
+    ray.add_argument("--min-replicas", type=int, default=None, help="autoscaling lower bound")
+    ray.add_argument("--max-replicas", type=int, default=None, help="autoscaling upper bound")
+    ray.add_argument("--gpus-per-replica", type=float, default=0, help="GPUs each replica holds (default: 0)")
+    ray.add_argument("--cpus-per-replica", type=float, default=1, help="CPUs each replica holds (default: 1)")
+
+
+def add_face_arguments(parser: argparse.ArgumentParser) -> None:
+    """Face restoration: the folder of A1111's files and its two settings (``sdkit_serve.faces``)."""
     parser.add_argument(
         "--face-dir",
         type=Path,
@@ -97,15 +111,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--code-former-weight", type=float, default=0.5, help="A1111's code_former_weight (default: %(default)s)"
     )
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    ray = parser.add_argument_group(f"Ray Serve ({install_command('ray')})")
-    ray.add_argument("--ray", action="store_true", help="run on Ray Serve, one pipeline per replica")
-    ray.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
-    ray.add_argument("--replicas", type=int, default=1, help="replicas (fixed; default: %(default)s)")
-    ray.add_argument("--min-replicas", type=int, default=None, help="autoscaling lower bound")
-    ray.add_argument("--max-replicas", type=int, default=None, help="autoscaling upper bound")
-    ray.add_argument("--gpus-per-replica", type=float, default=0, help="GPUs each replica holds (default: 0)")
-    ray.add_argument("--cpus-per-replica", type=float, default=1, help="CPUs each replica holds (default: 1)")
 
 
 def config_from(args: argparse.Namespace) -> ServerConfig:

@@ -83,10 +83,13 @@ def _border(image: np.ndarray, value: float | tuple[float, ...], dtype: type) ->
     return np.asarray(values if image.ndim == 3 else values[0], dtype=dtype)
 
 
-def _warp_float32(image: np.ndarray, inverse: np.ndarray, size: tuple[int, int], border: np.ndarray) -> np.ndarray:
-    width, height = size
-    y = np.arange(height, dtype=np.float64)[:, None]
-    x = np.arange(width, dtype=np.float32)[None, :]
+Region = tuple[int, int, int, int]  # x0, y0, x1, y1 of the output, in its own pixels
+
+
+def _warp_float32(image: np.ndarray, inverse: np.ndarray, region: Region, border: np.ndarray) -> np.ndarray:
+    x0, y0, x1, y1 = region
+    y = np.arange(y0, y1, dtype=np.float64)[:, None]
+    x = np.arange(x0, x1, dtype=np.float32)[None, :]
     row_x = (y * inverse[1] + inverse[2]).astype(np.float32)
     row_y = (y * inverse[4] + inverse[5]).astype(np.float32)
     src_x = _fma32(np.float32(inverse[0]), x, row_x)
@@ -105,9 +108,9 @@ def _warp_float32(image: np.ndarray, inverse: np.ndarray, size: tuple[int, int],
     return out
 
 
-def _warp_float64(image: np.ndarray, inverse: np.ndarray, size: tuple[int, int], border: np.ndarray) -> np.ndarray:
-    width, height = size
-    x, y = np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64)
+def _warp_float64(image: np.ndarray, inverse: np.ndarray, region: Region, border: np.ndarray) -> np.ndarray:
+    x0, y0, x1, y1 = region
+    x, y = np.arange(x0, x1, dtype=np.float64), np.arange(y0, y1, dtype=np.float64)
     ab_scale, round_delta = 1024, 16  # AB_BITS 10, INTER_BITS 5
     x_delta = np.rint(inverse[0] * x * ab_scale).astype(np.int64)
     y_delta = np.rint(inverse[3] * x * ab_scale).astype(np.int64)
@@ -119,7 +122,7 @@ def _warp_float64(image: np.ndarray, inverse: np.ndarray, size: tuple[int, int],
     fx = (fixed_x & 31).astype(np.float32) / np.float32(32)
     fy = (fixed_y & 31).astype(np.float32) / np.float32(32)
     wx, wy = (np.float32(1) - fx, fx), (np.float32(1) - fy, fy)
-    out = np.zeros((height, width, *image.shape[2:]), dtype=np.float64)
+    out = np.zeros((y1 - y0, x1 - x0, *image.shape[2:]), dtype=np.float64)
     for dy in (0, 1):
         for dx in (0, 1):
             weight = (wy[dy] * wx[dx]).astype(np.float64)
@@ -132,17 +135,20 @@ def warp_affine(
     matrix: Affine,
     size: tuple[int, int],
     border_value: float | tuple[float, ...] = 0.0,
+    region: Region | None = None,
 ) -> np.ndarray:
     """``cv2.warpAffine(image, matrix, size, flags=INTER_LINEAR, borderMode=BORDER_CONSTANT,
     borderValue=border_value)``: ``size`` is (width, height); uint8, float32 or float64 images,
-    (H, W) or (H, W, C); the result has the image's dtype."""
+    (H, W) or (H, W, C); the result has the image's dtype. ``region`` (x0, y0, x1, y1): only that
+    block of the output, each pixel computed as in the whole one."""
     image = np.asarray(image)
     if image.dtype not in (np.uint8, np.float32, np.float64) or image.ndim not in (2, 3):
         raise InputError(f"warp_affine takes (H, W[, C]) uint8/float32/float64 images, got {image.dtype} {image.shape}")
+    block = (0, 0, *size) if region is None else region
     inverse = _warp_inverse(matrix)
     if image.dtype == np.float64:
-        return _warp_float64(image, inverse, size, _border(image, border_value, np.float64))
-    return _warp_float32(image, inverse, size, _border(image, border_value, np.float32))
+        return _warp_float64(image, inverse, block, _border(image, border_value, np.float64))
+    return _warp_float32(image, inverse, block, _border(image, border_value, np.float32))
 
 
 def _lanczos4_coefficients(fraction: np.ndarray) -> NDArray[np.float32]:

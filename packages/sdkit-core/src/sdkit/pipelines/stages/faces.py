@@ -261,13 +261,29 @@ def parse_mask(classes: np.ndarray) -> NDArray[np.float64]:
     return mask / 255.0
 
 
-def _square_mask(inverse: np.ndarray, size: tuple[int, int]) -> tuple[F32, F32]:
-    """facexlib's ``use_parse=False`` masks: (the eroded warped square, its softened centre)."""
+def _square_mask(inverse: np.ndarray, size: tuple[int, int], region: tuple[int, int, int, int]) -> tuple[F32, F32]:
+    """facexlib's ``use_parse=False`` masks in ``region``: (the eroded warped square, its
+    softened centre)."""
     ones = np.ones((FACE_SIZE, FACE_SIZE), dtype=np.float32)
-    eroded = erode(warp_affine(ones, inverse, size), 2)
+    eroded = erode(warp_affine(ones, inverse, size, region=region), 2)
     w_edge = int(np.sum(eroded) ** 0.5) // 20
     centre = erode(eroded, w_edge * 2)
     return eroded, gaussian_blur(centre, w_edge * 2 + 1, 0)
+
+
+def _footprint(inverse: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
+    """The block of the image a face pastes into: its crop's corners mapped back, widened by
+    what the square mask's erosion and blur reach (so that every value outside is the image's
+    own, and inside the same as over the whole image)."""
+    corners = np.array([[-1, -1, 1], [FACE_SIZE + 1, -1, 1], [-1, FACE_SIZE + 1, 1], [FACE_SIZE + 1, FACE_SIZE + 1, 1]])
+    mapped = corners @ np.asarray(inverse, dtype=np.float64).T
+    if not np.isfinite(mapped).all():
+        return 0, 0, width, height
+    low, high = np.floor(mapped.min(axis=0)), np.ceil(mapped.max(axis=0))
+    reach = 3 * (int(math.sqrt(max(float(np.prod(high - low)), 0.0))) // 20) + 8
+    x0, y0 = (int(max(v - reach, 0)) for v in low)
+    x1, y1 = int(min(high[0] + reach, width)), int(min(high[1] + reach, height))
+    return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else (0, 0, 0, 0)
 
 
 def paste_faces(
@@ -276,19 +292,26 @@ def paste_faces(
     parse_maps: Sequence[np.ndarray] | None = None,
 ) -> U8:
     """Step 4: each ``(matrix, restored 512 px uint8 face)`` pasted back into ``image`` (H, W, 3
-    uint8 RGB); with ``parse_maps`` (one per face) the parse mask, else the square mask."""
+    uint8 RGB); with ``parse_maps`` (one per face) the parse mask, else the square mask. Only
+    the block each face reaches is computed (``_footprint``); facexlib's float types are kept
+    (float64 with the parse mask, float32 with the square one) until the final truncation."""
     height, width = image.shape[:2]
-    out: np.ndarray = image
+    out = image.astype(np.float64 if parse_maps is not None else np.float32)
     for i, (matrix, restored) in enumerate(faces):
         inverse = invert_affine(matrix)
-        warped = warp_affine(restored, inverse, (width, height))
+        region = _footprint(inverse, width, height)
+        x0, y0, x1, y1 = region
+        if x0 >= x1:
+            continue  # the face maps entirely outside the image
+        warped = warp_affine(restored, inverse, (width, height), region=region)
+        block = out[y0:y1, x0:x1]
         if parse_maps is not None:
-            mask = warp_affine(parse_mask(parse_maps[i]), inverse, (width, height))[:, :, None]
-            out = mask * warped + (1 - mask) * out
+            mask = warp_affine(parse_mask(parse_maps[i]), inverse, (width, height), region=region)[:, :, None]
+            out[y0:y1, x0:x1] = mask * warped + (1 - mask) * block
         else:
-            eroded, soft = _square_mask(inverse, (width, height))
+            eroded, soft = _square_mask(inverse, (width, height), region)
             pasted = eroded[:, :, None] * warped
-            out = soft[:, :, None] * pasted + (1 - soft[:, :, None]) * out
+            out[y0:y1, x0:x1] = soft[:, :, None] * pasted + (1 - soft[:, :, None]) * block
     return np.asarray(out).astype(np.uint8)
 
 
