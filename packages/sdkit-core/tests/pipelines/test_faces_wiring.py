@@ -276,6 +276,30 @@ def test_generation_restores_faces_before_the_png(networks: None, face_dir: Path
         _delivered(reference_pipe, pixels, restore_faces="GFPGAN", codeformer_weight=0.2)
 
 
+def test_faces_are_restored_before_the_inpainting_paste_back(
+    networks: None, face_dir: Path, reference_pipe: Any
+) -> None:
+    """A1111 restores faces on the generated image, then lays its overlay (the paste-back)."""
+    from sdkit.pipelines.features.inpainting import paste_back
+    from sdkit.pipelines.imaging.images import float_to_pil
+
+    rng = np.random.default_rng(1)
+    pixels = rng.random((1, 64, 64, 3), dtype=np.float32)
+    init = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    mask = np.zeros((64, 64), dtype=np.uint8)
+    mask[:, 32:] = 255
+    fields = {"init_image": init, "mask": mask, "paste_back": True, "output_type": "np"}
+    plan, out = _delivered(reference_pipe, pixels, restore_faces="GFPGAN", **fields)
+    restored, _ = faces.restore_faces(
+        float_to_pil(pixels)[0], FakeGFPGAN(Path()), FakeDetector(Path()), FakeParser(Path())
+    )
+    expected = paste_back((np.asarray(restored, dtype=np.float32) / np.float32(255))[None], plan.mask.paste)
+    assert np.array_equal(out, expected)
+    _, unrestored = _delivered(reference_pipe, pixels, **fields)
+    assert np.array_equal(out[:, :, :24], unrestored[:, :, :24])  # outside the mask: the original either way
+    assert not np.array_equal(out, unrestored)
+
+
 @pytest.mark.slow
 def test_generate_with_restore_faces(networks: None, face_dir: Path, reference_pipe: Any) -> None:
     plain = reference_pipe.generate("a face", seed=3, steps=2)[0]

@@ -386,19 +386,29 @@ class Pipeline(AdapterMethods):
         """``[N, H, W, 3]`` pixels as the request's output type; PIL images carry their A1111
         ``parameters`` text and the ``GenerationParameters`` (``info["sdkit_parameters"]``)."""
         request = plan.request
-        if request.output_type == "np" and request.restore_faces is None:
+        pixels = self.postprocess(plan, pixels)
+        if request.output_type == "np":
             return pixels
         images = float_to_pil(pixels)
-        if request.restore_faces is not None:  # A1111: after decoding, before the PNG is written
-            models = self.face_models(request)
-            images = [restore_faces_with(image, models, request.codeformer_weight)[0] for image in images]
-            if request.output_type == "np":
-                return np.stack([np.asarray(image, dtype=np.float32) / np.float32(255) for image in images])
         for seed, image in zip(plan.seeds, images, strict=True):
             params = self.parameters(plan, seed)
             image.info["parameters"] = params.a1111_text()
             image.info["sdkit_parameters"] = params
         return images
+
+    def postprocess(self, plan: GenerationPlan, pixels: np.ndarray) -> np.ndarray:
+        """What A1111 does to the decoded pixels before they become the PNG: face restoration
+        (an inpainting pipeline then pastes the result back, as A1111's overlay comes after it)."""
+        return self.restore_faces(plan, pixels)
+
+    def restore_faces(self, plan: GenerationPlan, pixels: np.ndarray) -> np.ndarray:
+        """The request's face restoration on ``[N, H, W, 3]`` pixels (as 8-bit images, as A1111)."""
+        request = plan.request
+        if request.restore_faces is None:
+            return pixels
+        models = self.face_models(request)
+        images = [restore_faces_with(image, models, request.codeformer_weight)[0] for image in float_to_pil(pixels)]
+        return np.stack([np.asarray(image, dtype=np.float32) / np.float32(255) for image in images])
 
     def parameters(self, plan: GenerationPlan, seed: int) -> GenerationParameters:
         """What one image of ``plan`` was made with (a family with more settings adds them)."""
