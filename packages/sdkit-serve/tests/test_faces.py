@@ -181,3 +181,19 @@ def test_extras_restore_after_upscaling_in_a1111_order(networks: None, face_dir:
     want, count = faces.restore_faces(step, Weighted(Path()), Detector(Path()), Parser(Path()), 0.2, 0.7)
     assert count == 1 and np.array_equal(got, np.asarray(want))
     assert "GFPGAN visibility: 0.5, CodeFormer visibility: 0.7, CodeFormer weight: 0.2" in reply.json()["html_info"]
+
+
+def test_options_keep_the_face_settings(face_dir: Path, tmp_path: Path) -> None:
+    engine = Engine(ServerConfig(models=(tmp_path,), backend="reference", face_dir=face_dir))
+    assert engine.face_settings == FaceSettings(face_dir, None, 0.5)
+    from sdkit_serve.model_routes import set_plain_options
+
+    ignored: dict[str, str] = {}
+    set_plain_options(engine, {"face_restoration_model": "GFPGAN", "code_former_weight": 0.8}, ignored)
+    assert ignored == {} and engine.face_settings == FaceSettings(face_dir, "GFPGAN", 0.8)
+    set_plain_options(engine, {"face_restoration_model": "RestoreFormer", "code_former_weight": 3}, ignored)
+    assert set(ignored) == {"face_restoration_model", "code_former_weight"}
+    assert engine.face_settings == FaceSettings(face_dir, "GFPGAN", 0.8)
+    fields, _ = generation_fields(True, None, engine.face_settings)
+    assert fields == {"restore_faces": str(face_dir / "GFPGANv1.4.safetensors")}
+    engine.close()

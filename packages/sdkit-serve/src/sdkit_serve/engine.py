@@ -201,8 +201,10 @@ class Engine:
 
     @property
     def face_settings(self) -> FaceSettings:
-        config = self.config
-        return FaceSettings(config.face_dir, config.face_restoration_model, config.code_former_weight)
+        """The face folder and A1111's settings: POST /options' values, else the server's flags."""
+        config, options = self.config, self.options
+        model = options.get("face_restoration_model", config.face_restoration_model)
+        return FaceSettings(config.face_dir, model, float(options.get("code_former_weight", config.code_former_weight)))
 
     def controlnets(self) -> dict[str, Path]:
         return controlnet_folders(self.config.controlnet_dir)

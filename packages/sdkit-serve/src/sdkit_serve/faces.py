@@ -7,8 +7,9 @@ holding A1111's files as ``.safetensors`` (``GFPGANv1.4``, ``codeformer-v0.1.0``
 
 - txt2img / img2img ``restore_faces: true`` restores every image after decoding, with A1111's
   setting ``face_restoration_model`` ("CodeFormer", A1111's default, or "GFPGAN"; the server's
-  ``--face-restoration-model``, or per request in ``override_settings``) and, for CodeFormer,
-  ``code_former_weight`` (0.5 unless set the same ways); the PNG says ``Face restoration: ...``.
+  ``--face-restoration-model``, ``POST /sdapi/v1/options``, or per request in
+  ``override_settings``) and, for CodeFormer, ``code_former_weight`` (0.5 unless set the same
+  ways); the PNG says ``Face restoration: ...``.
 - Extras: ``gfpgan_visibility`` and then ``codeformer_visibility`` (with ``codeformer_weight``)
   above 0 restore after the upscaling, blended with the image at that visibility, as A1111's
   postprocessing scripts run (Upscale, GFPGAN, CodeFormer).
@@ -40,6 +41,16 @@ class FaceSettings:
     face_dir: Path | None = None
     model: str | None = None  # None: CodeFormer if its file is there, else GFPGAN
     code_former_weight: float = DEFAULT_CODEFORMER_WEIGHT
+
+
+def face_option_ok(key: str, value: Any) -> bool:
+    """Whether ``POST /sdapi/v1/options`` may keep this face setting (A1111's names and values)."""
+    if key == "face_restoration_model":
+        return value in RESTORER_FILES
+    if key == "code_former_weight":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and math.isfinite(value) and 0.0 <= value <= 1.0
+    return False
 
 
 def restorer_files(face_dir: Path | None) -> dict[str, Path]:
