@@ -148,6 +148,8 @@ def networks(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setitem(
         sys.modules, "sdkit.families.codeformer", module(sniff=lambda s: {} if CODEFORMER_KEY in s else None)
     )
+    monkeypatch.setitem(sys.modules, "sdkit.families.retinaface", module(sniff=lambda s: {}))
+    monkeypatch.setitem(sys.modules, "sdkit.families.parsenet", module(sniff=lambda s: {}))
     monkeypatch.setitem(sys.modules, "sdkit.pipelines.stages.gfpgan", module(GFPGANRestorer=Darken))
     monkeypatch.setitem(sys.modules, "sdkit.pipelines.stages.codeformer", module(CodeFormerRestorer=Weighted))
     monkeypatch.setitem(sys.modules, "sdkit.pipelines.stages.retinaface", module(RetinaFaceDetector=Detector))

@@ -224,3 +224,13 @@ def test_pasting_only_the_footprint_changes_nothing(
     monkeypatch.setattr(faces, "_footprint", lambda inverse, width, height: (0, 0, width, height))
     whole, _ = faces.restore_faces(face_golden["image"], Brighten(), FixedDetector(face_golden), parser)
     assert np.array_equal(np.asarray(block), np.asarray(whole))
+
+
+def test_paste_checks_the_memory_budget(face_golden: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdkit.errors import ResourceLimitError
+
+    monkeypatch.setenv("SDKIT_MEMORY_BUDGET", "100K")
+    with pytest.raises(ResourceLimitError, match="pasting faces into a 200x256 image"):
+        faces.restore_faces(
+            face_golden["image"], Brighten(), FixedDetector(face_golden), FixedParser(face_golden["parse_map"])
+        )

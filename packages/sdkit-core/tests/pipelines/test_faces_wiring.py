@@ -109,6 +109,8 @@ def networks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     stand_ins = {
         "sdkit.families.gfpgan": _module("gfpgan", sniff=sniffer(GFPGAN_KEY)),
         "sdkit.families.codeformer": _module("codeformer", sniff=sniffer(CODEFORMER_KEY)),
+        "sdkit.families.retinaface": _module("retinaface", sniff=sniffer("body.conv1.weight")),
+        "sdkit.families.parsenet": _module("parsenet", sniff=sniffer("encoder.0.weight")),
         "sdkit.pipelines.stages.gfpgan": _module("gfpgan_stage", GFPGANRestorer=FakeGFPGAN),
         "sdkit.pipelines.stages.codeformer": _module("codeformer_stage", CodeFormerRestorer=FakeCodeFormer),
         "sdkit.pipelines.stages.retinaface": _module("retinaface_stage", RetinaFaceDetector=FakeDetector),
@@ -157,6 +159,11 @@ def test_pickles_and_missing_files_are_refused(networks: None, tmp_path: Path) -
         faces.open_face_restorer(pth)
     with pytest.raises(ModelFormatError, match="refused"):
         faces.open_face_detector(tmp_path / "detection_Resnet50_Final.pth")
+    wrong = _file(tmp_path / "detection_Resnet50_Final.safetensors", GFPGAN_KEY)
+    with pytest.raises(ModelFormatError, match=r"not a RetinaFace .*sdkit\.families\.retinaface\.sniff declined"):
+        faces.open_face_detector(wrong)
+    with pytest.raises(ModelFormatError, match="not a ParseNet"):
+        faces.open_face_parser(wrong)
     with pytest.raises(ModelFormatError, match="not found"):
         faces.open_face_restorer(tmp_path / "nothing.safetensors")
 
@@ -178,8 +185,12 @@ def test_folder_lookup_by_a1111_names(
     # next to the restorer counts as a face folder
     own = tmp_path / "own"
     own.mkdir()
-    for name in ("GFPGANv1.4", "detection_Resnet50_Final", "parsing_parsenet"):
-        (own / f"{name}.safetensors").write_bytes((face_dir.parent / "faces" / "GFPGANv1.4.safetensors").read_bytes())
+    for name, key in (
+        ("GFPGANv1.4", GFPGAN_KEY),
+        ("detection_Resnet50_Final", "body.conv1.weight"),
+        ("parsing_parsenet", "encoder.0.weight"),
+    ):
+        _file(own / f"{name}.safetensors", key)
     assert faces.load_face_models(own / "GFPGANv1.4.safetensors").name == "GFPGAN"
 
 

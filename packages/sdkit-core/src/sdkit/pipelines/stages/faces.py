@@ -52,6 +52,7 @@ from numpy.typing import NDArray
 
 from sdkit.errors import InputError, MissingDependencyError, ModelFormatError
 from sdkit.families.safetensors_reader import SafetensorsFile
+from sdkit.limits import check_bytes
 from sdkit.pipelines.imaging.cv_compat import (
     erode,
     gaussian_blur,
@@ -296,6 +297,8 @@ def paste_faces(
     the block each face reaches is computed (``_footprint``); facexlib's float types are kept
     (float64 with the parse mask, float32 with the square one) until the final truncation."""
     height, width = image.shape[:2]
+    item = 8 if parse_maps is not None else 4
+    check_bytes(height * width * 3 * item * 2, f"pasting faces into a {width}x{height} image")
     out = image.astype(np.float64 if parse_maps is not None else np.float32)
     for i, (matrix, restored) in enumerate(faces):
         inverse = invert_affine(matrix)
@@ -457,6 +460,17 @@ def _file_shapes(path: Path, what: str) -> dict[str, tuple[int, ...]]:
         file.close()
 
 
+def _check_kind(path: Path, family: str, what: str) -> None:
+    """A ModelFormatError unless ``sdkit.families.<family>.sniff`` takes the file's tensors (a
+    ``.pth`` is refused unread, a missing file named)."""
+    shapes = _file_shapes(path, what)
+    if _family(family).sniff(shapes) is None:
+        keys = ", ".join(sorted(shapes)[:4])
+        raise ModelFormatError(
+            f"{path.name} is not {what} (sdkit.families.{family}.sniff declined its keys: {keys}...)"
+        )
+
+
 def sniff_face_restorer(path: str | os.PathLike[str]) -> str:
     """ "GFPGAN" or "CodeFormer": which restorer a ``.safetensors`` file holds, from its keys and
     shapes (``sdkit.families.gfpgan.sniff`` / ``codeformer.sniff``); a ModelFormatError otherwise."""
@@ -500,7 +514,7 @@ def open_face_detector(
 ) -> FaceDetector:
     """RetinaFace (ResNet-50) from ``path`` or ``detection_Resnet50_Final.safetensors`` in the face folders."""
     file = _helper_file(path, DETECTOR_STEM, "face detector", folders)
-    _file_shapes(file, "face detector")  # refuses a .pth unread, names a missing file
+    _check_kind(file, "retinaface", "a RetinaFace (detection_Resnet50_Final) face detector")
     detector: FaceDetector = _stage("retinaface", "RetinaFaceDetector")(file, backend=backend, device=device)
     return detector
 
@@ -513,7 +527,7 @@ def open_face_parser(
 ) -> FaceParser:
     """ParseNet from ``path`` or ``parsing_parsenet.safetensors`` in the face folders."""
     file = _helper_file(path, PARSER_STEM, "face parser", folders)
-    _file_shapes(file, "face parser")
+    _check_kind(file, "parsenet", "a ParseNet (parsing_parsenet) face parser")
     parser: FaceParser = _stage("parsenet", "ParseNetParser")(file, backend=backend, device=device)
     return parser
 
