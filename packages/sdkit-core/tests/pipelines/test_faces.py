@@ -234,3 +234,20 @@ def test_paste_checks_the_memory_budget(face_golden: dict[str, np.ndarray], monk
         faces.restore_faces(
             face_golden["image"], Brighten(), FixedDetector(face_golden), FixedParser(face_golden["parse_map"])
         )
+
+
+def test_a_broken_restorer_output_is_refused(face_golden: dict[str, np.ndarray]) -> None:
+    from sdkit.errors import ModelFormatError, NonFiniteError
+
+    class Small(Brighten):
+        def restore(self, face: np.ndarray, fidelity: float | None = None) -> np.ndarray:
+            return face[:256]
+
+    class NaN(Brighten):
+        def restore(self, face: np.ndarray, fidelity: float | None = None) -> np.ndarray:
+            return face * np.float32("nan")
+
+    with pytest.raises(ModelFormatError, match=r"\[256, 512, 3\]"):
+        faces.restore_faces(face_golden["image"], Small(), FixedDetector(face_golden))
+    with pytest.raises(NonFiniteError, match="NaN"):
+        faces.restore_faces(face_golden["image"], NaN(), FixedDetector(face_golden))

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.errors import InputError, MissingDependencyError, ModelFormatError
+from sdkit.errors import InputError, MissingDependencyError, ModelFormatError, NonFiniteError
 from sdkit.families.safetensors_reader import SafetensorsFile
 from sdkit.limits import check_bytes
 from sdkit.pipelines.imaging.cv_compat import (
@@ -332,6 +332,17 @@ def _as_rgb_array(image: Any) -> U8:
     return array
 
 
+def _checked_face(restorer: FaceRestorer, face: Any) -> F32:
+    """The restorer's output, refused unless a finite (512, 512, 3) face."""
+    name = getattr(restorer, "name", "the face restorer")
+    out: F32 = np.asarray(face, dtype=np.float32)
+    if out.shape != (FACE_SIZE, FACE_SIZE, 3):
+        raise ModelFormatError(f"{name} returned a {list(out.shape)} face; (512, 512, 3) was expected")
+    if not np.isfinite(out).all():
+        raise NonFiniteError(f"{name} returned NaN or infinity in a restored face")
+    return out
+
+
 def check_fidelity(restorer: FaceRestorer, fidelity: float | None) -> float | None:
     """``fidelity`` checked against the restorer: CodeFormer's ``w`` in [0, 1]; GFPGAN takes none."""
     if fidelity is None:
@@ -370,7 +381,7 @@ def restore_faces(
     faces, parse_maps = [], []
     for landmarks in face_landmarks(pixels, detector):
         aligned = align_face(pixels, landmarks)
-        restored = restored_to_uint8(restorer.restore(crop_to_float(aligned.crop), fidelity))
+        restored = restored_to_uint8(_checked_face(restorer, restorer.restore(crop_to_float(aligned.crop), fidelity)))
         faces.append((aligned.matrix, restored))
         if parser is not None:
             parse_maps.append(parser.parse(np.asarray(restored, dtype=np.float32) / np.float32(255.0)))
