@@ -33,6 +33,14 @@ by step, with OpenCV's arithmetic reproduced in numpy (``sdkit.pipelines.imaging
 5. **Visibility** (A1111's Extras ``gfpgan_visibility`` / ``codeformer_visibility``): below 1 the
    result is ``PIL.Image.blend(original, restored, visibility)``; 0 runs nothing.
 
+Files (``load_face_models``, ``sdkit.restore_faces``): a restorer is a ``.safetensors`` file whose
+kind (GFPGAN or CodeFormer) is read from its tensors by ``sdkit.families.gfpgan.sniff`` /
+``codeformer.sniff``, or A1111's name ("GFPGAN", "CodeFormer") of ``GFPGANv1.4`` /
+``codeformer-v0.1.0`` in the face folders; the detector ``detection_Resnet50_Final`` and the
+parser ``parsing_parsenet`` are found next to it or in ``$SDKIT_FACE_DIR`` (or given), each checked
+by its family's ``sniff``. Pickles (``.pth``...) are refused unread with the conversion command.
+The networks are the faces contract's classes, imported when first needed.
+
 ``fixtures/faces/pipeline/make_pipeline_goldens.py`` runs facexlib itself on the same landmarks,
 restored faces and parse maps; ``tests/pipelines/test_faces.py`` holds this module to its output.
 """
