@@ -350,3 +350,26 @@ def test_landed_networks_follow_the_contract(module: str, cls: str, branch: str)
         assert network.size == 512 and callable(network.parse)
     foreign = {"model.0.weight": (64, 3, 3, 3), "model.1.sub.0.RDB1.conv1.0.weight": (32, 64, 3, 3)}
     assert family.sniff(foreign) is None
+
+
+def test_generate_flags_reach_the_request(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sdkit.load_pipeline", lambda *a, **k: pytest.fail("no model may load"))
+    from sdkit.cli.generate import build_request
+    from sdkit.cli.main import build_parser
+
+    argv = [
+        "generate",
+        "a face",
+        "--model",
+        str(tiny_dir),
+        "--restore-faces",
+        "CodeFormer",
+        "--codeformer-weight",
+        "0.3",
+    ]
+    request = build_request(build_parser().parse_args(argv))
+    assert (request.restore_faces, request.codeformer_weight) == ("CodeFormer", 0.3)
+    with pytest.raises(InputError, match="--codeformer-weight needs --restore-faces"):
+        build_request(
+            build_parser().parse_args(["generate", "a", "--model", str(tiny_dir), "--codeformer-weight", "1"])
+        )
