@@ -63,6 +63,7 @@ def test_loras_are_tags_with_absolute_paths(tmp_path: Path) -> None:
         ({"mask_blur": 4}, "mask_blur: stable-diffusion.cpp does not do A1111's mask blur"),
         ({"inpaint_full_res": True}, "inpaint_full_res"),
         ({"paste_back": True}, "paste_back"),
+        ({"restore_faces": "GFPGAN"}, "restore_faces: stable-diffusion.cpp does not do face restoration"),
         ({"latents": np.zeros((1, 4, 8, 8), np.float32)}, "latents"),
         ({"sampler": "DPM++ SDE"}, "sampler 'dpmpp_sde'"),
         ({"schedule": "beta"}, "schedule 'beta'"),

@@ -94,8 +94,8 @@ def test_img2img_mapping() -> None:
         ({"enable_hr": True, "hr_sampler_name": "Heun"}, set()),  # reported by the hires mapping
         ({"restore_faces": False, "tiling": 0, "styles": [], "subseed": -1, "eta": None, "s_noise": 1.0}, set()),
         (
-            {"restore_faces": True, "styles": ["cinematic"], "subseed_strength": 0.3},
-            {"restore_faces", "styles", "subseed_strength"},
+            {"styles": ["cinematic"], "subseed_strength": 0.3},
+            {"styles", "subseed_strength"},
         ),
         ({"tiling": 1}, {"tiling"}),  # a number is not taken for False
         ({"save_images": True, "do_not_save_grid": True}, {"save_images"}),
@@ -178,13 +178,13 @@ def test_limits_and_names_fail_before_queueing() -> None:
 def test_info_is_a1111_shaped() -> None:
     from sdkit.pipelines import GenerationParameters
 
-    result = plan({"prompt": "p <hypernet:a:1>", "seed": 9, "batch_size": 2, "restore_faces": True})
+    result = plan({"prompt": "p <hypernet:a:1>", "seed": 9, "batch_size": 2})
     result.loras = [(Path("styles/a.safetensors"), 0.5)]
     params = [GenerationParameters("p ", "", 50, "euler", "normal", 7.0, 9 + i, 64, 64, "m") for i in range(2)]
     info = build_info(result, params, "m", worker="host:1")
     assert info["all_seeds"] == [9, 10] and info["seed"] == 9 and info["sd_model_name"] == "m"
     assert info["infotexts"][1].endswith("Seed: 10, Size: 64x64, Model: m, Software: sdkit")
-    assert set(info["ignored"]) == {"restore_faces", "prompt <hypernet:a:1>"} and info["interrupted"] is False
+    assert set(info["ignored"]) == {"prompt <hypernet:a:1>"} and info["interrupted"] is False
     assert info["loras"] == [{"name": "a", "weight": 0.5, "applied": True}]
 
 

@@ -152,7 +152,6 @@ def test_ignored_fields_and_loras_are_reported(server: ServerProcess) -> None:
         "steps": 2,
         "width": 64,
         "height": 64,
-        "restore_faces": True,
         "alwayson_scripts": {"controlnet": {"args": []}, "adetailer": {"args": [True]}},
         "my_extension_field": 3,
     }
@@ -161,10 +160,13 @@ def test_ignored_fields_and_loras_are_reported(server: ServerProcess) -> None:
         loras = client.get("/sdapi/v1/loras").json()
         missing = client.post("/sdapi/v1/txt2img", json={**payload, "prompt": "a cat <lora:missing:1>"})
         onnx_folder = client.post("/sdapi/v1/txt2img", json={**payload, "prompt": "a cat <lora:film:0.6>"})
+        faces = client.post("/sdapi/v1/txt2img", json={**payload, "restore_faces": True})
+    # a server without --face-dir refuses restore_faces by name (sdkit_serve.faces), never ignores it
+    assert faces.status_code == 400 and "restore_faces: this server has no face restorer" in faces.json()["detail"]
     info = json.loads(body["info"])
     ignored = info["ignored"]
     assert set(ignored) == {
-        "restore_faces", "alwayson_scripts.adetailer", "my_extension_field", "prompt <hypernet:x:1>", "prompt <style:y>"
+        "alwayson_scripts.adetailer", "my_extension_field", "prompt <hypernet:x:1>", "prompt <style:y>"
     }  # fmt: skip
     assert info["prompt"] == "a cat <hypernet:x:1> " and info["loras"] == []  # unknown kinds removed, as A1111
     assert [item["name"] for item in loras] == ["film"]

@@ -109,7 +109,8 @@ def test_batch_images_and_blend(client: TestClient) -> None:
     ("body", "status", "words"),
     [
         ({"upscaler_1": "R-ESRGAN 4x+"}, 400, "unknown upscaler"),
-        ({"upscaler_1": "Lanczos", "gfpgan_visibility": 1}, 400, "face restoration"),
+        ({"upscaler_1": "Lanczos", "gfpgan_visibility": 1}, 400, "gfpgan_visibility: this server has no GFPGAN"),
+        ({"codeformer_visibility": 0.5}, 400, "codeformer_visibility: this server has no CodeFormer"),
         ({"upscaler_1": "Lanczos", "image": "not base64!"}, 400, "not valid base64"),
         ({"upscaler_1": "Lanczos", "upscaling_resize": 0}, 422, "upscaling_resize"),
     ],

@@ -25,7 +25,7 @@ from sdkit.device import Device
 from sdkit.errors import SdkitError
 from sdkit.model import Graph, Model, WeightSet
 from sdkit.options import Options
-from sdkit.pipelines import load_pipeline, upscale
+from sdkit.pipelines import load_pipeline, restore_faces, upscale
 
 __all__ = [
     "Availability",
@@ -50,5 +50,6 @@ __all__ = [
     "load_model",
     "load_pipeline",
     "pipeline_engines",
+    "restore_faces",
     "upscale",
 ]

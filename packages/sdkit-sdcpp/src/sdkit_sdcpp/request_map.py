@@ -52,6 +52,7 @@ def _asked(request: GenerationRequest) -> dict[str, str]:
         "mask_blur": request.mask_blur != 0,
         "inpaint_full_res": request.inpaint_full_res,
         "paste_back": bool(request.paste_back),  # None (the default) and False: sd.cpp does not paste
+        "restore_faces": getattr(request, "restore_faces", None) is not None,
     }
     whats = {
         "max_sequence_length": "a T5 token count (it takes the prompt's own)",
@@ -60,6 +61,7 @@ def _asked(request: GenerationRequest) -> dict[str, str]:
         "mask_blur": "A1111's mask blur (blur the mask yourself; 0 is sd.cpp's)",
         "inpaint_full_res": "A1111's 'only masked' inpainting",
         "paste_back": "pasting the result back under the mask",
+        "restore_faces": "face restoration (run sdkit.restore_faces on its images)",
     }
     return {name: whats[name] for name, yes in asked.items() if yes}
 

@@ -26,6 +26,7 @@ from pydantic.json_schema import SkipJsonSchema
 from sdkit.pipelines import GenerationRequest
 from sdkit_serve import a1111_fields
 from sdkit_serve.extra_networks import LORA_KINDS, Folders, tag_loras
+from sdkit_serve.faces import FACE_SETTINGS, FaceSettings, generation_fields
 from sdkit_serve.model_choice import MODEL_SETTINGS
 from sdkit_serve.prompt_tags import Tag, find_tags, remove_tags
 from sdkit_serve.schemas import schedule_name
@@ -46,7 +47,6 @@ IGNORED: dict[str, tuple[Any, str]] = {
     "subseed_strength": (_OFF, "variation seeds are not supported"),
     "seed_resize_from_h": ((*_OFF, -1), "seed resizing is not supported"),
     "seed_resize_from_w": ((*_OFF, -1), "seed resizing is not supported"),
-    "restore_faces": (_OFF, "face restoration is not supported"),
     "tiling": (_OFF, "tiling is not supported"),
     "s_min_uncond": (_OFF, "sigma tweaks are not supported"),
     "s_churn": (_OFF, "sigma tweaks are not supported"),
@@ -117,6 +117,7 @@ class Txt2ImgRequest(BaseModel):
     refiner_checkpoint: str | None = Field(None, description="an SDXL refiner from /sdapi/v1/sd-models")
     refiner_switch_at: float | None = Field(None, ge=0.0, le=1.0, description="the fraction before the refiner")
     force_task_id: str | None = Field(None, max_length=256, description="the id /internal/progress knows this task by")
+    restore_faces: bool | None = Field(None, description="face restoration (the server's --face-dir restorer)")
 
 
 class Img2ImgRequest(Txt2ImgRequest):
@@ -213,6 +214,7 @@ class Inputs:
     mask: Image.Image | None = None
     folders: Folders | None = None
     decode: Any = None  # (base64 text, what) -> RGB PIL image
+    faces: FaceSettings | None = None  # the server's face folder and settings (None: none)
 
 
 def plan_generation(payload: Txt2ImgRequest, limits: Limits, inputs: Inputs | None = None) -> GenerationPlan:
@@ -267,8 +269,9 @@ def plan_generation(payload: Txt2ImgRequest, limits: Limits, inputs: Inputs | No
         inputs.decode, inputs.folders.controlnet_dir if inputs.folders else None, init_image, size
     )
     mapped.merge(a1111_fields.controlnet_fields(payload.alwayson_scripts, context))
-    kwargs.update(mapped.generate)
-    ignored.update(mapped.ignored)
+    face_fields, face_ignored = generation_fields(payload.restore_faces, payload.override_settings, inputs.faces)
+    kwargs.update(mapped.generate, **face_fields)
+    ignored.update(mapped.ignored, **face_ignored)
     check_early(kwargs, payload.batch_size)
     seed = payload.seed if payload.seed >= 0 else secrets.randbits(32)
     plan = GenerationPlan(kwargs, seed, payload.batch_size, payload.n_iter, loras, ignored, payload.send_images)
@@ -285,8 +288,8 @@ def override_fields(settings: dict[str, Any] | None) -> a1111_fields.Mapped:
             mapped.generate[OVERRIDES[key]] = value
         elif key == "CLIP_stop_at_last_layers" and value in (None, 1):
             continue  # the last layer: what the pipeline does
-        elif key in MODEL_SETTINGS:
-            continue  # the model and VAE a request runs on: sdkit_serve.model_choice takes them
+        elif key in MODEL_SETTINGS or key in FACE_SETTINGS:
+            continue  # the model and VAE: sdkit_serve.model_choice; face settings: sdkit_serve.faces
         else:
             mapped.ignored[f"override_settings.{key}"] = "this setting is not applied per request"
     return mapped

@@ -173,7 +173,9 @@ def add_generation_routes(router: APIRouter, engine: Engine) -> None:
     limits = engine.config.limits
 
     def inputs(init_image: Any = None, mask: Any = None) -> a1111.Inputs:
-        return a1111.Inputs(init_image, mask, engine.folders, lambda text, what: decode_image(text, what, limits))
+        return a1111.Inputs(
+            init_image, mask, engine.folders, lambda text, what: decode_image(text, what, limits), engine.face_settings
+        )
 
     def queue_generation(payload: Txt2ImgRequest, plan: a1111.GenerationPlan, kind: str) -> Job:
         """The job for a planned request, on the model it names or the one selected now."""

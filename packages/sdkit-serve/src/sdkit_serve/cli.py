@@ -81,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="ControlNet folders (model.onnx + config.json) for alwayson_scripts.controlnet units",
     )
+    add_face_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     ray = parser.add_argument_group(f"Ray Serve ({install_command('ray')})")
     ray.add_argument("--ray", action="store_true", help="run on Ray Serve, one pipeline per replica")
@@ -90,6 +91,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--max-replicas", type=int, default=None, help="autoscaling upper bound")
     ray.add_argument("--gpus-per-replica", type=float, default=0, help="GPUs each replica holds (default: 0)")
     ray.add_argument("--cpus-per-replica", type=float, default=1, help="CPUs each replica holds (default: 1)")
+
+
+def add_face_arguments(parser: argparse.ArgumentParser) -> None:
+    """Face restoration: the folder of A1111's files and its two settings (``sdkit_serve.faces``)."""
+    parser.add_argument(
+        "--face-dir",
+        type=Path,
+        default=os.environ.get("SDKIT_FACE_DIR") or None,
+        help="GFPGANv1.4 / codeformer-v0.1.0 (+ detection_Resnet50_Final, parsing_parsenet) .safetensors for "
+        "restore_faces and the Extras' face restoration (default: $SDKIT_FACE_DIR)",
+    )
+    parser.add_argument(
+        "--face-restoration-model",
+        choices=("CodeFormer", "GFPGAN"),
+        default=None,
+        help="A1111's face_restoration_model for restore_faces (default: CodeFormer if its file is there)",
+    )
+    parser.add_argument(
+        "--code-former-weight", type=float, default=0.5, help="A1111's code_former_weight (default: %(default)s)"
+    )
 
 
 def config_from(args: argparse.Namespace) -> ServerConfig:
@@ -119,6 +140,9 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         host=args.host,
         embeddings_dir=args.embeddings_dir,
         controlnet_dir=args.controlnet_dir,
+        face_dir=Path(args.face_dir) if args.face_dir else None,
+        face_restoration_model=args.face_restoration_model,
+        code_former_weight=args.code_former_weight,
     )
 
 

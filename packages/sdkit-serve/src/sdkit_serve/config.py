@@ -72,6 +72,9 @@ class ServerConfig:
     host: str = "127.0.0.1"  # the address it listens on: the Host headers a keyless server accepts
     embeddings_dir: Path | None = None
     controlnet_dir: Path | None = None
+    face_dir: Path | None = None  # A1111's GFPGAN / CodeFormer files (sdkit_serve.faces)
+    face_restoration_model: str | None = None  # A1111's setting; None: CodeFormer if present
+    code_former_weight: float = 0.5  # A1111's setting
 
     def __post_init__(self) -> None:
         if not self.models and self.ckpt_dir is None:
@@ -90,11 +93,18 @@ class ServerConfig:
             (self.lora_dir, "LoRA"),
             (self.embeddings_dir, "embeddings"),
             (self.controlnet_dir, "ControlNet"),
+            (self.face_dir, "face model (--face-dir)"),
             (self.ckpt_dir, "checkpoint (--ckpt-dir)"),
             (self.vae_dir, "VAE (--vae-dir)"),
         ):
             if folder is not None and not Path(folder).is_dir():
                 raise InputError(f"{what} folder not found: {folder}")
+        if self.face_restoration_model not in (None, "GFPGAN", "CodeFormer"):
+            raise OptionError(
+                f"face_restoration_model must be GFPGAN or CodeFormer, got {self.face_restoration_model!r}"
+            )
+        if not 0.0 <= self.code_former_weight <= 1.0:
+            raise OptionError(f"code_former_weight must be in [0, 1], got {self.code_former_weight}")
 
 
 def check_api_key(key: str) -> None:

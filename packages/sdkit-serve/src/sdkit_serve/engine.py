@@ -21,6 +21,7 @@ from sdkit_serve.a1111 import GenerationPlan
 from sdkit_serve.catalog import Checkpoint, ModelCatalog
 from sdkit_serve.config import ServerConfig
 from sdkit_serve.extra_networks import Folders, controlnet_folders, list_loras, load_embeddings
+from sdkit_serve.faces import FaceSettings
 from sdkit_serve.images import encode_png
 from sdkit_serve.jobs import Job, JobCancelled, JobQueue
 from sdkit_serve.model_choice import ModelChoice, ModelRequest
@@ -197,6 +198,13 @@ class Engine:
     @property
     def folders(self) -> Folders:
         return Folders(self.config.lora_dir, self.config.controlnet_dir)
+
+    @property
+    def face_settings(self) -> FaceSettings:
+        """The face folder and A1111's settings: POST /options' values, else the server's flags."""
+        config, options = self.config, self.options
+        model = options.get("face_restoration_model", config.face_restoration_model)
+        return FaceSettings(config.face_dir, model, float(options.get("code_former_weight", config.code_former_weight)))
 
     def controlnets(self) -> dict[str, Path]:
         return controlnet_folders(self.config.controlnet_dir)

@@ -8,9 +8,10 @@ ratio, then a centred crop onto that canvas when ``upscaling_crop``); ``upscaler
 ``scripts/postprocessing_upscale.py`` does. Upscalers: "None", "Lanczos", "Nearest", and the
 ESRGAN / Real-ESRGAN ``.safetensors`` files in ``$SDKIT_UPSCALER_DIR`` by A1111's names ("R-ESRGAN
 4x+"...) or file stems (``sdkit.pipelines.stages.upscaler``: its scale semantics, compiled on the
-server's backend, isolated as its pipelines are, the last two kept). Face restoration (``gfpgan_visibility``,
-``codeformer_visibility`` above 0) is refused: sdkit has none yet. Work runs on the job queue
-like a generation.
+server's backend, isolated as its pipelines are, the last two kept). Face restoration
+(``gfpgan_visibility``, then ``codeformer_visibility`` with ``codeformer_weight``, above 0) runs
+after the upscaling with the server's ``--face-dir`` files (``sdkit_serve.faces``); without them
+the request is refused naming the field. Work runs on the job queue like a generation.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from sdkit.errors import InputError, SdkitError
 from sdkit_serve.engine import Engine, served_options
+from sdkit_serve.faces import ExtrasFaces
 from sdkit_serve.images import decode_image, encode_png
 from sdkit_serve.jobs import Job
 
@@ -124,10 +126,7 @@ class ExtrasRun:
     """One request's upscaling, run on the job queue's thread."""
 
     def __init__(self, payload: ExtrasBase, engine: Engine) -> None:
-        if payload.gfpgan_visibility > 0 or payload.codeformer_visibility > 0:
-            raise InputError(
-                "face restoration (gfpgan_visibility / codeformer_visibility) is not available in sdkit yet"
-            )
+        self.faces = ExtrasFaces(payload, engine.config.face_dir)
         self.payload, self.engine = payload, engine
         self.first, self.second = _resolve(payload.upscaler_1), _resolve(payload.upscaler_2)
         if payload.resize_mode == 1:
@@ -165,7 +164,7 @@ class ExtrasRun:
         parts.append(f"Postprocess upscaler: {self.first}")
         if self.second != "None" and p.extras_upscaler_2_visibility > 0:
             parts.append(f"Postprocess upscaler 2: {self.second}")
-        return ", ".join(parts)
+        return ", ".join([*parts, *self.faces.info()])
 
     def one(self, image: Any, job: Job) -> Any:
         from PIL import Image
@@ -187,6 +186,14 @@ class ExtrasRun:
             canvas = Image.new("RGB", (p.upscaling_resize_w, p.upscaling_resize_h))
             canvas.paste(result, (canvas.width // 2 - result.width // 2, canvas.height // 2 - result.height // 2))
             result = canvas
+        if self.faces.steps:  # A1111's postprocessing order: Upscale, GFPGAN, CodeFormer
+            backend, device = self.engine.config.backend, self.engine.config.device
+            result = self.faces.run(
+                result,
+                backend if isinstance(backend, str) else "auto",
+                device if isinstance(device, str) else None,
+                job.check,
+            )
         return result
 
     def all(self, images: list[Any], job: Job) -> list[str]:

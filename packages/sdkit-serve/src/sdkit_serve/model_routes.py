@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from sdkit.errors import InputError
+from sdkit_serve.faces import face_option_ok
 from sdkit_serve.images import encode_png
 from sdkit_serve.infotext import memory_report, parse_infotext
 from sdkit_serve.jobs import Job
@@ -73,8 +74,10 @@ def set_plain_options(engine: Engine, options: dict[str, Any], ignored: dict[str
     """The options that change no model: kept if this server acts on them, else reported."""
     taken = ("sd_model_checkpoint", "sd_vae", "forge_additional_modules")
     for key, value in options.items():
-        keep = (key == "live_previews_enable" and isinstance(value, bool)) or (
-            key == "live_previews_image_format" and value in PREVIEW_FORMATS
+        keep = (
+            (key == "live_previews_enable" and isinstance(value, bool))
+            or (key == "live_previews_image_format" and value in PREVIEW_FORMATS)
+            or face_option_ok(key, value)  # face_restoration_model, code_former_weight (sdkit_serve.faces)
         )
         if keep:
             engine.options[key] = value
@@ -95,7 +98,8 @@ def add_model_routes(
     async def set_options(options: dict[str, Any], request: Request) -> dict[str, Any]:
         """``sd_model_checkpoint`` (a title, name or hash from ``/sdapi/v1/sd-models``) and
         ``sd_vae`` switch the model and VAE, after the running job; a model that fails to load
-        leaves the current one selected. ``live_previews_enable`` is kept; other options are
+        leaves the current one selected. ``live_previews_enable``, ``face_restoration_model`` and
+        ``code_former_weight`` (for ``restore_faces``) are kept; other options are
         reported as ignored. The answer: the options now, ``ignored``, and ``switched`` (how the
         model changed: per component ``refit`` or ``recompile``, or ``{"pipeline": "loaded"}``)."""
         ignored: dict[str, str] = {}

@@ -21,6 +21,7 @@ from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
 from sdkit.cli.output_files import OutputFiles, add_output_arguments
+from sdkit.cli.restore_faces import add_face_arguments, face_fields
 from sdkit.cli.sdxl_options import add_sdxl_arguments, checked_fields, sdxl_fields
 from sdkit.errors import InputError
 from sdkit.pipelines.loaders.loading import pipeline_class_for
@@ -78,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-images", type=int, default=1, help="images to make; image i uses seed + i")
     add_inpaint_arguments(parser)
     add_large_image_arguments(parser)
+    add_face_arguments(parser)
     parser.add_argument(
         "--max-sequence-length",
         type=int,
@@ -195,6 +197,7 @@ def build_request(
         callback=callback,
         **inpainting,
         **large_image_fields(args),
+        **face_fields(args),
     )
     if pipeline_class is not None:  # a feature the family lacks (--mask on Flux): refused before loading
         pipeline_class.refuse_unsupported(request)

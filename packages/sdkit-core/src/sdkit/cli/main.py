@@ -24,15 +24,19 @@ from sdkit import known_backends
 from sdkit._version import __version__
 from sdkit.errors import SdkitError
 
-COMMANDS = ("backends", "devices", "check", "run", "bench", "tune", "generate", "upscale", "merge", "inspect", "doctor")
+COMMANDS = (
+    "backends", "devices", "check", "run", "bench", "tune", "generate", "upscale", "restore-faces", "merge", "inspect",
+    "doctor",
+)  # fmt: skip
 PLUGIN_GROUP = "sdkit.cli"
 
 
 def _command_module(name: str) -> ModuleType | None:
+    module = f"sdkit.cli.{name.replace('-', '_')}"
     try:
-        return importlib.import_module(f"sdkit.cli.{name}")
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name == f"sdkit.cli.{name}":
+        if exc.name == module:
             return None  # a command whose module is not part of this build
         raise
 

@@ -37,6 +37,7 @@ from sdkit.pipelines.models.stable_diffusion import StableDiffusionPipeline
 from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.stages.components import Component, LoadSettings
 from sdkit.pipelines.stages.denoise import DenoiseLoop, DenoiserInputs, Step, StepHook
+from sdkit.pipelines.stages.faces import restore as restore_faces
 from sdkit.pipelines.stages.rng import NoiseStream
 from sdkit.pipelines.stages.sources import GraphWithWeights, ModelInMemory, ModelSource, OnnxFileSource
 from sdkit.pipelines.stages.upscaler import ModelUpscaler, load_upscaler, upscale
@@ -76,6 +77,7 @@ __all__ = [
     "XLRequest",
     "load_pipeline",
     "load_upscaler",
+    "restore_faces",
     "save_png",
     "upscale",
 ]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -140,6 +141,12 @@ class GenerationRequest:
     denoising_strength (the second pass's; img2img's is ``strength``), hr_sampler / hr_schedule
     (A1111's hr_sampler_name / hr_scheduler), hr_prompt, hr_negative_prompt, hr_guidance_scale
     (Forge's hr_cfg): the second pass's own (None: the first pass's). See ``sdkit.pipelines.features.hires_fix``.
+
+    Face restoration (A1111's ``restore_faces``, after decoding, before the PNG is written):
+    restore_faces, a GFPGAN or CodeFormer ``.safetensors`` file, or A1111's name ("GFPGAN",
+    "CodeFormer") of one in ``$SDKIT_FACE_DIR``, with the detector and parser files next to it or
+    there; codeformer_weight, CodeFormer's fidelity ``w`` in [0, 1] (None: 0.5, A1111's
+    ``code_former_weight``). See ``sdkit.pipelines.stages.faces``.
     """
 
     prompt: str
@@ -181,6 +188,8 @@ class GenerationRequest:
     hr_prompt: str | None = None
     hr_negative_prompt: str | None = None
     hr_guidance_scale: float | None = None
+    restore_faces: str | None = None
+    codeformer_weight: float | None = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -219,6 +228,7 @@ class GenerationRequest:
         out.update(_control_fields(values, out))
         out.update(_tiling_fields(values))
         out.update(_hires_fields(values, out))
+        out.update(_face_fields(values))
         if values.get("latents") is not None:
             out["latents"] = np.asarray(values["latents"])
         callback = values.get("callback")
@@ -249,6 +259,27 @@ class GenerationRequest:
     @property
     def inpainting(self) -> bool:
         return self.mask is not None
+
+
+def _face_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """``restore_faces`` (a path or A1111's restorer name) and ``codeformer_weight`` in [0, 1]."""
+    out: dict[str, Any] = {}
+    model = values.get("restore_faces")
+    if model is not None:
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        if not isinstance(model, str) or not model:
+            raise InputError(f"restore_faces must be a face restorer file or name, got {model!r}")
+        out["restore_faces"] = model
+    weight = values.get("codeformer_weight")
+    if weight is not None:
+        weight = as_float(weight, "codeformer_weight")
+        if not 0.0 <= weight <= 1.0:
+            raise InputError(f"codeformer_weight must be in [0, 1], got {weight}")
+        if model is None:
+            raise InputError("codeformer_weight needs restore_faces (a CodeFormer file)")
+        out["codeformer_weight"] = weight
+    return out
 
 
 def _seed(value: Any) -> int:

@@ -38,6 +38,7 @@ from sdkit.pipelines.imaging.images import GenerationParameters, float_to_pil, i
 from sdkit.pipelines.request import GenerationPlan, GenerationRequest
 from sdkit.pipelines.stages import vae
 from sdkit.pipelines.stages.denoise import StepCallback
+from sdkit.pipelines.stages.faces import FaceModels, check_fidelity, load_face_models, restore_faces_with
 from sdkit.pipelines.stages.rng import NoiseStream, seed_list
 from sdkit.pipelines.stages.sources import ModelSource
 from sdkit.plugins import get_plugins
@@ -336,7 +337,18 @@ class Pipeline(AdapterMethods):
         scheduler = self.make_scheduler(request)
         self.start_schedule(scheduler, request.steps, request.strength if image is not None else 1.0, shape)
         seeds = seed_list(request.seed, request.num_images)
-        return GenerationPlan(request, width, height, shape, seeds, scheduler, image)
+        plan = GenerationPlan(request, width, height, shape, seeds, scheduler, image)
+        if request.restore_faces is not None:  # loaded (and a wrong file refused) before denoising
+            models = self.face_models(request)
+            check_fidelity(models.restorer, request.codeformer_weight)
+            plan.parameters["Face restoration"] = models.name
+        return plan
+
+    def face_models(self, request: GenerationRequest) -> FaceModels:
+        """The request's face restorer with its detector and parser, where the VAE decoder runs."""
+        decoder = self.components.get("vae_decoder")
+        backend, device = (decoder.backend, decoder.device) if decoder is not None else ("auto", None)
+        return load_face_models(request.restore_faces or "", backend=backend, device=device)
 
     def start_schedule(self, scheduler: Scheduler, steps: int, strength: float, latent_shape: tuple[int, ...]) -> None:
         """Set the scheduler's timesteps for a request (flow models also pass the shift ``mu``
@@ -374,6 +386,7 @@ class Pipeline(AdapterMethods):
         """``[N, H, W, 3]`` pixels as the request's output type; PIL images carry their A1111
         ``parameters`` text and the ``GenerationParameters`` (``info["sdkit_parameters"]``)."""
         request = plan.request
+        pixels = self.postprocess(plan, pixels)
         if request.output_type == "np":
             return pixels
         images = float_to_pil(pixels)
@@ -382,6 +395,20 @@ class Pipeline(AdapterMethods):
             image.info["parameters"] = params.a1111_text()
             image.info["sdkit_parameters"] = params
         return images
+
+    def postprocess(self, plan: GenerationPlan, pixels: np.ndarray) -> np.ndarray:
+        """What A1111 does to the decoded pixels before they become the PNG: face restoration
+        (an inpainting pipeline then pastes the result back, as A1111's overlay comes after it)."""
+        return self.restore_faces(plan, pixels)
+
+    def restore_faces(self, plan: GenerationPlan, pixels: np.ndarray) -> np.ndarray:
+        """The request's face restoration on ``[N, H, W, 3]`` pixels (as 8-bit images, as A1111)."""
+        request = plan.request
+        if request.restore_faces is None:
+            return pixels
+        models = self.face_models(request)
+        images = [restore_faces_with(image, models, request.codeformer_weight)[0] for image in float_to_pil(pixels)]
+        return np.stack([np.asarray(image, dtype=np.float32) / np.float32(255) for image in images])
 
     def parameters(self, plan: GenerationPlan, seed: int) -> GenerationParameters:
         """What one image of ``plan`` was made with (a family with more settings adds them)."""

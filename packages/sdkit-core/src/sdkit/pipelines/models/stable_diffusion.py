@@ -337,11 +337,13 @@ class StableDiffusionPipeline(Pipeline):
         loop.callback = counting(plan.request.callback, 0, first + len(stage.plan.scheduler.timesteps))
         return self.hires_pass(stage, loop.run(latents), noise, first)
 
-    def deliver(self, plan: GenerationPlan, pixels: np.ndarray) -> Any:
-        """``Pipeline.deliver``, after A1111's paste-back of an inpainting result (when asked)."""
+    def postprocess(self, plan: GenerationPlan, pixels: np.ndarray) -> np.ndarray:
+        """``Pipeline.postprocess`` (face restoration), then A1111's paste-back of an inpainting
+        result (when asked): A1111 restores faces before its overlay."""
+        pixels = super().postprocess(plan, pixels)
         if isinstance(plan, DiffusionPlan) and plan.mask is not None and plan.mask.paste is not None:
             pixels = paste_back(pixels, plan.mask.paste)
-        return super().deliver(plan, pixels)
+        return pixels
 
 
 def _initial_noise(noise: NoiseStream, shape: tuple[int, ...], latents: np.ndarray | None) -> np.ndarray:
