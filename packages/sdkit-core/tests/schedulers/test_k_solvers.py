@@ -1,5 +1,5 @@
 """DPM2, DPM2 a, DPM++ 2S a, DPM++ 3M SDE, LMS, DDPM, Heun++ 2, Euler CFG++, DPM++ 2M CFG++ and the
-flow-model samplers (sdkit.schedulers.k_solvers) against their references.
+flow-model samplers (DPM++ SDE, DDIM and LCM among them; sdkit.schedulers.k_solvers) against their references.
 
 Oracles (fixtures/schedulers/make_golden.py, ``ksolvers/`` and ``ksolvers_diffusers/``):
 - k-diffusion 0.1.1.post1's ``sample_dpm_2``, ``sample_dpm_2_ancestral``, ``sample_dpmpp_2s_ancestral``,
@@ -318,16 +318,77 @@ def test_flow_variants_resolve_and_label() -> None:
         ("DDPM", "ddpm_flow"),
         ("DPM++ 2M CFG++", "dpmpp_2m_cfg_pp_flow"),
         ("dpmpp_2m_cfg_pp", "dpmpp_2m_cfg_pp_flow"),
+        ("DPM++ SDE", "dpmpp_sde_flow"),
+        ("DPM++ SDE Karras", "dpmpp_sde_flow"),
+        ("dpmpp_sde_gpu", "dpmpp_sde_flow"),
+        ("DDIM", "ddim_flow"),
+        ("DDIM Karras", "ddim_flow"),  # resolves to ddim_sigmas, whose base ddim has the flow variant
+        ("ddim_trailing", "ddim_flow"),
+        ("LCM", "lcm_flow"),
+        ("LCM Karras", "lcm_flow"),
     ]:
         sched = create_scheduler(name, config=flow)
         assert sched.name == variant
         assert sampler_label(variant) == sampler_label(scheduler_class(name).name)
         sched.set_timesteps(4)
         assert float(sched.sigmas[0]) <= 1.0 and float(sched.sigmas[-1]) == 0.0
-    with pytest.raises(OptionError, match="flow"):
-        create_scheduler("DPM++ SDE", config=flow)
     with pytest.raises(OptionError, match="clip_sample"):
         create_scheduler("DDPM", config={"clip_sample": True})
+
+
+def test_flow_refusals_say_why() -> None:
+    """Restart and TCD have no flow variant, and the refusal says why (ComfyUI's core has neither;
+    A1111/Forge's Restart re-noises the variance-exploding way); DDIM's eta has no flow form."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    with pytest.raises(OptionError, match=r"no Restart sampler.*variance-exploding.*use one of .*ddim_flow"):
+        create_scheduler("Restart", config=flow)
+    with pytest.raises(OptionError, match="ComfyUI's core has no TCD sampler"):
+        create_scheduler("TCD", config=flow)
+    with pytest.raises(OptionError, match="no eta"):
+        create_scheduler("DDIM", config=flow, eta=0.5)
+    assert create_scheduler("DDIM", config=flow, eta=0.0).name == "ddim_flow"
+    assert type(create_scheduler("DDIM")).__name__ == "DDIM"  # epsilon models: unchanged
+
+
+def test_lcm_flow_worked_example() -> None:
+    """ComfyUI's lcm on a flow model (CONST noise_scaling): x = s' z + (1 - s') x0 estimate; on the
+    sigmas [1, 0.75, 0.5, 0] from x = 1.5 with estimates 0.3, -0.2, 0.1 and draws z = 1:
+    0.75 + 0.25 * 0.3 = 0.825, 0.5 + 0.5 * -0.2 = 0.4, then the last estimate 0.1."""
+    sched = create_scheduler("LCM", config={"_class_name": "FlowMatchEulerDiscreteScheduler"})
+    sched.set_timesteps(3)
+    sched._all_sigmas = np.array([1.0, 0.75, 0.5, 0.0], np.float32)
+    sched._plan(0)
+    x, out = np.full((1,), 1.5, np.float32), []
+    for i, (t, estimate) in enumerate(zip(sched.timesteps, [0.3, -0.2, 0.1], strict=True)):
+        v = np.array([(float(x[0]) - estimate) / float(sched.sigmas[i])], np.float32)  # x0 = x - sigma v
+        x = sched.step(v, t, x, noise=lambda shape: np.ones(shape, np.float32))
+        out.append(float(x[0]))
+    assert out == pytest.approx([0.825, 0.4, 0.1], rel=1e-6)
+
+
+def test_dpmpp_sde_flow_calls_and_draws() -> None:
+    """ComfyUI's dpmpp_sde on a flow model: two model calls per step but the last (the second at the
+    midpoint sigmoid(-lambda_m) of the half log-SNR), the first at percent_to_sigma(1e-4); two draws
+    per two-call step, none with s_noise 0."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    for s_noise, draws in ((1.0, 2 * 3), (0.0, 0)):
+        sched = create_scheduler("DPM++ SDE", config=flow, s_noise=s_noise)
+        sched.set_timesteps(4)
+        assert len(sched.timesteps) == 2 * 4 - 1
+        s = sched.sigmas.astype(np.float64)
+        assert s[0] == pytest.approx(3 * (1 - 1e-4) / (1 + 2 * (1 - 1e-4)), rel=1e-7)
+        lam = np.log((1 - s[:-1]) / s[:-1])
+        assert s[1] == pytest.approx(1 / (1 + np.exp((lam[0] + lam[2]) / 2)), rel=1e-5)
+        used: list[tuple[int, ...]] = []
+
+        def draw(shape: tuple[int, ...], used: list[tuple[int, ...]] = used) -> Any:
+            used.append(shape)
+            return np.ones(shape, np.float32)
+
+        x = np.ones((1, 2), np.float32)
+        for t in sched.timesteps:
+            x = sched.step(np.zeros_like(x), t, x, noise=draw)
+        assert len(used) == draws and np.isfinite(x).all()
 
 
 def test_labels_and_names() -> None:
