@@ -36,6 +36,18 @@ ComfyUI's ``sample_ddpm`` / ``sample_dpmpp_2m_cfg_pp`` unchanged on flow sigmas 
 ``CONST`` form in ComfyUI, and neither offsets the first sigma): images match ComfyUI's, but DDPM's
 variance-preserving step is not a posterior of the flow interpolation. ``noise_scale`` (ComfyUI's
 per-model multiplier of s_noise) is 1 for SD3, Flux and Chroma and not modelled.
+
+DPM++ SDE on flow models (``dpmpp_sde_flow``) is ComfyUI's ``sample_dpmpp_sde`` in the same half
+log-SNR form with the same first-sigma offset (``ui_algorithms.dpmpp_2s_sde_rf``): a midpoint model call
+at sigmoid(-(lambda(s) + lambda(s')) / 2) per step, k-diffusion's ancestral split computed between the
+variance-exploding sigmas exp(-lambda), and the Brownian tree's increments over flow sigmas (two draws a
+step). On the first step that split is ill-conditioned in float32 (VE sigma ~3e4 down to ~10: sigma_down
+= sqrt(s'^2 - up^2) cancels), as it is in ComfyUI; sdkit computes it as ComfyUI does with IEEE sqrt
+(CUDA's), so a CPU torch run of ComfyUI, whose 0-d sqrt can be 1 ulp off, may differ there by ~1e-3.
+``ddim_flow`` is ComfyUI's ddim (k-diffusion's ``sample_euler``; deterministic DDIM is exactly this
+step on the flow interpolation) and ``lcm_flow`` ComfyUI's lcm, which re-noises through the model's
+``noise_scaling``: ``s' z + (1 - s') x0`` for ``CONST``. Restart has no flow variant (see
+``Restart.flow_note``).
 """
 
 from __future__ import annotations
