@@ -391,6 +391,48 @@ def test_dpmpp_sde_flow_calls_and_draws() -> None:
         assert len(used) == draws and np.isfinite(x).all()
 
 
+def test_dpmpp_sde_flow_worked_example() -> None:
+    """ComfyUI's dpmpp_sde on a flow model, in closed form (eta 1: k-diffusion's ancestral split
+    between the VE sigmas exp(-lambda) gives sigma_down = sigma_to^2 / sigma_from, so each half's
+    decay is exp(-2 (lambda_to - lambda_s)) and its noise alpha_to sigma_up = sigma_to sqrt(1 - that)),
+    in Python floats, on an img2img tail [0.8, 0.6, 0.3, 0] (no first-sigma offset; the offset first
+    step is ill-conditioned in float32, see sdkit.schedulers.k_solvers): lambda = log((1 - s) / s),
+    h = lambda' - lambda, sigma_m = sigmoid(-(lambda + h / 2)), alpha = 1 - sigma,
+    x2 = (alpha_m / alpha) e^-h x + alpha_m (1 - e^-h) D + sigma_m sqrt(1 - e^-h) z1,
+    x' = (alpha' / alpha) e^-2h x + alpha' (1 - e^-2h) D2 + s' sqrt(1 - e^-2h) n2, n2 the Brownian
+    increment over [s', s] holding z1's over [sigma_m, s]; the step to 0 is x = D."""
+    sigmas, estimates, draws = [0.8, 0.6, 0.3, 0.0], [0.4, 0.42, 0.45, 0.47, 0.5], [1.0, -0.5, 0.25, 0.75]
+    expected, x, calls, z = [], 1.5, iter(estimates), iter(draws)
+    for s, s_next in itertools.pairwise(sigmas):
+        d = next(calls)
+        if s_next == 0:
+            expected.append(d)
+            continue
+        lam, lam_next = math.log((1 - s) / s), math.log((1 - s_next) / s_next)
+        h = lam_next - lam
+        sigma_m = 1 / (1 + math.exp(lam + h / 2))
+        z1, z2 = next(z), next(z)
+        x2 = (1 - sigma_m) / (1 - s) * math.exp(-h) * x + (1 - sigma_m) * -math.expm1(-h) * d
+        expected.append(x2 + sigma_m * math.sqrt(-math.expm1(-h)) * z1)
+        n2 = (math.sqrt(s - sigma_m) * z1 + math.sqrt(sigma_m - s_next) * z2) / math.sqrt(s - s_next)
+        d2 = next(calls)
+        x = (1 - s_next) / (1 - s) * math.exp(-2 * h) * x + (1 - s_next) * -math.expm1(-2 * h) * d2
+        x += s_next * math.sqrt(-math.expm1(-2 * h)) * n2
+        expected.append(x)
+    sched = create_scheduler("DPM++ SDE", config={"_class_name": "FlowMatchEulerDiscreteScheduler"})
+    sched.set_timesteps(3)
+    sched._all_sigmas = np.array(sigmas, np.float32)
+    sched._plan(0)
+    assert len(sched.timesteps) == len(estimates)
+    xs, tape = np.full((1,), 1.5, np.float32), iter(draws)
+    for i, t in enumerate(sched.timesteps):
+        v = np.array([(float(xs[0]) - estimates[i]) / float(sched.sigmas[i])], np.float32)  # x0 = x - sigma v
+        xs = sched.step(v, t, xs, noise=lambda shape: np.full(shape, next(tape), np.float32))
+        # after a step's first call: x2, the sample the midpoint call sees; after its second: x'
+        assert float(xs[0]) == pytest.approx(expected[i], rel=1e-6, abs=1e-7), i
+    assert next(tape, None) is None
+
+
 def test_labels_and_names() -> None:
     labels = {
         "DPM2": "dpm_2",
