@@ -3,7 +3,8 @@
 Written like ``sdkit.schedulers.k_algorithms`` (float32 in the reference's operation order, one noise
 draw where the reference draws), each with its algorithm written out in its docstring. References:
 ComfyUI ``comfy/k_diffusion/sampling.py`` (``sample_*_RF``, ``sample_heunpp2``, ``sample_ddpm``, ``sample_lcm``,
-``sample_euler_cfg_pp``, ``sample_dpmpp_2m_cfg_pp``); A1111 ``modules/sd_samplers_extra.py``
+``sample_euler_cfg_pp``, ``sample_dpmpp_2m_cfg_pp``, and ``sample_dpmpp_sde`` / ``_2m_sde`` / ``_3m_sde`` with
+``CONST`` model sampling); A1111 ``modules/sd_samplers_extra.py``
 (``restart_sampler``).
 
 ComfyUI's rectified-flow ancestral variants (``*_rf``), which it runs instead of the plain ones on
