@@ -208,9 +208,11 @@ def test_other_samplers_run_on_the_family_schedule(reference: Any) -> None:
     schnell = reference["flux_schnell"]
     [image] = schnell.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "Euler a", "output_type": "pil"})
     assert "Sampler: Euler a, Schedule type: Automatic" in image.info["parameters"]
-    kwargs = {**kwargs_for("flux_schnell"), "sampler": "DPM++ 2M SDE", "output_type": "pil"}
-    [image] = schnell.generate("a photo", **kwargs)
-    assert "Sampler: DPM++ 2M SDE, Schedule type: Automatic" in image.info["parameters"]
+    for sampler in ("DPM++ 2M SDE", "DPM++ SDE", "LCM", "DDIM Karras"):
+        name, schedule = (sampler, "Automatic") if sampler != "DDIM Karras" else ("DDIM", "Karras")
+        kwargs = {**kwargs_for("flux_schnell"), "sampler": sampler, "output_type": "pil"}
+        [image] = schnell.generate("a photo", **kwargs)
+        assert f"Sampler: {name}, Schedule type: {schedule}" in image.info["parameters"]
 
 
 def test_batch_is_the_single_images(reference: Any) -> None:
