@@ -208,6 +208,7 @@ def test_listings_name_issue_27_samplers_and_schedules() -> None:
     assert "uni_pc_flow" in listed["UniPC"] and len(listed) == len({item.name for item in samplers()})
     assert "dpmpp_2m_sde_flow" in listed["DPM++ 2M SDE"] and "dpmpp_3m_sde_flow" in listed["DPM++ 3M SDE"]
     assert "ddpm_flow" in listed["DDPM"] and "dpmpp_2m_cfg_pp_flow" in listed["DPM++ 2M CFG++"]
+    assert "dpmpp_sde_flow" in listed["DPM++ SDE"] and "ddim_flow" in listed["DDIM"] and "lcm_flow" in listed["LCM"]
     labels = {item.label: item for item in schedulers()}
     assert {"Align Your Steps", "KL Optimal", "Linear Quadratic"} <= set(labels)
     assert labels["Align Your Steps"].name == "align_your_steps" and "ays" in (labels["Align Your Steps"].aliases or [])

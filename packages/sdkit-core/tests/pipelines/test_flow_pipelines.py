@@ -185,7 +185,7 @@ def test_parameters_and_refusals(reference: Any) -> None:
     with pytest.raises(UnsupportedFeatureError, match=r"FLUX.1 pipelines do not support A1111 prompt weighting"):
         pipe.generate("a photo", **kwargs_for("flux_schnell"), prompt_weighting="a1111")
     with pytest.raises(OptionError, match="does not run 'flow' models"):
-        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "dpmpp_sde"})
+        pipe.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "restart"})
 
 
 def test_other_samplers_run_on_the_family_schedule(reference: Any) -> None:
@@ -196,20 +196,23 @@ def test_other_samplers_run_on_the_family_schedule(reference: Any) -> None:
     pipe = reference["flux_dev"]
     base = pipe.plan(pipe.accept(pipe.request_class.create(c["prompt"], **kwargs_for("flux_dev"))))
     samplers = [("DPM++ 2M", "dpmpp_2m_flow"), ("DPM2 a", "dpm_2_a_flow"), ("LMS", "lms_flow")]
-    for sampler, name in [*samplers, ("DPM++ 3M SDE", "dpmpp_3m_sde_flow"), ("DDPM", "ddpm_flow")]:
+    samplers += [("DPM++ 3M SDE", "dpmpp_3m_sde_flow"), ("DDPM", "ddpm_flow"), ("DPM++ SDE", "dpmpp_sde_flow")]
+    for sampler, name in [*samplers, ("DDIM", "ddim_flow"), ("LCM", "lcm_flow")]:
         request = pipe.request_class.create(c["prompt"], **kwargs_for("flux_dev"), sampler=sampler)
         scheduler = pipe.plan(pipe.accept(request)).scheduler
         assert scheduler.name == name
         assert np.array_equal(scheduler._all_sigmas, base.scheduler.sigmas)
         # ComfyUI's half-log-SNR samplers start at percent_to_sigma(1e-4) of the resolution's mu
-        offset = name == "dpmpp_3m_sde_flow"
+        offset = name in ("dpmpp_3m_sde_flow", "dpmpp_sde_flow")
         assert (scheduler.sigmas[0] < 1.0) == offset and scheduler.sigmas[0] > 0.9999
     schnell = reference["flux_schnell"]
     [image] = schnell.generate("a photo", **{**kwargs_for("flux_schnell"), "sampler": "Euler a", "output_type": "pil"})
     assert "Sampler: Euler a, Schedule type: Automatic" in image.info["parameters"]
-    kwargs = {**kwargs_for("flux_schnell"), "sampler": "DPM++ 2M SDE", "output_type": "pil"}
-    [image] = schnell.generate("a photo", **kwargs)
-    assert "Sampler: DPM++ 2M SDE, Schedule type: Automatic" in image.info["parameters"]
+    for sampler in ("DPM++ 2M SDE", "DPM++ SDE", "LCM", "DDIM Karras"):
+        name, schedule = (sampler, "Automatic") if sampler != "DDIM Karras" else ("DDIM", "Karras")
+        kwargs = {**kwargs_for("flux_schnell"), "sampler": sampler, "output_type": "pil"}
+        [image] = schnell.generate("a photo", **kwargs)
+        assert f"Sampler: {name}, Schedule type: {schedule}" in image.info["parameters"]
 
 
 def test_batch_is_the_single_images(reference: Any) -> None:

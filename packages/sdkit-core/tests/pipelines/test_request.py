@@ -70,6 +70,10 @@ BEFORE_SAMPLERS.update(
         "dpmpp_3m_sde_flow": "DPM++ 3M SDE",
         "ddpm_flow": "DDPM",
         "dpmpp_2m_cfg_pp_flow": "DPM++ 2M CFG++",
+        # ComfyUI's DPM++ SDE (half log-SNR), ddim (Euler) and lcm (CONST noise scaling) on flow models
+        "dpmpp_sde_flow": "DPM++ SDE",
+        "ddim_flow": "DDIM",
+        "lcm_flow": "LCM",
     }
 )
 BEFORE_SCHEDULES = {

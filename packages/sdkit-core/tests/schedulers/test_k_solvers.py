@@ -1,5 +1,5 @@
 """DPM2, DPM2 a, DPM++ 2S a, DPM++ 3M SDE, LMS, DDPM, Heun++ 2, Euler CFG++, DPM++ 2M CFG++ and the
-flow-model samplers (sdkit.schedulers.k_solvers) against their references.
+flow-model samplers (DPM++ SDE, DDIM and LCM among them; sdkit.schedulers.k_solvers) against their references.
 
 Oracles (fixtures/schedulers/make_golden.py, ``ksolvers/`` and ``ksolvers_diffusers/``):
 - k-diffusion 0.1.1.post1's ``sample_dpm_2``, ``sample_dpm_2_ancestral``, ``sample_dpmpp_2s_ancestral``,
@@ -318,16 +318,119 @@ def test_flow_variants_resolve_and_label() -> None:
         ("DDPM", "ddpm_flow"),
         ("DPM++ 2M CFG++", "dpmpp_2m_cfg_pp_flow"),
         ("dpmpp_2m_cfg_pp", "dpmpp_2m_cfg_pp_flow"),
+        ("DPM++ SDE", "dpmpp_sde_flow"),
+        ("DPM++ SDE Karras", "dpmpp_sde_flow"),
+        ("dpmpp_sde_gpu", "dpmpp_sde_flow"),
+        ("DDIM", "ddim_flow"),
+        ("DDIM Karras", "ddim_flow"),  # resolves to ddim_sigmas, whose base ddim has the flow variant
+        ("ddim_trailing", "ddim_flow"),
+        ("LCM", "lcm_flow"),
+        ("LCM Karras", "lcm_flow"),
     ]:
         sched = create_scheduler(name, config=flow)
         assert sched.name == variant
         assert sampler_label(variant) == sampler_label(scheduler_class(name).name)
         sched.set_timesteps(4)
         assert float(sched.sigmas[0]) <= 1.0 and float(sched.sigmas[-1]) == 0.0
-    with pytest.raises(OptionError, match="flow"):
-        create_scheduler("DPM++ SDE", config=flow)
     with pytest.raises(OptionError, match="clip_sample"):
         create_scheduler("DDPM", config={"clip_sample": True})
+
+
+def test_flow_refusals_say_why() -> None:
+    """Restart and TCD have no flow variant, and the refusal says why (ComfyUI's core has neither;
+    A1111/Forge's Restart re-noises the variance-exploding way); DDIM's eta has no flow form."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    with pytest.raises(OptionError, match=r"no Restart sampler.*variance-exploding.*use one of .*ddim_flow"):
+        create_scheduler("Restart", config=flow)
+    with pytest.raises(OptionError, match="ComfyUI's core has no TCD sampler"):
+        create_scheduler("TCD", config=flow)
+    with pytest.raises(OptionError, match="no eta"):
+        create_scheduler("DDIM", config=flow, eta=0.5)
+    assert create_scheduler("DDIM", config=flow, eta=0.0).name == "ddim_flow"
+    assert type(create_scheduler("DDIM")).__name__ == "DDIM"  # epsilon models: unchanged
+
+
+def test_lcm_flow_worked_example() -> None:
+    """ComfyUI's lcm on a flow model (CONST noise_scaling): x = s' z + (1 - s') x0 estimate; on the
+    sigmas [1, 0.75, 0.5, 0] from x = 1.5 with estimates 0.3, -0.2, 0.1 and draws z = 1:
+    0.75 + 0.25 * 0.3 = 0.825, 0.5 + 0.5 * -0.2 = 0.4, then the last estimate 0.1."""
+    sched = create_scheduler("LCM", config={"_class_name": "FlowMatchEulerDiscreteScheduler"})
+    sched.set_timesteps(3)
+    sched._all_sigmas = np.array([1.0, 0.75, 0.5, 0.0], np.float32)
+    sched._plan(0)
+    x, out = np.full((1,), 1.5, np.float32), []
+    for i, (t, estimate) in enumerate(zip(sched.timesteps, [0.3, -0.2, 0.1], strict=True)):
+        v = np.array([(float(x[0]) - estimate) / float(sched.sigmas[i])], np.float32)  # x0 = x - sigma v
+        x = sched.step(v, t, x, noise=lambda shape: np.ones(shape, np.float32))
+        out.append(float(x[0]))
+    assert out == pytest.approx([0.825, 0.4, 0.1], rel=1e-6)
+
+
+def test_dpmpp_sde_flow_calls_and_draws() -> None:
+    """ComfyUI's dpmpp_sde on a flow model: two model calls per step but the last (the second at the
+    midpoint sigmoid(-lambda_m) of the half log-SNR), the first at percent_to_sigma(1e-4); two draws
+    per two-call step, none with s_noise 0."""
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0}
+    for s_noise, draws in ((1.0, 2 * 3), (0.0, 0)):
+        sched = create_scheduler("DPM++ SDE", config=flow, s_noise=s_noise)
+        sched.set_timesteps(4)
+        assert len(sched.timesteps) == 2 * 4 - 1
+        s = sched.sigmas.astype(np.float64)
+        assert s[0] == pytest.approx(3 * (1 - 1e-4) / (1 + 2 * (1 - 1e-4)), rel=1e-7)
+        lam = np.log((1 - s[:-1]) / s[:-1])
+        assert s[1] == pytest.approx(1 / (1 + np.exp((lam[0] + lam[2]) / 2)), rel=1e-5)
+        used: list[tuple[int, ...]] = []
+
+        def draw(shape: tuple[int, ...], used: list[tuple[int, ...]] = used) -> Any:
+            used.append(shape)
+            return np.ones(shape, np.float32)
+
+        x = np.ones((1, 2), np.float32)
+        for t in sched.timesteps:
+            x = sched.step(np.zeros_like(x), t, x, noise=draw)
+        assert len(used) == draws and np.isfinite(x).all()
+
+
+def test_dpmpp_sde_flow_worked_example() -> None:
+    """ComfyUI's dpmpp_sde on a flow model, in closed form (eta 1: k-diffusion's ancestral split
+    between the VE sigmas exp(-lambda) gives sigma_down = sigma_to^2 / sigma_from, so each half's
+    decay is exp(-2 (lambda_to - lambda_s)) and its noise alpha_to sigma_up = sigma_to sqrt(1 - that)),
+    in Python floats, on an img2img tail [0.8, 0.6, 0.3, 0] (no first-sigma offset; the offset first
+    step is ill-conditioned in float32, see sdkit.schedulers.k_solvers): lambda = log((1 - s) / s),
+    h = lambda' - lambda, sigma_m = sigmoid(-(lambda + h / 2)), alpha = 1 - sigma,
+    x2 = (alpha_m / alpha) e^-h x + alpha_m (1 - e^-h) D + sigma_m sqrt(1 - e^-h) z1,
+    x' = (alpha' / alpha) e^-2h x + alpha' (1 - e^-2h) D2 + s' sqrt(1 - e^-2h) n2, n2 the Brownian
+    increment over [s', s] holding z1's over [sigma_m, s]; the step to 0 is x = D."""
+    sigmas, estimates, draws = [0.8, 0.6, 0.3, 0.0], [0.4, 0.42, 0.45, 0.47, 0.5], [1.0, -0.5, 0.25, 0.75]
+    expected, x, calls, z = [], 1.5, iter(estimates), iter(draws)
+    for s, s_next in itertools.pairwise(sigmas):
+        d = next(calls)
+        if s_next == 0:
+            expected.append(d)
+            continue
+        lam, lam_next = math.log((1 - s) / s), math.log((1 - s_next) / s_next)
+        h = lam_next - lam
+        sigma_m = 1 / (1 + math.exp(lam + h / 2))
+        z1, z2 = next(z), next(z)
+        x2 = (1 - sigma_m) / (1 - s) * math.exp(-h) * x + (1 - sigma_m) * -math.expm1(-h) * d
+        expected.append(x2 + sigma_m * math.sqrt(-math.expm1(-h)) * z1)
+        n2 = (math.sqrt(s - sigma_m) * z1 + math.sqrt(sigma_m - s_next) * z2) / math.sqrt(s - s_next)
+        d2 = next(calls)
+        x = (1 - s_next) / (1 - s) * math.exp(-2 * h) * x + (1 - s_next) * -math.expm1(-2 * h) * d2
+        x += s_next * math.sqrt(-math.expm1(-2 * h)) * n2
+        expected.append(x)
+    sched = create_scheduler("DPM++ SDE", config={"_class_name": "FlowMatchEulerDiscreteScheduler"})
+    sched.set_timesteps(3)
+    sched._all_sigmas = np.array(sigmas, np.float32)
+    sched._plan(0)
+    assert len(sched.timesteps) == len(estimates)
+    xs, tape = np.full((1,), 1.5, np.float32), iter(draws)
+    for i, t in enumerate(sched.timesteps):
+        v = np.array([(float(xs[0]) - estimates[i]) / float(sched.sigmas[i])], np.float32)  # x0 = x - sigma v
+        xs = sched.step(v, t, xs, noise=lambda shape: np.full(shape, next(tape), np.float32))
+        # after a step's first call: x2, the sample the midpoint call sees; after its second: x'
+        assert float(xs[0]) == pytest.approx(expected[i], rel=1e-6, abs=1e-7), i
+    assert next(tape, None) is None
 
 
 def test_labels_and_names() -> None:

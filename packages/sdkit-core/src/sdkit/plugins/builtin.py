@@ -60,6 +60,9 @@ SCHEDULERS = (
             "DPMPP3MSDEFlow",
             "DDPMFlow",
             "DPMPP2MCFGPPFlow",
+            "DPMPPSDEFlow",
+            "DDIMFlow",
+            "LCMFlow",
         )
     ),
     # issue 27 (UniPC, DEIS, iPNDM, TCD and their flow variants)

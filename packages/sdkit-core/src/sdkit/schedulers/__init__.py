@@ -62,10 +62,12 @@ per step) and start img2img at a step, on the tail of the sigmas, as A1111 and C
 variants, as ComfyUI runs them on SD3/Flux/Chroma: ``euler_a_flow``, ``heun_flow``,
 ``dpmpp_2m_flow``, ``dpmpp_2s_a_flow``, ``lms_flow``, ``dpm_2_flow``, ``dpm_2_a_flow``,
 ``heunpp2_flow``, ``euler_cfg_pp_flow`` (the ancestral ones are ComfyUI's rectified-flow variants),
-``dpmpp_2m_sde_flow``, ``dpmpp_3m_sde_flow`` (ComfyUI's half-log-SNR form with its first-sigma offset,
-worked example in ``sdkit.schedulers.k_solvers``), ``ddpm_flow``, ``dpmpp_2m_cfg_pp_flow`` (ComfyUI's
-unchanged on flow sigmas). Still refused on flow models (no flow variant here): DPM++ SDE, DDIM,
-LCM, Restart, TCD.
+``dpmpp_2m_sde_flow``, ``dpmpp_3m_sde_flow``, ``dpmpp_sde_flow`` (ComfyUI's half-log-SNR form with its
+first-sigma offset, worked example in ``sdkit.schedulers.k_solvers``), ``ddpm_flow``, ``dpmpp_2m_cfg_pp_flow``
+(ComfyUI's unchanged on flow sigmas), ``ddim_flow`` (ComfyUI's ddim: Euler; "DDIM" and "DDIM Karras" on
+a flow model; eta 0 only), ``lcm_flow`` (ComfyUI's lcm with the flow noise scaling). Refused on flow
+models, the error saying why: Restart (ComfyUI's core has none; A1111/Forge's re-noises the
+variance-exploding way, no flow form) and TCD (ComfyUI's core has none).
 
 
 The step to sigma 0 of UniPC and DEIS returns the clean estimate (diffusers' bh1 and DEIS cannot

@@ -232,6 +232,7 @@ class Scheduler(ABC):
         (``ddim_sigmas`` is ComfyUI's ddim, on sigma schedules): ``create_scheduler("DDIM Karras")``
         picks it where ``ddim`` does not take the schedule.
       schedules_note: why the schedules it lacks are missing, appended to the refusal of one.
+      flow_note: why it has no flow-model variant, appended to its refusal on a flow model.
       diffusers_class: the diffusers scheduler it is checked against.
       diffusers_defaults: that class's ``__init__`` defaults for config keys a config may omit.
       default_config: the config ``config=None`` means (SD 1.x's ``SD15_CONFIG``; ``{}`` for flow).
@@ -249,6 +250,7 @@ class Scheduler(ABC):
     variant_of: ClassVar[str] = ""
     schedule_variant_of: ClassVar[str] = ""
     schedules_note: ClassVar[str] = ""
+    flow_note: ClassVar[str] = ""
     diffusers_class: ClassVar[str] = ""
     diffusers_defaults: ClassVar[dict[str, Any]] = {}
     default_config: ClassVar[Mapping[str, Any]] = SD15_CONFIG

@@ -36,6 +36,20 @@ ComfyUI's ``sample_ddpm`` / ``sample_dpmpp_2m_cfg_pp`` unchanged on flow sigmas 
 ``CONST`` form in ComfyUI, and neither offsets the first sigma): images match ComfyUI's, but DDPM's
 variance-preserving step is not a posterior of the flow interpolation. ``noise_scale`` (ComfyUI's
 per-model multiplier of s_noise) is 1 for SD3, Flux and Chroma and not modelled.
+
+DPM++ SDE on flow models (``dpmpp_sde_flow``) is ComfyUI's ``sample_dpmpp_sde`` in the same half
+log-SNR form with the same first-sigma offset (``ui_algorithms.dpmpp_2s_sde_rf``): a midpoint model call
+at sigmoid(-(lambda(s) + lambda(s')) / 2) per step, k-diffusion's ancestral split computed between the
+variance-exploding sigmas exp(-lambda), and the Brownian tree's increments over flow sigmas (two draws a
+step). On the first step that split is ill-conditioned in float32 (VE sigma ~3e4 down to ~10: sigma_down
+= sqrt(s'^2 - up^2) cancels), as it is in ComfyUI; sdkit computes it as ComfyUI does with IEEE sqrt
+(CUDA's), so a CPU torch run of ComfyUI, whose 0-d sqrt can be 1 ulp off, may differ there by ~1e-3;
+in the golden SD3 case the float32 run ends 1.6e-5 (relative) from the same algorithm in float64, which
+equals k-diffusion's ``sample_dpmpp_sde`` on the variance-exploding view of the model to 2.3e-16.
+``ddim_flow`` is ComfyUI's ddim (k-diffusion's ``sample_euler``; deterministic DDIM is exactly this
+step on the flow interpolation) and ``lcm_flow`` ComfyUI's lcm, which re-noises through the model's
+``noise_scaling``: ``s' z + (1 - s') x0`` for ``CONST``. Restart has no flow variant (see
+``Restart.flow_note``).
 """
 
 from __future__ import annotations
@@ -195,6 +209,14 @@ class Restart(KDiscreteSampler):
     option_defaults: ClassVar[dict[str, float]] = S_NOISE
     algorithm: ClassVar[Algorithm] = ui.restart
     reference = "stable-diffusion-webui modules/sd_samplers_extra.py restart_sampler"
+    # ComfyUI's core has no Restart sampler (comfy/samplers.py KSAMPLER_NAMES). Forge lists A1111's
+    # restart_sampler for every model and runs it unchanged on flow sigmas: its restart jump adds
+    # variance-exploding noise sqrt(s^2 - s_last^2) to x, which leaves a flow model's sample off its
+    # marginal (1 - s) x0 + s z (at s = 1 the model expects pure noise, the jump keeps ~0.9 x0).
+    flow_note = (
+        "ComfyUI's core has no Restart sampler; A1111/Forge's restart_sampler re-noises as x + z sqrt(s^2 - "
+        "s_last^2), a variance-exploding jump with no flow form (a flow model's sample is (1 - s) x0 + s z)"
+    )
 
 
 # -- flow models (ComfyUI's samplers on CONST model sampling) -------------------------------------
@@ -338,3 +360,52 @@ class DPMPP2MCFGPPFlow(_Flow):
     needs_uncond = True
     algorithm: ClassVar[Algorithm] = ui.dpmpp_2m_cfg_pp
     reference = "comfy.k_diffusion.sampling.sample_dpmpp_2m_cfg_pp"
+
+
+class DPMPPSDEFlow(_Flow):
+    """ComfyUI's ``sample_dpmpp_sde`` on a flow model: half log-SNR form, first sigma offset, two
+    model calls per step (the midpoint's), two draws per step joined as the Brownian tree's
+    increments (``ui_algorithms.dpmpp_2s_sde_rf``)."""
+
+    name = "dpmpp_sde_flow"
+    label = "DPM++ SDE"
+    variant_of = "dpmpp_sde"
+    order = 2
+    needs_noise = True
+    option_defaults: ClassVar[dict[str, float]] = S_NOISE
+    algorithm: ClassVar[Algorithm] = ui.dpmpp_2s_sde_rf
+    reference = "comfy.k_diffusion.sampling.sample_dpmpp_sde"
+
+
+class DDIMFlow(_Flow):
+    """ComfyUI's ``ddim`` on a flow model: k-diffusion's ``sample_euler`` on the flow sigmas, as on
+    every model (ComfyUI's ``sampler_object("ddim")``), so "DDIM" and "DDIM Karras" run here. Its
+    ``eta`` is 0 only: deterministic DDIM on the flow interpolation is exactly this Euler step; a
+    stochastic DDIM (eta > 0) has no flow form in ComfyUI or A1111 and is refused."""
+
+    name = "ddim_flow"
+    label = "DDIM"
+    variant_of = "ddim"
+    option_defaults: ClassVar[dict[str, float]] = {"eta": 0.0}
+    algorithm: ClassVar[Algorithm] = alg.euler
+    reference = "k_diffusion.sampling.sample_euler"
+
+    def _configure(self) -> None:
+        super()._configure()
+        if self.options["eta"] != 0:
+            raise OptionError(
+                f"DDIM on a flow model runs ComfyUI's ddim (Euler on the flow sigmas), which has no eta; "
+                f"got eta={self.options['eta']:g} (use 0, or an ancestral / SDE sampler for noise)"
+            )
+
+
+class LCMFlow(_Flow):
+    """ComfyUI's ``sample_lcm`` on a flow model: x0 estimate, then re-noised to the next sigma by
+    the ``CONST`` noise scaling ``s' z + (1 - s') x0`` (``ui_algorithms.lcm``); every flow schedule."""
+
+    name = "lcm_flow"
+    label = "LCM"
+    variant_of = "lcm"
+    needs_noise = True
+    algorithm: ClassVar[Algorithm] = ui.lcm
+    reference = "comfy.k_diffusion.sampling.sample_lcm"

@@ -186,12 +186,17 @@ def scheduler_class(
     if prediction_type is None or prediction_type in cls.prediction_types:
         return cls
     takes = {n: c for n, c in reg.items() if prediction_type in getattr(c, "prediction_types", ())}
+    # "DDIM Karras" resolves to ddim_sigmas (its schedule_variant_of is ddim): ddim's variant runs it
+    wanted = {canonical, str(getattr(cls, "schedule_variant_of", "") or canonical)}
     for other in takes.values():
-        if getattr(other, "variant_of", "") == canonical:
+        if getattr(other, "variant_of", "") in wanted:
             return other
     able = [*takes, *(str(getattr(c, "variant_of", "")) for c in takes.values() if getattr(c, "variant_of", ""))]
+    note = str(getattr(cls, "flow_note", "")) if prediction_type == "flow" else ""
     raise OptionError(
-        f"sampler {canonical!r} does not run {prediction_type!r} models; use one of {', '.join(sorted(set(able)))}"
+        f"sampler {canonical!r} does not run {prediction_type!r} models"
+        + (f" ({note})" if note else "")
+        + f"; use one of {', '.join(sorted(set(able)))}"
     )
 
 

@@ -34,6 +34,10 @@ class TCD(LCM):
         "TCD runs LCM's timesteps, as diffusers' TCDScheduler; ComfyUI's core has no TCD sampler to follow on "
         "sigma schedules"
     )
+    flow_note = (
+        "ComfyUI's core has no TCD sampler (its TCD is the ComfyUI-TCD custom node's); TCD here is diffusers' "
+        "TCDScheduler on an epsilon / v model's training timesteps"
+    )
     option_defaults: ClassVar[dict[str, float]] = {"eta": 0.3}
     diffusers_class = "TCDScheduler"
 

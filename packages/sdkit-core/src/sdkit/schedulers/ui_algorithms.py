@@ -3,7 +3,8 @@
 Written like ``sdkit.schedulers.k_algorithms`` (float32 in the reference's operation order, one noise
 draw where the reference draws), each with its algorithm written out in its docstring. References:
 ComfyUI ``comfy/k_diffusion/sampling.py`` (``sample_*_RF``, ``sample_heunpp2``, ``sample_ddpm``, ``sample_lcm``,
-``sample_euler_cfg_pp``, ``sample_dpmpp_2m_cfg_pp``); A1111 ``modules/sd_samplers_extra.py``
+``sample_euler_cfg_pp``, ``sample_dpmpp_2m_cfg_pp``, and ``sample_dpmpp_sde`` / ``_2m_sde`` / ``_3m_sde`` with
+``CONST`` model sampling); A1111 ``modules/sd_samplers_extra.py``
 (``restart_sampler``).
 
 ComfyUI's rectified-flow ancestral variants (``*_rf``), which it runs instead of the plain ones on
@@ -15,13 +16,14 @@ estimate, then rescales by ``(1 - s[i+1]) / (1 - sigma_down)`` and adds noise
 from __future__ import annotations
 
 import itertools
+import math
 from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.schedulers.base import f32
-from sdkit.schedulers.k_algorithms import ETA, HALF, ONE, dpm_2_step, s_noise_of, sqrt32, to_d
+from sdkit.schedulers.k_algorithms import ETA, HALF, ONE, ancestral_step, dpm_2_step, s_noise_of, sqrt32, to_d
 from sdkit.schedulers.k_stepper import Run, Steps
 from sdkit.schedulers.noise_schedule import exp32, expm1_32, log32, torch_linspace_f32
 
@@ -163,14 +165,19 @@ def ddpm(run: Run) -> Steps:
 
 def lcm(run: Run) -> Steps:
     """ComfyUI's ``sample_lcm``: each step takes the x0 estimate and, unless the next sigma is 0,
-    re-noises it there with a fresh draw z: ``x = denoised + s[i+1] z`` (an epsilon / v model's
-    ``noise_scaling``; on a flow model ``s[i+1] z + (1 - s[i+1]) denoised``, not used here)."""
+    re-noises it there with a fresh draw z through the model's ``noise_scaling``: an epsilon / v
+    model's ``x = denoised + s[i+1] z``, a flow model's (``CONST``) ``x = s[i+1] z + (1 - s[i+1])
+    denoised``, the flow interpolation at s[i+1]. (ComfyUI's options s_noise, s_noise_end and
+    noise_clip_std keep their defaults, which leave z as drawn.)"""
     s, x = run.sigmas, run.x
     for i in range(len(s) - 1):
         ev = yield x, s[i], i
         x = ev.denoised
         if s[i + 1] > 0:
-            x = f32(x + s[i + 1] * run.noise())
+            if run.flow:
+                x = f32(f32(s[i + 1] * run.noise()) + f32(np.float32(ONE - s[i + 1]) * x))
+            else:
+                x = f32(x + s[i + 1] * run.noise())
     return x
 
 
@@ -306,6 +313,80 @@ def _sde_correction(
     d2 = f32(f32(d1_0 - d1_1) / np.float32(r0 + r1))
     phi_3 = np.float32(np.float32(phi_2 / h_eta) - HALF)
     return f32(f32(x + np.float32(alpha_t * phi_2) * d1) - np.float32(alpha_t * phi_3) * d2)
+
+
+def brownian_pair(first: F32, second: F32, sigma: np.float32, mid: np.float32, sigma_next: np.float32) -> F32:
+    """The second noise of a DPM++ SDE step from two standard-normal draws: ComfyUI's Brownian tree
+    gives the normalised increment over [mid, sigma] (``first`` itself) and then the one over
+    [sigma_next, sigma], which contains it: (sqrt(sigma - mid) first + sqrt(mid - sigma_next)
+    second) / sqrt(sigma - sigma_next), in float64 (the tree's joint law; sdkit.schedulers.dpm_sde)."""
+    s, m, n = float(sigma), float(mid), float(sigma_next)
+    whole = math.sqrt(s - m) * first.astype(np.float64) + math.sqrt(m - n) * second.astype(np.float64)
+    return f32(whole / math.sqrt(s - n))
+
+
+def dpmpp_2s_sde_rf(run: Run) -> Steps:
+    """ComfyUI's ``sample_dpmpp_sde`` (eta 1, r 1/2) on a flow model (``CONST``): DPM-Solver++(2S)
+    with ancestral noise in the half log-SNR lambda = log((1 - sigma) / sigma), on
+    :func:`offset_first_sigma_for_snr`'s sigmas s. Per step, with D the x0 estimate at s[i],
+    h = lambda(s[i+1]) - lambda(s[i]), the midpoint lambda_m = lambda(s[i]) + h / 2, sigma_m =
+    sigmoid(-lambda_m) (one more model call, its estimate D2), alpha(sigma) = sigma exp(lambda(sigma))
+    (= 1 - sigma) and the ancestral split (sd, su) of k-diffusion's ``get_ancestral_step`` between the
+    variance-exploding sigmas exp(-lambda):
+
+        to the midpoint: (sd, su) from exp(-lambda(s[i])) to exp(-lambda_m), h' = -log(sd) - lambda(s[i])
+            x2 = (alpha_m / alpha_i) exp(-h') x - alpha_m expm1(-h') D + alpha_m z1 su
+        to s[i+1]: (sd, su) from exp(-lambda(s[i])) to exp(-lambda(s[i+1])), h' likewise
+            x = (alpha' / alpha_i) exp(-h') x - alpha' expm1(-h') D2 + alpha' n2 su
+
+    (ComfyUI's (1 - 1/(2r)) D + 1/(2r) D2 is D2 at r = 1/2.) z1 and n2 are the Brownian tree's
+    increments over [sigma_m, s[i]] and [s[i+1], s[i]] in flow sigmas (:func:`brownian_pair`, two
+    draws per step; none when s_noise is 0). The step to sigma 0 is x = D (one call)."""
+    s, x, s_noise = offset_first_sigma_for_snr(run), run.x, s_noise_of(run)
+    for i in range(len(s) - 1):
+        ev = yield x, s[i], i
+        x, denoised = ev.x, ev.denoised
+        if s[i + 1] == 0:
+            x = denoised
+            continue
+        lambda_s, lambda_t = _half_log_snr(s[i], True), _half_log_snr(s[i + 1], True)
+        h = np.float32(lambda_t - lambda_s)
+        lambda_m = np.float32(lambda_s + HALF * h)
+        sigma_m = np.float32(ONE / np.float32(ONE + exp32(lambda_m)))  # sigmoid(-lambda_m)
+        alpha_s = np.float32(s[i] * exp32(lambda_s))
+        alpha_m = np.float32(sigma_m * exp32(lambda_m))
+        alpha_t = np.float32(s[i + 1] * exp32(lambda_t))
+        noisy = s_noise > 0
+        x2, z1 = _sde_half(x, denoised, lambda_s, lambda_m, alpha_s, alpha_m, None, s_noise, run if noisy else None)
+        ev2 = yield x2, sigma_m, i
+        second = run.noise() if noisy else None
+        n2 = None if z1 is None or second is None else brownian_pair(z1, second, s[i], sigma_m, s[i + 1])
+        x, _ = _sde_half(x, ev2.denoised, lambda_s, lambda_t, alpha_s, alpha_t, n2, s_noise, None)
+    return x
+
+
+def _sde_half(
+    x: F32,
+    denoised: F32,
+    lambda_s: np.float32,
+    lambda_to: np.float32,
+    alpha_s: np.float32,
+    alpha_to: np.float32,
+    noise: F32 | None,
+    s_noise: np.float32,
+    run: Run | None,
+) -> tuple[F32, F32 | None]:
+    """One half of :func:`dpmpp_2s_sde_rf` from lambda_s to lambda_to (ComfyUI's operation order); the
+    noise is ``noise``, else a draw of ``run`` (None: no noise). Returns (x, the noise used)."""
+    sigma_down, sigma_up = ancestral_step(exp32(-lambda_s), exp32(-lambda_to))
+    h_down = np.float32(-log32(sigma_down) - lambda_s)
+    decay = np.float32(np.float32(alpha_to / alpha_s) * exp32(-h_down))
+    x = f32(decay * x - np.float32(alpha_to * expm1_32(-h_down)) * denoised)
+    if noise is None and run is not None:
+        noise = run.noise()
+    if noise is not None:
+        x = f32(x + f32(f32(alpha_to * noise) * s_noise) * sigma_up)
+    return x, noise
 
 
 def dpmpp_2m_sde_rf(run: Run) -> Steps:
