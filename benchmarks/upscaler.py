@@ -70,8 +70,9 @@ def peer(graph: Any, weights: Any, threads: int) -> Any:
 
 
 def variant_env(variant: str) -> dict[str, str]:
-    """The environment of a ggml variant: ``default``, or ``KEY=VALUE`` pairs joined by ``+``
-    (``SDKIT_GGML_PASSES_OFF=conv_concat``, ``SDKIT_GGML_CONV=direct``)."""
+    """The settings of a ggml variant: ``default``, or ``KEY=VALUE`` pairs joined by ``+``:
+    upper-case keys are environment variables (``SDKIT_GGML_PASSES_OFF=conv_concat``,
+    ``SDKIT_GGML_CONV=direct``), lower-case ones compile options (``precision=fp16``)."""
     if variant == "default":
         return {}
     return dict(part.split("=", 1) for part in variant.split("+"))
@@ -87,12 +88,14 @@ def engines(graph: Any, weights: Any, args: argparse.Namespace) -> dict[str, tup
     runs: dict[str, tuple[Any, float]] = {"onnxruntime": (peer(graph, weights, args.threads), 0.0)}
     available = {b.name for b in sdkit.backends() if b.available}
     for variant in args.ggml_variants.split(",") if "ggml" in available else []:
-        env = variant_env(variant)
+        settings = variant_env(variant)
+        env = {k: v for k, v in settings.items() if k.isupper()}
+        options = {k: v for k, v in settings.items() if not k.isupper()}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)  # read at compile: the passes and the conv strategy
         try:
             start = time.perf_counter()
-            compiled = sdkit.compile(Model(graph, weights), backend="ggml", threads=args.threads)
+            compiled = sdkit.compile(Model(graph, weights), backend="ggml", threads=args.threads, **options)
             runs["ggml" if variant == "default" else f"ggml {variant}"] = (
                 lambda f, c=compiled: c.run(f)["upscaled"],
                 time.perf_counter() - start,
