@@ -11,7 +11,9 @@ onnxruntime, max |diff| vs onnxruntime (unclamped). ``--ggml-variants``: ggml co
 environment (``KEY=VALUE`` joined by ``+``; e.g. a graph pass off, another conv strategy), each
 its own row. ``--cpu-time`` times the process's CPU seconds instead of wall time: with
 ``--threads 1`` on a shared machine, what each engine computed, not what others ran meanwhile.
-``--profile``: ggml's seconds per op kind (CPU seconds at one thread). Then
+``--profile``: ggml's seconds per op kind (CPU seconds at one thread). ``--device cuda:0``: the
+ggml rows on that device (openvino left out; onnxruntime, on the CPU, stays the reference for
+the outputs, so compare the ggml variants with each other there). Then
 the seams: ``ModelUpscaler`` tiled at ``--tile``/``--overlap`` on a ``2.5 x tile`` image vs the
 whole image on the fastest backend (max and mean |diff| of the clamped outputs, and the max within
 8 output pixels of a tile border, where the seams are).
@@ -95,6 +97,8 @@ def engines(graph: Any, weights: Any, args: argparse.Namespace) -> dict[str, tup
         os.environ.update(env)  # read at compile: the passes and the conv strategy
         try:
             start = time.perf_counter()
+            if args.device:
+                options["device"] = args.device
             compiled = sdkit.compile(Model(graph, weights), backend="ggml", threads=args.threads, **options)
             runs["ggml" if variant == "default" else f"ggml {variant}"] = (
                 lambda f, c=compiled: c.run(f)["upscaled"],
@@ -103,7 +107,7 @@ def engines(graph: Any, weights: Any, args: argparse.Namespace) -> dict[str, tup
         finally:
             for k, v in saved.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    if "openvino" in available:
+    if "openvino" in available and not args.device:
         start = time.perf_counter()
         compiled = sdkit.compile(Model(graph, weights), backend="openvino", threads=args.threads)
         runs["openvino"] = (lambda f, c=compiled: c.run(f)["upscaled"], time.perf_counter() - start)
@@ -212,6 +216,7 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meant for --threads 1)")
     parser.add_argument("--profile", action="store_true", help="also print ggml's time per op kind")
     parser.add_argument("--no-seams", action="store_true")
+    parser.add_argument("--device", default=None, help="ggml's device (cuda:0); onnxruntime stays on the CPU")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from machine import describe, headline
