@@ -136,3 +136,21 @@ def test_device_refusing_the_sum_gets_concat_and_conv(monkeypatch: pytest.Monkey
 def test_fused_node_domain() -> None:
     node = next(n for n in apply_passes(dense_block().graph.proto).graph.node if n.op_type == "ConvConcat")
     assert node.domain == FUSED_DOMAIN and list(node.input[:3]) == ["x", "w2", "b2"] and node.input[3] == "a1"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_refit_reslices_the_kernels(precision: str) -> None:
+    """The parts' kernel slices are weight transforms: a refit re-slices the new kernel (fp16:
+    the F16 slices, against onnxruntime at fp16's tolerance)."""
+    model = dense_block()
+    x = np.random.default_rng(1).standard_normal((1, 8, 11, 13)).astype(np.float32)
+    compiled = sdkit.compile(model, backend="ggml", threads=1, precision=precision)
+    compiled.run({"x": x})
+    new = {
+        k: np.asarray(v) * np.float32(-0.5) if k.startswith("w") else np.asarray(v) for k, v in model.weights.items()
+    }
+    updated = model.weights.updated(new)
+    compiled.refit(updated)
+    want = ort.InferenceSession(model.graph.to_onnx(updated).SerializeToString()).run(None, {"x": x})[0]
+    got = compiled.run({"x": x})["out"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 if precision == "fp32" else 2e-2)
