@@ -66,7 +66,11 @@ def run_both(model: Model) -> tuple[np.ndarray, np.ndarray, Counter[str]]:
     compiled = sdkit.compile(model, backend="ggml", threads=1)
     got = compiled.run(feeds)["out"]
     nodes = profile_program(compiled.program_for(feeds), feeds, 1).nodes
-    return got, want, Counter(n.op for n in nodes)
+    kinds = Counter(n.op for n in nodes)
+    split = compiled.info["conv_concat"]  # each ConvConcat counted once, split or not
+    assert split["split"] + split["concat_conv"] == fused(model)["ConvConcat"]
+    kinds["split"] = split["split"]
+    return got, want, kinds
 
 
 def fused(model: Model) -> Counter[str]:
@@ -80,7 +84,7 @@ def test_dense_block_split_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) 
     got, want, kinds = run_both(model)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
     # x is im2col'd once for its three convs, a1 once for its two: 3 im2cols, no concat
-    assert kinds["IM2COL"] == 3 and kinds["CONCAT"] == 0
+    assert kinds["IM2COL"] == 3 and kinds["CONCAT"] == 0 and kinds["split"] == 2
     monkeypatch.setenv(OFF_ENV, "conv_concat")  # the pass off: Concat + Conv as exported
     assert fused(model)["ConvConcat"] == 0
     off, same, kinds = run_both(model)
@@ -130,7 +134,7 @@ def test_device_refusing_the_sum_gets_concat_and_conv(monkeypatch: pytest.Monkey
     monkeypatch.setitem(lib.functions, "ggml_backend_supports_op", supports)
     got, want, kinds = run_both(dense_block())
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
-    assert asked and kinds["CONCAT"] == 3  # refused, lowered as Concat + Conv
+    assert asked and kinds["CONCAT"] == 3 and kinds["split"] == 0  # refused: Concat + Conv
 
 
 def test_fused_node_domain() -> None:

@@ -39,6 +39,7 @@ SPLIT_BUDGET_CHUNKS = 4
 def convert_conv_concat(b: Builder, node: Node) -> list[Value]:
     parts = [b.tensor(node, 0)] + [b.tensor(node, i) for i in range(3, len(node.inputs))]
     summed = split_conv(b, node, parts)
+    b.conv_concat["split" if summed is not None else "concat_conv"] += 1
     if summed is not None:
         return [summed]
     return [conv_of(b, node, ops.concat(b, parts, 1))]
