@@ -2,13 +2,17 @@
 
     python benchmarks/ggml_conv.py [--threads 1] [--repeat 3] [--shapes 4]      # per shape
     python benchmarks/ggml_conv.py --case vae256 [--strategies im2col,direct,auto]
+    python benchmarks/ggml_conv.py --upscaler --threads 1 --cpu-time   # ESRGAN's convs, and onnxruntime
 
 Per shape: the SD 1.5 VAE decoder's 3x3 convs at 256 px (channels 128..512, maps 32..256),
 each a one-Conv model compiled with ``conv=`` forced, the strategies alternated run by run in
 one process; median seconds and direct/im2col. ``--case``: worker.py (ggml-fp32) once per
 strategy through $SDKIT_GGML_CONV, in rotation for ``--rounds``; ``auto`` gets an empty
 artifact cache each time, so its compile time includes the timing (a second compile would
-not). ``SDKIT_GGML_LIB_DIR`` picks the ggml build, as everywhere.
+not). ``SDKIT_GGML_LIB_DIR`` picks the ggml build, as everywhere. ``--upscaler``: ESRGAN's 3x3
+convs on a 64x64 tile (and its 256x256 upsampled one) instead of the VAE's, with onnxruntime's
+time for the same one-Conv model beside them; ``--cpu-time`` times the process's CPU seconds
+(with ``--threads 1``: what the engine computed, on a shared machine).
 """
 
 from __future__ import annotations
@@ -39,9 +43,24 @@ VAE256_SHAPES = [
     (128, 128, 256),
     (128, 3, 256),
 ]
+# ESRGAN's RRDB convs at a 64x64 tile (64 features, 32 growth channels), and its upsampled ones
+UPSCALER_SHAPES = [(64, 32, 64), (96, 32, 64), (160, 32, 64), (192, 64, 64), (64, 64, 64), (64, 64, 256)]
+CLOCK = [time.perf_counter]  # --cpu-time: time.process_time
 
 
-def time_shapes(shapes: list[tuple[int, int, int]], threads: int, repeat: int) -> list[dict[str, object]]:
+def onnxruntime_run(model, x: np.ndarray, threads: int):  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    proto = model.graph.to_onnx(model.weights).SerializeToString()
+    session = ort.InferenceSession(proto, options, providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x})[0]
+
+
+def time_shapes(
+    shapes: list[tuple[int, int, int]], threads: int, repeat: int, peer: bool = False
+) -> list[dict[str, object]]:
     import sdkit
     from sdkit_ggml.compiler.conv_strategy import ConvShape
     from sdkit_ggml.conv_tuning import micro_model
@@ -51,17 +70,22 @@ def time_shapes(shapes: list[tuple[int, int, int]], threads: int, repeat: int) -
         shape = ConvShape((1, c, size, size), (oc, c, 3, 3), (1, 1), (1, 1), (1, 1), 0)
         model, x = micro_model(shape, max_macs=shape.macs)  # the whole map, not a band
         compiled = {s: sdkit.compile(model, backend="ggml", threads=threads, conv=s) for s in ("im2col", "direct")}
-        times: dict[str, list[float]] = {s: [] for s in compiled}
-        outputs = {s: m.run({"x": x})["y"] for s, m in compiled.items()}  # warm-up
+        runs = {s: (lambda m=m, x=x: m.run({"x": x})["y"]) for s, m in compiled.items()}
+        if peer:
+            runs["onnxruntime"] = onnxruntime_run(model, x, threads)
+        times: dict[str, list[float]] = {s: [] for s in runs}
+        outputs = {s: run() for s, run in runs.items()}  # warm-up
         for _ in range(repeat):
-            for strategy, model_ in compiled.items():
-                start = time.perf_counter()
-                model_.run({"x": x})
-                times[strategy].append(time.perf_counter() - start)
+            for strategy, run in runs.items():
+                start = CLOCK[0]()
+                run()
+                times[strategy].append(CLOCK[0]() - start)
         error = float(np.linalg.norm(outputs["direct"] - outputs["im2col"]) / np.linalg.norm(outputs["im2col"]))
         median = {s: statistics.median(t) for s, t in times.items()}
         rows.append({"shape": f"{c}->{oc} 3x3 @{size}", "gmac": shape.macs / 1e9, **median,
                      "direct/im2col": median["direct"] / median["im2col"], "rel_l2": error})  # fmt: skip
+        if peer:
+            rows[-1]["im2col/onnxruntime"] = median["im2col"] / median["onnxruntime"]
         for m in compiled.values():
             m.close()
     return rows
@@ -102,13 +126,18 @@ def main() -> int:
     parser.add_argument("--case", default=None, help="time this benchmark case end to end instead")
     parser.add_argument("--strategies", default="im2col,direct,auto")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--upscaler", action="store_true", help="ESRGAN's conv shapes, onnxruntime beside")
+    parser.add_argument("--cpu-time", action="store_true", help="CPU seconds of this process (for --threads 1)")
     args = parser.parse_args()
+    if args.cpu_time:
+        CLOCK[0] = time.process_time
     print(f"ggml library: {os.environ.get('SDKIT_GGML_LIB_DIR') or 'default'}; load {os.getloadavg()}")
     if args.case:
         summary = time_case(args.case, args.strategies.split(","), args.threads, args.rounds, args.repeat)
         print(json.dumps(summary, indent=1))
         return 0
-    for row in time_shapes(VAE256_SHAPES[: args.shapes], args.threads, args.repeat):
+    shapes = UPSCALER_SHAPES if args.upscaler else VAE256_SHAPES[: args.shapes]
+    for row in time_shapes(shapes, args.threads, args.repeat, peer=args.upscaler):
         print(json.dumps(row))
     return 0
 

@@ -18,6 +18,8 @@
 # ggml's vulkan:0 (VULKAN_S bounds it, 200 s), in a process of its own (SDKIT_GGML_LIB_DIR), the
 # carried loader used only where the machine has none; the GPU driver must bring its Vulkan ICD
 # (containers often mount the compute libraries only: the devices step then lists no vulkan:0).
+# UPSCALER=1: benchmarks/upscaler.py on cuda:0 (ESRGAN x4plus and Compact at 256 px, the
+# conv_concat pass on and off; UPSCALER_S bounds it, 150 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY="$(realpath "${1:-gpu_carry}")"
@@ -69,6 +71,10 @@ else
     --runs 3 --max-warmup 4 --timeout 240 \
     --scratch "$OUT/scratch" --out "$OUT/whole_image.json"
 fi
+if [ "${UPSCALER:-0}" = 1 ] && [ "$DRY_RUN" != 1 ]; then  # ESRGAN x4plus, pass conv_concat on and off
+  step upscaler timeout "${UPSCALER_S:-150}" "$PY" benchmarks/upscaler.py --device cuda:0 --configs x4plus,general \
+    --size 256 --repeat 5 --no-seams --ggml-variants default,SDKIT_GGML_PASSES_OFF=conv_concat --json "$OUT/upscaler.json"
+fi
 VK_WHEEL="$(ls "$CARRY"/vulkan/sdkit_ggml_vulkan-*.whl 2>/dev/null | head -1)"
 if [ -n "$VK_WHEEL" ]; then
   step vulkan_install "$PY" -m pip install --no-index --no-deps --target "$OUT/vk" "$VK_WHEEL"
@@ -94,7 +100,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 report = {"steps": [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line.strip()],
           "seconds": time.time() - float(sys.argv[2])}
-for name in ("whole_image", "vulkan_whole_image"):
+for name in ("whole_image", "vulkan_whole_image", "upscaler"):
     path = out / f"{name}.json"
     report[name] = json.loads(path.read_text()) if path.is_file() else None
 for name in ("gpu_tests", "vulkan_tests"):

@@ -2,10 +2,18 @@
 full-size graphs with seeded random weights (``fixtures/upscalers/make_goldens.py``'s values).
 
     python benchmarks/upscaler.py [--configs x4plus,general] [--size 64] [--repeat 3] [--threads 2]
+        [--ggml-variants default,SDKIT_GGML_PASSES_OFF=conv_concat] [--cpu-time] [--profile] [--no-seams]
 
 Per configuration: onnxruntime (peer; the graph filled with the weights) and each available
 sdkit backend run the same [1, 3, size, size] image: compile+first-run seconds, median of
-``--repeat`` runs after that, ratio to onnxruntime, max |diff| vs onnxruntime (unclamped). Then
+``--repeat`` runs after one warm-up (the engines take turns in each round), ratio to
+onnxruntime, max |diff| vs onnxruntime (unclamped). ``--ggml-variants``: ggml compiled once per
+environment (``KEY=VALUE`` joined by ``+``; e.g. a graph pass off, another conv strategy), each
+its own row. ``--cpu-time`` times the process's CPU seconds instead of wall time: with
+``--threads 1`` on a shared machine, what each engine computed, not what others ran meanwhile.
+``--profile``: ggml's seconds per op kind (CPU seconds at one thread). ``--device cuda:0``: the
+ggml rows on that device (openvino left out; onnxruntime, on the CPU, stays the reference for
+the outputs, so compare the ggml variants with each other there). Then
 the seams: ``ModelUpscaler`` tiled at ``--tile``/``--overlap`` on a ``2.5 x tile`` image vs the
 whole image on the fastest backend (max and mean |diff| of the clamped outputs, and the max within
 8 output pixels of a tile border, where the seams are).
@@ -42,16 +50,10 @@ def case_file(case: str, folder: Path) -> Path:
     return write_case(case, folder)
 
 
-def timed(run: Any, feeds: Any, repeat: int) -> tuple[float, float, Any]:
-    start = time.perf_counter()
-    out = run(feeds)
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = run(feeds)
-        times.append(time.perf_counter() - start)
-    return first, statistics.median(times), out
+def clock(cpu: bool) -> Any:
+    """Wall time, or with ``--cpu-time`` this process's CPU time (one thread: the time the engine
+    computed, whatever else the shared machine runs)."""
+    return time.process_time if cpu else time.perf_counter
 
 
 def peer(graph: Any, weights: Any, threads: int) -> Any:
@@ -69,41 +71,109 @@ def peer(graph: Any, weights: Any, threads: int) -> Any:
     return lambda feeds: session.run(["upscaled"], feeds)[0]
 
 
-def compare(case: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+def variant_env(variant: str) -> dict[str, str]:
+    """The settings of a ggml variant: ``default``, or ``KEY=VALUE`` pairs joined by ``+``:
+    upper-case keys are environment variables (``SDKIT_GGML_PASSES_OFF=conv_concat``,
+    ``SDKIT_GGML_CONV=direct``), lower-case ones compile options (``precision=fp16``)."""
+    if variant == "default":
+        return {}
+    return dict(part.split("=", 1) for part in variant.split("+"))
+
+
+def engines(graph: Any, weights: Any, args: argparse.Namespace) -> dict[str, tuple[Any, float]]:
+    """Each engine's run function and compile seconds: onnxruntime, each ggml variant, openvino."""
+    import os
+
     import sdkit
-    from sdkit.families.upscalers import UpscalerFile, find_graph
     from sdkit.model import Model
+
+    runs: dict[str, tuple[Any, float]] = {"onnxruntime": (peer(graph, weights, args.threads), 0.0)}
+    available = {b.name for b in sdkit.backends() if b.available}
+    for variant in args.ggml_variants.split(",") if "ggml" in available else []:
+        settings = variant_env(variant)
+        env = {k: v for k, v in settings.items() if k.isupper()}
+        options = {k: v for k, v in settings.items() if not k.isupper()}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # read at compile: the passes and the conv strategy
+        try:
+            start = time.perf_counter()
+            if args.device:
+                options["device"] = args.device
+            compiled = sdkit.compile(Model(graph, weights), backend="ggml", threads=args.threads, **options)
+            runs["ggml" if variant == "default" else f"ggml {variant}"] = (
+                lambda f, c=compiled: c.run(f)["upscaled"],
+                time.perf_counter() - start,
+            )
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    if "openvino" in available and not args.device:
+        start = time.perf_counter()
+        compiled = sdkit.compile(Model(graph, weights), backend="openvino", threads=args.threads)
+        runs["openvino"] = (lambda f, c=compiled: c.run(f)["upscaled"], time.perf_counter() - start)
+    return runs
+
+
+def compare(case: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Every engine on one image: one warm-up run each, then ``--repeat`` rounds in which each
+    engine runs once (in turn, so a change in the machine's load reaches them all)."""
+    from sdkit.families.upscalers import UpscalerFile, find_graph
 
     path = case_file(case, folder)
     file = UpscalerFile(path)
     graph = find_graph(file.config)
     weights = file.weights(graph)
     side = args.size - args.size % file.config.multiple_of
-    image = np.random.default_rng(0).random((1, 3, side, side), dtype=np.float32)
-    feeds = {"image": image}
-    start = time.perf_counter()
-    first, median, want = timed(peer(graph, weights, args.threads), feeds, args.repeat)
-    rows = [{"engine": "onnxruntime", "compile_s": first, "median_s": median, "ratio": 1.0, "max_diff": 0.0}]
-    base = median
-    for backend in ("ggml", "openvino"):
-        info = next((b for b in sdkit.backends() if b.name == backend), None)
-        if info is None or not info.available:
-            continue
+    feeds = {"image": np.random.default_rng(0).random((1, 3, side, side), dtype=np.float32)}
+    runs = engines(graph, weights, args)
+    outputs, times = {}, {name: [] for name in runs}
+    first = {}
+    now = clock(args.cpu_time)
+    for name, (run, _) in runs.items():
         start = time.perf_counter()
-        compiled = sdkit.compile(Model(graph, weights), backend=backend, threads=args.threads)
-        compile_s = time.perf_counter() - start
-        first, median, got = timed(lambda f, c=compiled: c.run(f)["upscaled"], feeds, args.repeat)
-        diff = float(np.abs(got - want).max())
+        outputs[name] = run(feeds)
+        first[name] = time.perf_counter() - start
+    for _ in range(args.repeat):
+        for name, (run, _) in runs.items():
+            start = now()
+            run(feeds)
+            times[name].append(now() - start)
+    base = statistics.median(times["onnxruntime"])
+    want = outputs["onnxruntime"]
+    rows = []
+    for name, (_, compile_s) in runs.items():
+        median = statistics.median(times[name])
         rows.append(
             {
-                "engine": backend,
-                "compile_s": compile_s + first,
+                "engine": name,
+                "compile_s": compile_s + first[name],
                 "median_s": median,
                 "ratio": median / base,
-                "max_diff": diff,
+                "max_diff": float(np.abs(outputs[name] - want).max()),
             }
         )
-    return {"case": case, "config": file.config.describe(), "image": [side, side], "rows": rows, "path": str(path)}
+    result = {"case": case, "config": file.config.describe(), "image": [side, side], "rows": rows, "path": str(path)}
+    if args.profile:
+        result["profile"] = profile(graph, weights, feeds, args)
+    return result
+
+
+def profile(graph: Any, weights: Any, feeds: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ggml's time per op kind (``sdkit_ggml.runtime.profile``; at one thread the CPU time of
+    each node, which ggml computes on this thread)."""
+    import types
+
+    import sdkit
+    import sdkit_ggml.runtime.profile as ggml_profile
+    from sdkit.model import Model
+
+    if args.threads == 1:
+        ggml_profile.time = types.SimpleNamespace(perf_counter=time.thread_time)  # type: ignore[assignment]
+    compiled = sdkit.compile(Model(graph, weights), backend="ggml", threads=args.threads)
+    compiled.run(feeds)
+    result = ggml_profile.profile_program(compiled.program_for(feeds), feeds, args.threads, repeat=2)
+    print(result.table(10))
+    return [vars(k) for k in result.by_kind()]
 
 
 def seams(path: str, backend: str, args: argparse.Namespace) -> dict[str, float]:
@@ -142,6 +212,11 @@ def main() -> None:
     parser.add_argument("--tile", type=int, default=64)
     parser.add_argument("--overlap", type=int, default=16)
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--ggml-variants", default="default", help="comma-separated: default, KEY=VALUE[+KEY=VALUE]")
+    parser.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meant for --threads 1)")
+    parser.add_argument("--profile", action="store_true", help="also print ggml's time per op kind")
+    parser.add_argument("--no-seams", action="store_true")
+    parser.add_argument("--device", default=None, help="ggml's device (cuda:0); onnxruntime stays on the CPU")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from machine import describe, headline
@@ -155,11 +230,11 @@ def main() -> None:
             print(f"\n{result['config']}, image {result['image']}:")
             for row in result["rows"]:
                 print(
-                    f"  {row['engine']:12s} compile+first {row['compile_s']:6.2f} s  median {row['median_s']:7.3f} s  "
+                    f"  {row['engine']:28s} compile+first {row['compile_s']:6.2f} s  median {row['median_s']:7.3f} s  "
                     f"{row['ratio']:5.2f}x  max|diff| {row['max_diff']:.1e}"
                 )
             fastest = min(result["rows"][1:], key=lambda r: r["median_s"], default=None)
-            if fastest is not None:
+            if fastest is not None and not args.no_seams:
                 result["seams"] = seams(result["path"], fastest["engine"], args)
                 print(f"  tiles {args.tile}/{args.overlap} on {fastest['engine']}: {result['seams']}")
             results.append(result)

@@ -8,6 +8,7 @@ onnxruntime fp32 on these graphs, TAEF2 max |diff| 1.6e-3 / 2.3e-3 on [0, 1]-sca
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sdkit.model import Model, load_onnx
 ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.gpu
 
+HERE = Path(__file__).resolve().parent
 REL_L2 = 5e-3  # TF32 products through a UNet / VAE: 2.5x the worst measured
 MAX_ABS = 5e-3
 
@@ -60,3 +62,20 @@ def test_taef2_on_the_gpu_matches_the_cpu(taef2: Path, precision: str) -> None:
     cpu = sdkit.compile(model, backend="ggml", device="cpu", precision=precision).run(latent)
     name = model.outputs[0].name
     assert float(np.abs(gpu[name] - cpu[name]).max()) <= MAX_ABS * (4 if precision == "fp16" else 1)
+
+
+@pytest.mark.parametrize("passes_off", ["", "conv_concat"])
+def test_esrgan_dense_block_on_the_gpu(passes_off: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ESRGAN's dense-block pattern (pass ``conv_concat``: a product per concat part, summed;
+    the device's ``supports_op`` asked) on the GPU, against onnxruntime, the pass on and off."""
+    device = _gpu()
+    spec = importlib.util.spec_from_file_location("conv_concat_cases", HERE / "compiler" / "test_conv_concat.py")
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    monkeypatch.setenv("SDKIT_GGML_PASSES_OFF", passes_off)
+    model = cases.dense_block()
+    x = np.random.default_rng(1).standard_normal((1, 8, 11, 13)).astype(np.float32)
+    want = ort.InferenceSession(model.graph.to_onnx(model.weights).SerializeToString()).run(None, {"x": x})[0]
+    got = sdkit.compile(model, backend="ggml", device=device).run({"x": x})["out"]
+    assert _rel_l2(got, want) <= REL_L2

@@ -131,6 +131,26 @@ GRAPHS = [
 ]
 
 
+@pytest.mark.parametrize("passes_off", ["", "conv_concat"])
+def test_esrgan_dense_block_on_vulkan(passes_off: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ESRGAN's dense-block pattern (pass ``conv_concat``: one product per concat part, summed,
+    the device's ``supports_op`` asked) against onnxruntime, the pass on and off."""
+    import importlib.util
+
+    device = vulkan_device()
+    path = Path(__file__).resolve().parent / "compiler" / "test_conv_concat.py"
+    spec = importlib.util.spec_from_file_location("conv_concat_cases", path)
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    monkeypatch.setenv("SDKIT_GGML_PASSES_OFF", passes_off)
+    model = cases.dense_block()
+    x = np.random.default_rng(1).standard_normal((1, 8, 11, 13)).astype(np.float32)
+    (want,) = onnxruntime_run(model.graph.to_onnx(model.weights), {"x": x})
+    got = sdkit.compile(model, backend="ggml", device=device).run({"x": x})["out"]
+    assert rel_l2(got, want) <= REL_L2
+
+
 @pytest.mark.parametrize("name", GRAPHS)
 def test_sd_graphs_on_vulkan(sd_graphs: Any, name: str) -> None:
     device = vulkan_device()

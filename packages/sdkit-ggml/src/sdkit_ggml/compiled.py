@@ -260,13 +260,19 @@ class GgmlCompiledModel(CompiledModel):
         (``conv_strategies``: shape -> im2col or direct) and, under ``conv="auto"``, the
         seconds measured per strategy (``conv_timings``); under "q8_0" the matrix weights stored
         as Q8_0 (``quantized``) and those kept at F16 because their rows are not whole 32-weight
-        blocks (``unquantized``), each as graph value name -> stored shape (rows last).
+        blocks (``unquantized``), each as graph value name -> stored shape (rows last);
+        ``conv_concat``: how many convs of a concat (pass conv_concat) were split into one
+        product per part (``split``) or lowered as Concat + Conv (``concat_conv``), over the
+        signatures built.
         Conv kernels stay F16 (counted in neither: ggml reads a quantized operand only as mul_mat's first argument)."""
         quantized: dict[str, tuple[int, ...]] = {}
         kept: dict[str, tuple[int, ...]] = {}
+        conv_concat = {"split": 0, "concat_conv": 0}
         for plan, _ in self._programs.values():
             quantized.update(plan.builder.quantized)
             kept.update(plan.builder.kept)
+            for key, count in plan.builder.conv_concat.items():
+                conv_concat[key] += count
         return {
             "precision": self.options.precision,
             "quantized": quantized,
@@ -274,6 +280,7 @@ class GgmlCompiledModel(CompiledModel):
             "conv": self.conv.mode,
             "conv_strategies": dict(self.conv.choices),
             "conv_timings": {k: dict(v) for k, v in self.conv.timings.items()},
+            "conv_concat": conv_concat,
             "flash_attn": self.flash_attn,
             "f16_activations": self.f16_activations,
             "matmul_prec": self.matmul_prec,

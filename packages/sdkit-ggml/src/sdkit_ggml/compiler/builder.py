@@ -121,6 +121,11 @@ class Builder:
         # Which lowering a 2-D conv shape gets (compiler/conv_strategy.py); None: im2col
         # (check(), which has no device to time on, and builds that do not choose).
         self.conv_choice: Callable[[ConvShape], str] | None = None
+        # im2col results by (input, kernel window, strides/pads/dilations, type): built once
+        # per graph and reused by every conv of that window reading the same tensor
+        self.im2col_cache: dict[tuple[Any, ...], Tensor] = {}
+        # ConvConcat nodes (pass conv_concat) lowered as split products / as Concat + Conv
+        self.conv_concat = {"split": 0, "concat_conv": 0}
         # precision fp16/q8_0 with f16_activations on (compiler/lowering_modes.py): products of
         # two activations and flash attention's K, V take F16 operands
         self.f16_activations = False

@@ -5,7 +5,9 @@ domain (``ai.sdkit.ggml``), which ``converters/fused.py`` builds from fewer ggml
 - group_norm: ``Reshape([0, G, -1]) -> InstanceNormalization -> Reshape(Shape(x)) -> Mul(gamma)
   -> Add(beta)`` (torch's GroupNorm export), optionally followed by SiLU, becomes
   ``GroupNorm(x, s, t, gamma, beta)``: one ggml_norm, the affine and the activation;
-- silu: ``x * Sigmoid(x)`` becomes ``SiLU(x)``.
+- silu: ``x * Sigmoid(x)`` becomes ``SiLU(x)``;
+- conv_concat: a channel ``Concat`` read only by 2-D Convs (ESRGAN's dense blocks) becomes one
+  ``ConvConcat(p_0, W, B, p_1, ...)`` per Conv, the concat gone (``converters/conv_concat.py``).
 
 A chain is fused only when its inner values have no other reader.
 """
@@ -142,4 +144,42 @@ def fuse_group_norm(proto: onnx.ModelProto) -> onnx.ModelProto:
         for dropped in chain:
             view.replace(dropped, None)
         view.replace(last, fused)
+    return view.model() if view.changed else proto
+
+
+# -- conv over a concat ---------------------------------------------------------------------
+
+
+def _conv_reading(node: onnx.NodeProto | None, value: str) -> bool:
+    """Whether ``node`` is a 2-D, ungrouped Conv with ``value`` as its input and only there."""
+    if not is_op(node, "Conv") or node is None or len(node.input) < 2 or node.input[0] != value:
+        return False
+    kernel = attr(node, "kernel_shape")
+    return (
+        value not in node.input[1:]
+        and attr(node, "group", 1) == 1
+        and attr(node, "auto_pad", "NOTSET") == "NOTSET"
+        and isinstance(kernel, list)
+        and len(kernel) == 2
+    )
+
+
+def fuse_conv_concat(proto: onnx.ModelProto) -> onnx.ModelProto:
+    view = GraphView(proto)
+    for index, node in enumerate(view.nodes):
+        if not is_op(node, "Concat") or node is None or attr(node, "axis") != 1 or len(node.input) < 2:
+            continue
+        out = str(node.output[0])
+        users = view.consumers.get(out, [])
+        if out in view.outputs or not users or not all(_conv_reading(view.nodes[u], out) for u in users):
+            continue
+        for user in users:
+            conv = view.nodes[user]
+            assert conv is not None
+            bias = str(conv.input[2]) if len(conv.input) > 2 else ""
+            inputs = [str(node.input[0]), str(conv.input[1]), bias, *(str(i) for i in node.input[1:])]
+            fused = make_fused("ConvConcat", inputs, [str(o) for o in conv.output], conv.name or str(conv.output[0]))
+            fused.attribute.extend(conv.attribute)
+            view.replace(user, fused)
+        view.replace(index, None)
     return view.model() if view.changed else proto

@@ -39,6 +39,7 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass("attention", pass_attention.fuse_attention, "MatMul-Softmax-MatMul to ggml_flash_attn_ext"),
     GraphPass("group_norm", pass_fusions.fuse_group_norm, "Reshape-InstanceNorm-Reshape-Mul-Add to one norm"),
     GraphPass("silu", pass_fusions.fuse_silu, "x*Sigmoid(x) to ggml_silu"),
+    GraphPass("conv_concat", pass_fusions.fuse_conv_concat, "Conv of a channel Concat to one product per part"),
     GraphPass("dead", pass_cleanup.remove_dead, "nodes no output depends on dropped"),
 )
 PASS_NAMES = tuple(p.name for p in PASSES)

@@ -8,6 +8,7 @@ from sdkit_ggml.compiler.registry import ConverterRegistry
 from sdkit_ggml.converters import (  # noqa: F401 - imported to register their converters
     cast,
     conv,
+    conv_concat,
     conv_transpose,
     elementwise,
     fused,

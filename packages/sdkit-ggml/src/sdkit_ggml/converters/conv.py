@@ -85,12 +85,8 @@ def conv2d(
     rows = chunk_rows(oh, ow * k * (2 if col_type == L.GGML_TYPE_F16 else 4))
     if n == 1 and rows < oh:
         return chunked_conv2d(b, x, kernel, rows, stride=stride, pad=pad, dilation=dilation, out_hw=(oh, ow))
-    strides_pads_dilations = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
-    cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
-    if not b.supported(cols):  # a GPU's im2col reads contiguous operands only
-        x, kernel = ops.cont(b, x), ops.cont(b, kernel)
-        cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *strides_pads_dilations, True, col_type, shape=(n, oh, ow, k))
-    cols2 = ops.reshape(b, cols, (n * oh * ow, k))
+    spd = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
+    cols2 = ops.reshape(b, cached_im2col(b, x, kernel, spd, col_type, (n, oh, ow, k)), (n * oh * ow, k))
     kernel2 = ops.reshape(b, kernel, (oc, k))
     # mul_mat(cols, kernel) yields channels-first [OC, N*OH*OW] directly; the other operand
     # order needs a transpose afterwards that costs ~40% of the matmul (measured).
@@ -98,6 +94,23 @@ def conv2d(
     if n == 1:
         return ops.reshape(b, product, (1, oc, oh, ow))
     return ops.transpose(b, ops.reshape(b, product, (oc, n, oh, ow)), (1, 0, 2, 3))
+
+
+def cached_im2col(
+    b: Builder, x: Tensor, kernel: Tensor, spd: tuple[int, ...], col_type: int, shape: tuple[int, int, int, int]
+) -> Tensor:
+    """ggml_im2col of ``x`` for ``kernel``'s window (``spd``: ggml's strides, pads, dilations),
+    built once per graph: a second conv of the same window and type reading the same tensor
+    (ESRGAN's dense blocks, through ``ConvConcat``) reuses it (``Builder.im2col_cache``)."""
+    key = (x.ptr, kernel.shape[1], kernel.shape[2], kernel.shape[3], spd, col_type)
+    found = b.im2col_cache.get(key)
+    if found is not None:
+        return found
+    cols = b.op("ggml_im2col", kernel.ptr, x.ptr, *spd, True, col_type, shape=shape)
+    if not b.supported(cols):  # a GPU's im2col reads contiguous operands only
+        cols = b.op("ggml_im2col", ops.cont(b, kernel).ptr, ops.cont(b, x).ptr, *spd, True, col_type, shape=shape)
+    b.im2col_cache[key] = cols
+    return cols
 
 
 def chunk_rows(out_rows: int, row_bytes: int) -> int:
@@ -306,7 +319,11 @@ AS_FLOAT32 = WeightTransform(lambda w: np.asarray(w, dtype=np.float32), lambda s
 
 @converter("Conv", since_version=1, check=check_conv)
 def convert_conv(b: Builder, node: Node) -> list[Value]:
-    x = b.tensor(node, 0)
+    return [conv_of(b, node, b.tensor(node, 0))]
+
+
+def conv_of(b: Builder, node: Node, x: Tensor) -> Tensor:
+    """The Conv ``node`` (kernel: input 1, bias: input 2) applied to ``x``."""
     ops.require_float(x, what="Conv")
     if x.rank not in (3, 4):
         raise Unsupported(f"Conv on a rank-{x.rank} input: only 1-D and 2-D convs are lowered")
@@ -322,9 +339,7 @@ def convert_conv(b: Builder, node: Node) -> list[Value]:
     in_kernel = groups if groups > MAX_GROUPS else 1
     kernels = group_kernels(b, node, groups // in_kernel, AS_FLOAT32)
     bias = b.tensor(node, 2) if node.has(2) else None
-    return [
-        convolution(
-            b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after,
-            groups_in_kernel=in_kernel,
-        )
-    ]  # fmt: skip
+    return convolution(
+        b, x, kernels, bias, strides=strides, dilations=dilations, before=before, after=after,
+        groups_in_kernel=in_kernel,
+    )  # fmt: skip
