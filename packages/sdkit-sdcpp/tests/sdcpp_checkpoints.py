@@ -19,6 +19,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -114,4 +115,31 @@ def write_checkpoint(path: Path, family: str, seed: int = 0) -> Path:
                 out.write(np.asarray(np.log(1 / 0.07), np.float32).tobytes())
             else:
                 out.write(_values(name, shape, block).tobytes())
+    return path
+
+
+def cached_checkpoint(request: Any, family: str) -> Path:
+    """``family``'s random file, written once per checkout into pytest's cache folder."""
+    folder = request.config.cache.mkdir("sdkit-sdcpp")
+    path = folder / f"{family}-random-fp16.safetensors"
+    if not path.is_file():
+        partial = path.with_suffix(".partial")
+        write_checkpoint(partial, family)
+        partial.rename(path)
+    return Path(path)
+
+
+def write_lora(path: Path) -> Path:
+    """A kohya LoRA on two attention projections of the first down block (rank 4)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for target in ("attn1_to_q", "attn2_to_v"):
+        key = f"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_{target}"
+        width = 320 if target == "attn1_to_q" else 768
+        tensors[f"{key}.lora_up.weight"] = (rng.standard_normal((320, 4)) * 0.5).astype(np.float16)
+        tensors[f"{key}.lora_down.weight"] = (rng.standard_normal((4, width)) * 0.5).astype(np.float16)
+        tensors[f"{key}.alpha"] = np.array(4.0, np.float16)
+    save_file(tensors, str(path))
     return path

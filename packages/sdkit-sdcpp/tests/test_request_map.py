@@ -145,3 +145,11 @@ def test_a_generation_over_the_memory_budget_is_refused_before_sdcpp(monkeypatch
     monkeypatch.setenv("SDKIT_MEMORY_BUDGET", "64M")
     with pytest.raises(ResourceLimitError):
         _pipeline().plan(GenerationRequest.create("x", width=8192, height=8192))
+
+
+def test_isolate_is_an_option_and_follows_sdkit_isolate(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ContextSettings.from_options({"isolate": True}, "keep", {}).isolate
+    monkeypatch.setenv("SDKIT_ISOLATE", "1")
+    assert ContextSettings.from_options({}, "keep", {}).isolate
+    with pytest.raises(OptionError, match="isolate"):
+        ContextSettings.from_options({"isolate": "yes"}, "keep", {})

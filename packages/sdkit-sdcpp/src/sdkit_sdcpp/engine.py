@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError, SdkitError
+from sdkit.isolation import isolation_wanted
 from sdkit.pipelines.stages.phases import report
 from sdkit_sdcpp import binding
 
 StepCallback = Callable[[int, int, np.ndarray], None]
 PRECISIONS = {None: "default", "fp32": "f32", "fp16": "f16", "bf16": "bf16"}
-OPTIONS = ("threads", "precision", "rng", "flash_attention", "lora_apply_mode")
+OPTIONS = ("threads", "precision", "rng", "flash_attention", "lora_apply_mode", "isolate")
 RNGS = ("cuda", "cpu", "default")
 # "at_runtime": a LoRA is applied in the graph, the weights stay the file's, so a generation after
 # ``set_loras([])`` is the base model's, bit for bit. "immediately" merges into the weights (faster)
@@ -76,6 +77,7 @@ class ContextSettings:
     flash_attention: bool = False
     lora_apply_mode: str = "at_runtime"
     environment: dict[str, str] = field(default_factory=dict)  # SD_VK_DEVICE for vulkan:N
+    isolate: bool = False  # the model in a child process (sdkit_sdcpp.child): a cancel stops it at once
 
     @classmethod
     def from_options(cls, options: dict[str, Any], memory: str, environment: dict[str, str]) -> ContextSettings:
@@ -99,7 +101,8 @@ class ContextSettings:
         if lora_mode not in LORA_MODES:
             raise OptionError(f"lora_apply_mode {lora_mode!r}: stable-diffusion.cpp's are {', '.join(LORA_MODES)}")
         flash = bool(options.get("flash_attention"))
-        return cls(threads, PRECISIONS[precision], memory == "offload", rng, flash, lora_mode, environment)
+        isolate = isolation_wanted(options.get("isolate"))
+        return cls(threads, PRECISIONS[precision], memory == "offload", rng, flash, lora_mode, environment, isolate)
 
     def constructor_kwargs(self) -> dict[str, Any]:
         return {
@@ -117,8 +120,8 @@ class ContextSettings:
         }
 
 
-class Context:
-    """A lazily created sd.cpp context for ``files`` and ``settings``."""
+class InProcess:
+    """A lazily created sd.cpp context for ``files`` and ``settings``, in this process."""
 
     def __init__(self, files: ModelFiles, settings: ContextSettings) -> None:
         self.files = files
@@ -128,12 +131,6 @@ class Context:
     @property
     def loaded(self) -> bool:
         return self._model is not None
-
-    def with_files(self, **changes: Any) -> None:
-        """Other model files (``vae=``, ``embeddings=``): the context is released, and created
-        again by the next generation."""
-        self.release()
-        self.files = replace(self.files, **changes)
 
     def model(self) -> Any:
         if self._model is None:
@@ -151,30 +148,23 @@ class Context:
             model = module.StableDiffusion(**kwargs)
         except (ValueError, RuntimeError, NotImplementedError) as exc:
             raise ModelFormatError(
-                f"stable-diffusion.cpp cannot load {self.describe()}: {exc}{last_errors()}"
+                f"stable-diffusion.cpp cannot load {describe(self.files)}: {exc}{last_errors()}"
             ) from None
         finally:
             binding.restore(previous)
             capture_log()
         if not getattr(getattr(model, "_model", None), "model", None):
-            raise ModelFormatError(f"stable-diffusion.cpp cannot load {self.describe()}{last_errors()}")
+            raise ModelFormatError(f"stable-diffusion.cpp cannot load {describe(self.files)}{last_errors()}")
         return model
-
-    def describe(self) -> str:
-        named = [p.name for p in (self.files.model, self.files.diffusion_model) if p is not None]
-        return ", ".join(named) or "the model"
 
     def release(self) -> None:
         if self._model is not None:
             self._model.close()
             self._model = None
 
-    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
-        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). An
-        exception the callback raises cannot stop sd.cpp's C loop: it is raised when the
-        generation returns."""
+    def call(self, kwargs: dict[str, Any], progress: Callable[[int, int, float], None]) -> list[Any]:
+        """``generate_image(**kwargs)`` with sd.cpp's progress calls sent to ``progress``."""
         model = self.model()
-        progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
         previous = binding.environment(self.settings.environment)
         LOG.clear()
         try:
@@ -188,6 +178,83 @@ class Context:
         finally:
             binding.restore(previous)
             silence_progress()
+        return images
+
+
+def describe(files: ModelFiles) -> str:
+    named = [p.name for p in (files.model, files.diffusion_model) if p is not None]
+    return ", ".join(named) or "the model"
+
+
+class Context:
+    """The pipeline's sd.cpp context: in this process, or with ``settings.isolate`` in a child
+    process (``sdkit_sdcpp.child``) that a cancel kills. Created lazily, again after a change of
+    files (``with_files``), a cancel or a crash."""
+
+    def __init__(self, files: ModelFiles, settings: ContextSettings) -> None:
+        self.files = files
+        self.settings = settings
+        self._local: InProcess | None = None
+        self._child: Any = None  # sdkit_sdcpp.child.Child
+
+    @property
+    def loaded(self) -> bool:
+        if self.settings.isolate:
+            return self._child is not None and self._child.alive
+        return self._local is not None and self._local.loaded
+
+    def with_files(self, **changes: Any) -> None:
+        """Other model files (``vae=``, ``embeddings=``): the context is released, and created
+        again by the next generation."""
+        self.release()
+        self.files = replace(self.files, **changes)
+
+    def model(self) -> None:
+        """Load the model now (in the child with ``isolate``)."""
+        if self.settings.isolate:
+            self._started()
+        else:
+            self._in_process().model()
+
+    def _in_process(self) -> InProcess:
+        if self._local is None:
+            self._local = InProcess(self.files, self.settings)
+        return self._local
+
+    def _started(self) -> Any:
+        from sdkit_sdcpp.child import Child
+
+        if self._child is None or not self._child.alive:
+            self._child = None
+            self._child = Child(self.files, self.settings, describe(self.files))
+        return self._child
+
+    def describe(self) -> str:
+        return describe(self.files)
+
+    def release(self) -> None:
+        if self._local is not None:
+            self._local.release()
+            self._local = None
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
+
+    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
+        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). In this
+        process, an exception the step callback raises cannot stop sd.cpp's C loop (0.4.7 has no
+        abort): it is raised when the image is done. With ``isolate``, the child is killed at once
+        and the exception raised (the next generation loads the model in a new child)."""
+        progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
+        if self.settings.isolate:
+            child = self._started()
+            try:
+                return list(child.generate(kwargs, progress))
+            except BaseException:
+                if not child.alive:
+                    self._child = None
+                raise
+        images = self._in_process().call(kwargs, progress)
         if progress.raised:
             raise progress.raised[0]
         return images
