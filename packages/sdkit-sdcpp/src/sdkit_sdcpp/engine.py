@@ -16,7 +16,7 @@ import ctypes
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class ModelFiles:
     t5xxl: Path | None = None
     vae: Path | None = None
     embeddings: tuple[Path, ...] = ()
+    control_net: Path | None = None
 
     def constructor_kwargs(self) -> dict[str, Any]:
         paths = {
@@ -59,6 +60,7 @@ class ModelFiles:
             "clip_g_path": self.clip_g,
             "t5xxl_path": self.t5xxl,
             "vae_path": self.vae,
+            "control_net_path": self.control_net,
         }
         kwargs: dict[str, Any] = {name: str(path) for name, path in paths.items() if path is not None}
         if self.embeddings:
@@ -77,7 +79,7 @@ class ContextSettings:
     flash_attention: bool = False
     lora_apply_mode: str = "at_runtime"
     environment: dict[str, str] = field(default_factory=dict)  # SD_VK_DEVICE for vulkan:N
-    isolate: bool = False  # the model in a child process (sdkit_sdcpp.child): a cancel stops it at once
+    isolate: bool = False  # the model in a child process (sdkit_sdcpp.context.Child): a cancel stops it at once
 
     @classmethod
     def from_options(cls, options: dict[str, Any], memory: str, environment: dict[str, str]) -> ContextSettings:
@@ -184,80 +186,6 @@ class InProcess:
 def describe(files: ModelFiles) -> str:
     named = [p.name for p in (files.model, files.diffusion_model) if p is not None]
     return ", ".join(named) or "the model"
-
-
-class Context:
-    """The pipeline's sd.cpp context: in this process, or with ``settings.isolate`` in a child
-    process (``sdkit_sdcpp.child``) that a cancel kills. Created lazily, again after a change of
-    files (``with_files``), a cancel or a crash."""
-
-    def __init__(self, files: ModelFiles, settings: ContextSettings) -> None:
-        self.files = files
-        self.settings = settings
-        self._local: InProcess | None = None
-        self._child: Any = None  # sdkit_sdcpp.child.Child
-
-    @property
-    def loaded(self) -> bool:
-        if self.settings.isolate:
-            return self._child is not None and self._child.alive
-        return self._local is not None and self._local.loaded
-
-    def with_files(self, **changes: Any) -> None:
-        """Other model files (``vae=``, ``embeddings=``): the context is released, and created
-        again by the next generation."""
-        self.release()
-        self.files = replace(self.files, **changes)
-
-    def model(self) -> None:
-        """Load the model now (in the child with ``isolate``)."""
-        if self.settings.isolate:
-            self._started()
-        else:
-            self._in_process().model()
-
-    def _in_process(self) -> InProcess:
-        if self._local is None:
-            self._local = InProcess(self.files, self.settings)
-        return self._local
-
-    def _started(self) -> Any:
-        from sdkit_sdcpp.child import Child
-
-        if self._child is None or not self._child.alive:
-            self._child = None
-            self._child = Child(self.files, self.settings, describe(self.files))
-        return self._child
-
-    def describe(self) -> str:
-        return describe(self.files)
-
-    def release(self) -> None:
-        if self._local is not None:
-            self._local.release()
-            self._local = None
-        if self._child is not None:
-            self._child.stop()
-            self._child = None
-
-    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
-        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). In this
-        process, an exception the step callback raises cannot stop sd.cpp's C loop (0.4.7 has no
-        abort): it is raised when the image is done. With ``isolate``, the child is killed at once
-        and the exception raised (the next generation loads the model in a new child)."""
-        progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
-        if self.settings.isolate:
-            child = self._started()
-            try:
-                return list(child.generate(kwargs, progress))
-            except BaseException:
-                if not child.alive:
-                    self._child = None
-                raise
-        images = self._in_process().call(kwargs, progress)
-        if progress.raised:
-            raise progress.raised[0]
-        return images
 
 
 class Progress:

@@ -1,4 +1,7 @@
-"""stable-diffusion.cpp in a child process (``isolate=True``; on in ``sdkit serve``): the only way
+"""The pipeline's stable-diffusion.cpp context (``Context``): in this process, or in a child
+process (``Child``).
+
+stable-diffusion.cpp in a child process (``isolate=True``; on in ``sdkit serve``): the only way
 to stop it inside an image, and a native abort that ends the child, not this process.
 
 sd.cpp 0.4.7 cannot be stopped mid-image in process: its progress callback returns nothing, it
@@ -18,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import signal
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from sdkit.errors import BackendCrashedError, InputError, ModelFormatError, OptionError, SdkitError
-from sdkit_sdcpp.engine import ContextSettings, InProcess, ModelFiles, Progress
+from sdkit_sdcpp.engine import ContextSettings, InProcess, ModelFiles, Progress, StepCallback, describe
 
 ERRORS: dict[str, type[SdkitError]] = {
     cls.__name__: cls for cls in (SdkitError, InputError, ModelFormatError, OptionError)
@@ -130,3 +134,75 @@ class Child:
             self.process.kill()
         self.process.join()
         self.conn.close()
+
+
+class Context:
+    """The pipeline's sd.cpp context: in this process, or with ``settings.isolate`` in a child
+    process (``Child``) that a cancel kills. Created lazily, again after a change of
+    files (``with_files``), a cancel or a crash."""
+
+    def __init__(self, files: ModelFiles, settings: ContextSettings) -> None:
+        self.files = files
+        self.settings = settings
+        self._local: InProcess | None = None
+        self._child: Child | None = None
+
+    @property
+    def loaded(self) -> bool:
+        if self.settings.isolate:
+            return self._child is not None and self._child.alive
+        return self._local is not None and self._local.loaded
+
+    def with_files(self, **changes: Any) -> None:
+        """Other model files (``vae=``, ``embeddings=``): the context is released, and created
+        again by the next generation."""
+        self.release()
+        self.files = replace(self.files, **changes)
+
+    def model(self) -> None:
+        """Load the model now (in the child with ``isolate``)."""
+        if self.settings.isolate:
+            self._started()
+        else:
+            self._in_process().model()
+
+    def _in_process(self) -> InProcess:
+        if self._local is None:
+            self._local = InProcess(self.files, self.settings)
+        return self._local
+
+    def _started(self) -> Any:
+        if self._child is None or not self._child.alive:
+            self._child = None
+            self._child = Child(self.files, self.settings, describe(self.files))
+        return self._child
+
+    def describe(self) -> str:
+        return describe(self.files)
+
+    def release(self) -> None:
+        if self._local is not None:
+            self._local.release()
+            self._local = None
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
+
+    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
+        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). In this
+        process, an exception the step callback raises cannot stop sd.cpp's C loop (0.4.7 has no
+        abort): it is raised when the image is done. With ``isolate``, the child is killed at once
+        and the exception raised (the next generation loads the model in a new child)."""
+        progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
+        if self.settings.isolate:
+            child = self._started()
+            try:
+                return list(child.generate(kwargs, progress))
+            except BaseException:
+                if not child.alive:
+                    self._child = None
+                raise
+        images = self._in_process().call(kwargs, progress)
+        if progress.raised:
+            raise progress.raised[0]
+        return images
