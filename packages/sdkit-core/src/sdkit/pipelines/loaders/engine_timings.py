@@ -103,9 +103,10 @@ def engine_key(
 
 
 def timed_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The load options that belong in the key (``prepare``, when components compile, does not
-    change a generation's time)."""
-    return {k: v for k, v in options.items() if k != "prepare"}
+    """The load options that belong in the key: not ``prepare`` (when components compile) nor
+    ``isolate`` (a child process per compile or generation: on in ``sdkit serve``), which leave a
+    generation's time as it is, or nearly."""
+    return {k: v for k, v in options.items() if k not in ("prepare", "isolate")}
 
 
 def _comparable(key: Mapping[str, Any]) -> dict[str, Any]:
