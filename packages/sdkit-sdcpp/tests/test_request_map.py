@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from sdcpp_helpers import needs_binding
 
 from sdkit.errors import InputError, OptionError
 from sdkit.pipelines import GenerationRequest, PipelineConfig
@@ -198,3 +199,27 @@ def test_isolate_is_an_option_and_follows_sdkit_isolate(monkeypatch: pytest.Monk
     assert ContextSettings.from_options({}, "keep", {}).isolate
     with pytest.raises(OptionError, match="isolate"):
         ContextSettings.from_options({"isolate": "yes"}, "keep", {})
+
+
+@needs_binding
+def test_every_keyword_is_the_bindings() -> None:
+    """The keywords the mapping writes (ControlNet, reference images, hires, tiling...) and the
+    context's are parameters of the installed binding's ``generate_image`` / ``StableDiffusion``."""
+    import inspect
+
+    from sdkit_sdcpp import binding
+    from sdkit_sdcpp.pipeline import SdcppFlowRequest
+
+    module = binding.import_binding()
+    hint = np.zeros((8, 8, 3), np.uint8)
+    request = SdcppFlowRequest.create(
+        "x", reference_images=[hint], control=[(hint, None, 0.5)], init_image=Image.new("RGB", (64, 64)),
+        mask=np.full((64, 64), 255, np.uint8), vae_tiling=True, enable_hr=True, hr_upscaler="Lanczos",
+    )  # fmt: skip
+    kwargs = generate_kwargs(request, 64, 64, family="FLUX.1", controlnet="net")
+    assert {"ref_images", "control_image", "control_strength", "hires", "vae_tiling", "mask_image"} <= set(kwargs)
+    accepted = inspect.signature(module.StableDiffusion.generate_image).parameters
+    assert set(kwargs) <= set(accepted)
+    files = ModelFiles(model=Path("m.gguf"), vae=Path("v"), control_net=Path("c"), embeddings=(Path("e"),))
+    made = {**files.constructor_kwargs(), **ContextSettings().constructor_kwargs()}
+    assert set(made) <= set(inspect.signature(module.StableDiffusion.__init__).parameters)
