@@ -212,11 +212,13 @@ def test_every_keyword_is_the_bindings() -> None:
 
     module = binding.import_binding()
     hint = np.zeros((8, 8, 3), np.uint8)
-    request = SdcppFlowRequest.create(
+    edit = SdcppFlowRequest.create(
         "x", reference_images=[hint], control=[(hint, None, 0.5)], init_image=Image.new("RGB", (64, 64)),
-        mask=np.full((64, 64), 255, np.uint8), vae_tiling=True, enable_hr=True, hr_upscaler="Lanczos",
+        mask=np.full((64, 64), 255, np.uint8), vae_tiling=True,
     )  # fmt: skip
-    kwargs = generate_kwargs(request, 64, 64, family="FLUX.1", controlnet="net")
+    kwargs = generate_kwargs(edit, 64, 64, family="FLUX.1", controlnet="net")
+    hires = SdcppFlowRequest.create("x", enable_hr=True, hr_upscaler="Lanczos")
+    kwargs.update(generate_kwargs(hires, 64, 64, family="FLUX.1"))
     assert {"ref_images", "control_image", "control_strength", "hires", "vae_tiling", "mask_image"} <= set(kwargs)
     accepted = inspect.signature(module.StableDiffusion.generate_image).parameters
     assert set(kwargs) <= set(accepted)
