@@ -31,6 +31,7 @@ from sdkit.tuning import TuneSettings
 
 TINY = Path(__file__).resolve().parents[4] / "fixtures" / "families" / "tiny"
 FILE = TINY / "sd1" / "sd1_fp32.safetensors"
+ENGINES = ("fakecpp",)  # not stable-diffusion.cpp where it is installed: it cannot load the tiny file
 SETTINGS = TuneSettings(repeat=1, warmup=0)  # onnx.reference compiles nothing: no warm-up
 
 
@@ -83,7 +84,7 @@ def test_auto_never_picks_an_engine_unmeasured(engine: type[FakeEnginePipeline])
 
 
 def test_tune_measures_both_and_auto_loads_the_faster(engine: type[FakeEnginePipeline]) -> None:
-    result = tune_engines(FILE, WholeImage(32, 32, steps=1), settings=SETTINGS)
+    result = tune_engines(FILE, WholeImage(32, 32, steps=1), settings=SETTINGS, engines=ENGINES)
     medians = {m.backend: m.median_s for m in result.record.results}
     assert set(medians) == {"sdkit", "fakecpp"} and result.path is not None and result.path.is_file()
     assert medians["fakecpp"] < medians["sdkit"]
@@ -102,12 +103,12 @@ def test_tune_measures_both_and_auto_loads_the_faster(engine: type[FakeEnginePip
 
 def test_sdkit_measured_faster_stays_and_sizes_that_disagree_keep_sdkit(engine: type[FakeEnginePipeline]) -> None:
     engine.delay_s = 3.0
-    tune_engines(FILE, WholeImage(32, 32, steps=1), settings=SETTINGS)
+    tune_engines(FILE, WholeImage(32, 32, steps=1), settings=SETTINGS, engines=ENGINES)
     pipe = sdkit.load_pipeline(FILE, prepare=False)
     assert not isinstance(pipe, FakeEnginePipeline)
     assert pipe.engine_choice.startswith("measured fastest per whole image (32x32, 1 steps: sdkit")
     engine.delay_s = 0.0
-    result = tune_engines(FILE, WholeImage(48, 48, steps=1), settings=SETTINGS)
+    result = tune_engines(FILE, WholeImage(48, 48, steps=1), settings=SETTINGS, engines=ENGINES)
     assert result.choice is not None and result.choice.engine == "sdkit"
     assert "disagree by size" in result.choice.reason
     assert not isinstance(sdkit.load_pipeline(FILE, prepare=False), FakeEnginePipeline)
@@ -115,4 +116,4 @@ def test_sdkit_measured_faster_stays_and_sizes_that_disagree_keep_sdkit(engine: 
 
 def test_a_file_no_engine_reads_is_refused(tiny_families: dict[str, Family]) -> None:
     with pytest.raises(OptionError, match="no pipeline engine"):
-        tune_engines(FILE, WholeImage(32, 32), settings=SETTINGS)
+        tune_engines(FILE, WholeImage(32, 32), settings=SETTINGS, engines=ENGINES)

@@ -155,7 +155,12 @@ class InProcess:
         finally:
             binding.restore(previous)
             capture_log()
-        if not getattr(getattr(model, "_model", None), "model", None):
+        internals = getattr(model, "_model", None)
+        if not getattr(internals, "model", None):
+            # sd.cpp returned a NULL context: the binding would free it when the object is collected
+            # (free_sd_ctx(NULL): a segfault, found by sdkit tune trying a file sd.cpp cannot read)
+            if internals is not None:
+                internals.model = None
             raise ModelFormatError(f"stable-diffusion.cpp cannot load {describe(self.files)}{last_errors()}")
         return model
 

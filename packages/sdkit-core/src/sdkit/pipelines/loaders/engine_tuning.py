@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,21 +67,24 @@ def tune_engines(
     device: str | Device | None = None,
     options: Mapping[str, Any] | None = None,
     settings: TuneSettings | None = None,
+    engines: Sequence[str] | None = None,
 ) -> EngineTuneResult:
-    """Measure sdkit's own pipeline and every engine that reads ``path`` here, per whole image;
-    store and choose. ``OptionError`` when no engine reads the file (nothing to compare)."""
+    """Measure sdkit's own pipeline and every engine that reads ``path`` here (or those named in
+    ``engines``), per whole image; store and choose. ``OptionError`` when no engine reads the file
+    (nothing to compare)."""
     file = Path(path).expanduser()
     settings = settings or TuneSettings()
     options = dict(options or {})
-    engines = engine_loaders(file) if own_loader_reads(file) else []
-    if not engines:
+    found = engine_loaders(file) if own_loader_reads(file) else []
+    chosen = [loader for loader in found if engines is None or loader.engine in engines]
+    if not chosen:
         raise OptionError(f"no pipeline engine (stable-diffusion.cpp) reads {file.name} here: nothing to compare")
 
     def own() -> Pipeline:
         return load_with_loaders(file, "auto", device, "keep", dict(options))
 
     loads: list[tuple[str, str, Callable[[], Pipeline]]] = [(SDKIT, __version__, own)]
-    for loader in engines:
+    for loader in chosen:
         version = loader.probe().version
 
         def engine(loader: Any = loader) -> Pipeline:
