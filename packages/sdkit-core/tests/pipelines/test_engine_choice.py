@@ -5,7 +5,7 @@
 The engine here is a test double registered as a pipeline loader with ``engine = "fakecpp"``: it
 returns black images after a set delay, so which engine is faster is set by the test (sdkit's own
 pipeline is the real tiny SD 1.x pipeline on onnx.reference, about 0.5 s per image at 32 px and
-one step on 2 loaded cores; the double takes 0 or 3 s). sdkit-sdcpp's own tests run the same
+one step on 2 loaded cores; the double takes 0 or 2 s). sdkit-sdcpp's own tests run the same
 choice with the real binding (``-m slow``).
 """
 
@@ -102,7 +102,7 @@ def test_tune_measures_both_and_auto_loads_the_faster(engine: type[FakeEnginePip
 
 
 def test_sdkit_measured_faster_stays_and_sizes_that_disagree_keep_sdkit(engine: type[FakeEnginePipeline]) -> None:
-    engine.delay_s = 3.0
+    engine.delay_s = 2.0
     tune_engines(FILE, WholeImage(32, 32, steps=1), settings=SETTINGS, engines=ENGINES)
     pipe = sdkit.load_pipeline(FILE, prepare=False)
     assert not isinstance(pipe, FakeEnginePipeline)

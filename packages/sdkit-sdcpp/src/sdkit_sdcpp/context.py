@@ -53,7 +53,8 @@ def _child(conn: Connection, files: ModelFiles, settings: ContextSettings) -> No
             except SdkitError as exc:
                 conn.send(("error", type(exc).__name__, str(exc)))
                 continue
-            conn.send(("images", images))
+            # pixels only: the binding's ``info`` holds ctypes objects, which do not pickle
+            conn.send(("images", [(image.mode, image.size, image.tobytes()) for image in images]))
     except SdkitError as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
     except (EOFError, KeyboardInterrupt):  # the parent went away
@@ -116,8 +117,9 @@ class Child:
                     self.stop(kill=True)
                     raise progress.raised[0]
             elif message[0] == "images":
-                images: list[Any] = message[1]
-                return images
+                from PIL import Image
+
+                return [Image.frombytes(mode, size, data) for mode, size, data in message[1]]
             else:
                 _raise(message[1], message[2])
 
