@@ -53,7 +53,9 @@ def load_pipeline(
 
     A pipeline engine's name as ``backend`` (``"sdcpp"``: stable-diffusion.cpp, sdkit-sdcpp) hands
     the file to that engine's loader, which runs the whole pipeline; its loader also claims the
-    files only it reads (``.gguf``) under ``"auto"``.
+    files only it reads (``.gguf``) under ``"auto"``, and a single file sdkit's own pipelines read
+    too where ``sdkit tune`` measured the engine faster per whole image on it, here
+    (``engine_timings``; ``pipeline.engine_choice`` says why). Unmeasured, ``"auto"`` keeps sdkit's.
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
