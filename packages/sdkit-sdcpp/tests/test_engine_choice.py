@@ -79,3 +79,13 @@ def test_tune_times_both_and_auto_loads_the_faster(
     with sdkit.load_pipeline(sd15, threads=2, prepare=False) as pipe:
         assert isinstance(pipe, SdcppPipeline) == (winner[0] == "sdcpp")
         assert pipe.engine_choice.startswith(f"measured fastest per whole image (64x64, 2 steps: {winner[0]}")
+
+
+def test_tune_refuses_a_file_only_sdcpp_reads(sdkit_isolated: Path, tmp_path: Path, capsys: Any) -> None:
+    from sdkit.testing.gguf_files import write_gguf
+
+    file = write_gguf(
+        tmp_path / "model.gguf", {"model.diffusion_model.input_blocks.0.0.weight": ((320, 4, 3, 3), "f16")}
+    )
+    assert main(["tune", str(file)]) != 0
+    assert "model.gguf runs only on a pipeline engine" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from sdkit.api import as_model
 from sdkit.cli.common import add_input_arguments, add_option_arguments, collect_inputs, options_from, print_columns
 from sdkit.cli.progress import progress
 from sdkit.cli.timings_view import fallback_name
-from sdkit.errors import CacheError, InputError, NoBackendError
+from sdkit.errors import CacheError, InputError, NoBackendError, OptionError
 from sdkit.measure import random_feeds
 from sdkit.model import Model
 from sdkit.pipelines.loaders.engine_timings import engine_loaders, own_loader_reads
@@ -105,6 +105,12 @@ def tune_pipeline(args: argparse.Namespace, settings: TuneSettings) -> int:
 
     if args.input or args.random:
         raise InputError("--input/--random are for one model; a pipeline's components get the inputs a txt2img gives")
+    path = Path(args.model).expanduser()
+    if path.is_file() and not own_loader_reads(path):
+        raise OptionError(
+            f"{path.name} runs only on a pipeline engine (stable-diffusion.cpp for GGUF): there is nothing to "
+            "compare it with; sdkit tune compares engines on files sdkit's own pipelines read too"
+        )
     pipe = sdkit.load_pipeline(args.model, device=args.device, tune=settings, **options_from(args))
     results: list[TuneResult] = []
     size = pipe.config.default_size
@@ -123,7 +129,6 @@ def tune_pipeline(args: argparse.Namespace, settings: TuneSettings) -> int:
     finally:
         pipe.close()
     status = _status(results)
-    path = Path(args.model).expanduser()
     if own_loader_reads(path) and engine_loaders(path):
         image = WholeImage(args.width or size, args.height or size, args.steps, args.cfg, args.seed)
         print_engines(tune_engines(path, image, args.device, options_from(args), settings))
