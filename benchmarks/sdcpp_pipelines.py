@@ -4,6 +4,8 @@ its graph backends, on the same single-file checkpoint, size, sampler, steps and
     python benchmarks/sdcpp_pipelines.py [--model FILE] [--engines sdcpp,ggml,openvino]
         [--size 256] [--steps 4] [--repeat 3] [--threads 2]
 
+``--engines`` may name ``auto`` too: ``load_pipeline(model)`` as a user gets it, which after
+``sdkit tune MODEL`` is the engine measured faster per whole image (the "ran on" column says which).
 ``--model`` defaults to a full-size SD 1.5 file of random fp16 weights
 (``random_checkpoint.py sd1``, written once into the sdkit cache). Each engine runs in a process of
 its own (``load_pipeline(model, backend=ENGINE)``; peak RSS is that engine's alone): load (sd.cpp

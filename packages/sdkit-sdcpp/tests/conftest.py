@@ -10,6 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # ``import sdcpp_helpers`` under importlib mode
 
+from sdcpp_checkpoints import cached_checkpoint
+
 from sdkit_sdcpp import binding
 
 
@@ -20,7 +22,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if "slow" in (config.option.markexpr or ""):
         return
     here = Path(__file__).parent
-    skip = pytest.mark.skip(reason="full-size no-drift check: pytest packages/sdkit-sdcpp/tests -m slow")
+    skip = pytest.mark.skip(reason="full-size SD 1.5/SDXL check: pytest packages/sdkit-sdcpp/tests -m slow")
     for item in items:
         if item.get_closest_marker("slow") is not None and here in Path(str(item.path)).parents:
             item.add_marker(skip)
@@ -31,3 +33,9 @@ def fresh_build_info() -> Iterator[None]:
     binding.build_info.cache_clear()
     yield
     binding.build_info.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def sd15(request: pytest.FixtureRequest) -> Path:
+    """A full-size SD 1.5 single file of random fp16 weights (2.1 GB, written once per checkout)."""
+    return cached_checkpoint(request, "sd15")

@@ -19,6 +19,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,9 +94,33 @@ def _tensors(shapes: dict[str, tuple[int, ...]], seed: int) -> Iterator[tuple[st
             yield name, "F16", shape, int(np.prod(shape, dtype=np.int64)) * 2
 
 
+def controlnet_shapes() -> dict[str, tuple[int, ...]]:
+    """An SD 1.5 ControlNet in the original (lllyasviel) layout stable-diffusion.cpp reads: the
+    UNet's time embedding, input blocks and middle block under ``control_model.``, the hint
+    encoder (3 -> 16 -> 32 -> 96 -> 256 -> 320 channels), a 1x1 zero conv per input block and
+    the middle block's."""
+    unet = "model.diffusion_model."
+    shapes = {
+        "control_model." + name[len(unet) :]: shape
+        for name, shape in ldm_shapes("sd15").items()
+        if name.startswith(tuple(unet + part for part in ("time_embed.", "input_blocks.", "middle_block.")))
+    }
+    hint = [(16, 3), (16, 16), (32, 16), (32, 32), (96, 32), (96, 96), (256, 96), (320, 256)]
+    for index, (out, inp) in enumerate(hint):
+        shapes[f"control_model.input_hint_block.{index * 2}.weight"] = (out, inp, 3, 3)
+        shapes[f"control_model.input_hint_block.{index * 2}.bias"] = (out,)
+    widths = [320, 320, 320, 320, 640, 640, 640, 1280, 1280, 1280, 1280, 1280]
+    for index, width in enumerate(widths):
+        shapes[f"control_model.zero_convs.{index}.0.weight"] = (width, width, 1, 1)
+        shapes[f"control_model.zero_convs.{index}.0.bias"] = (width,)
+    shapes["control_model.middle_block_out.0.weight"] = (1280, 1280, 1, 1)
+    shapes["control_model.middle_block_out.0.bias"] = (1280,)
+    return shapes
+
+
 def write_checkpoint(path: Path, family: str, seed: int = 0) -> Path:
-    """Write the full-size ``family`` (``sd15``, ``sdxl``) single file to ``path``; returns it."""
-    shapes = ldm_shapes(family)
+    """Write the full-size ``family`` (``sd15``, ``sdxl``, ``sd15_controlnet``) file to ``path``."""
+    shapes = controlnet_shapes() if family == "sd15_controlnet" else ldm_shapes(family)
     header: dict[str, object] = {"__metadata__": {"format": "pt", "sdkit_test": f"{family} seed {seed}"}}
     offset = 0
     entries = list(_tensors(shapes, seed))
@@ -114,4 +139,31 @@ def write_checkpoint(path: Path, family: str, seed: int = 0) -> Path:
                 out.write(np.asarray(np.log(1 / 0.07), np.float32).tobytes())
             else:
                 out.write(_values(name, shape, block).tobytes())
+    return path
+
+
+def cached_checkpoint(request: Any, family: str) -> Path:
+    """``family``'s random file, written once per checkout into pytest's cache folder."""
+    folder = request.config.cache.mkdir("sdkit-sdcpp")
+    path = folder / f"{family}-random-fp16.safetensors"
+    if not path.is_file():
+        partial = path.with_suffix(".partial")
+        write_checkpoint(partial, family)
+        partial.rename(path)
+    return Path(path)
+
+
+def write_lora(path: Path) -> Path:
+    """A kohya LoRA on two attention projections of the first down block (rank 4)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for target in ("attn1_to_q", "attn2_to_v"):
+        key = f"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_{target}"
+        width = 320 if target == "attn1_to_q" else 768
+        tensors[f"{key}.lora_up.weight"] = (rng.standard_normal((320, 4)) * 0.5).astype(np.float16)
+        tensors[f"{key}.lora_down.weight"] = (rng.standard_normal((4, width)) * 0.5).astype(np.float16)
+        tensors[f"{key}.alpha"] = np.array(4.0, np.float16)
+    save_file(tensors, str(path))
     return path

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from PIL import Image
-from sdcpp_checkpoints import write_checkpoint
+from sdcpp_checkpoints import cached_checkpoint, write_lora
 from sdcpp_helpers import needs_binding
 
 import sdkit
@@ -24,21 +24,6 @@ from sdkit_sdcpp import binding
 
 pytestmark = [needs_binding, pytest.mark.slow]
 THREADS = 2
-
-
-def _cached(request: pytest.FixtureRequest, family: str) -> Path:
-    folder = request.config.cache.mkdir("sdkit-sdcpp")  # written once per checkout
-    path = folder / f"{family}-random-fp16.safetensors"
-    if not path.is_file():
-        partial = path.with_suffix(".partial")
-        write_checkpoint(partial, family)
-        partial.rename(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def sd15(request: pytest.FixtureRequest) -> Path:
-    return _cached(request, "sd15")
 
 
 @pytest.fixture(scope="module")
@@ -64,22 +49,6 @@ def pipe(sd15: Path) -> Iterator[Any]:
 
 def _pixels(image: Image.Image) -> np.ndarray:
     return np.asarray(image.convert("RGB"))
-
-
-def _lora(path: Path) -> Path:
-    """A kohya LoRA on two attention projections of the first down block (rank 4)."""
-    from safetensors.numpy import save_file
-
-    rng = np.random.default_rng(5)
-    tensors = {}
-    for target in ("attn1_to_q", "attn2_to_v"):
-        key = f"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_{target}"
-        width = 320 if target == "attn1_to_q" else 768
-        tensors[f"{key}.lora_up.weight"] = (rng.standard_normal((320, 4)) * 0.5).astype(np.float16)
-        tensors[f"{key}.lora_down.weight"] = (rng.standard_normal((4, width)) * 0.5).astype(np.float16)
-        tensors[f"{key}.alpha"] = np.array(4.0, np.float16)
-    save_file(tensors, str(path))
-    return path
 
 
 def test_txt2img_equals_the_binding(pipe: Any, direct: Any) -> None:
@@ -141,7 +110,7 @@ def test_vae_tiling_and_lora_equal_the_binding(pipe: Any, direct: Any, tmp_path:
     )  # fmt: skip
     assert np.array_equal(_pixels(tiled), _pixels(reference))
     assert not np.array_equal(_pixels(tiled), _pixels(plain))
-    lora = _lora(tmp_path / "style.safetensors")
+    lora = write_lora(tmp_path / "style.safetensors")
     pipe.set_loras([(lora, 0.8)])
     try:
         [ours] = pipe.generate("a tree", steps=2, sampler="euler", **common)
@@ -198,7 +167,7 @@ def test_another_ggml_in_the_process(sd15: Path, direct: Any, tmp_path: Path) ->
 def test_sdxl_equals_the_binding(request: pytest.FixtureRequest) -> None:
     from stable_diffusion_cpp import StableDiffusion
 
-    sdxl = _cached(request, "sdxl")
+    sdxl = cached_checkpoint(request, "sdxl")
     with sdkit.load_pipeline(sdxl, backend="sdcpp", threads=THREADS) as sdxl_pipe:
         assert sdxl_pipe.family == "SDXL" and sdxl_pipe.config.default_size == 1024
         [ours] = sdxl_pipe.generate("a castle", seed=2, steps=2, width=64, height=64, sampler="euler")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sdcpp_helpers import needs_binding
 
 import sdkit
 from sdkit.cli.main import main
@@ -170,3 +171,21 @@ def test_a_missing_plugin_says_what_to_install(monkeypatch: pytest.MonkeyPatch, 
     checkpoint.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
     with pytest.raises(BackendUnavailableError, match="plugin sdkit-sdcpp is not installed"):
         sdkit.load_pipeline(checkpoint, backend="sdcpp")
+
+
+@needs_binding
+def test_a_file_sdcpp_cannot_load_is_refused_and_the_process_lives_on() -> None:
+    """sd.cpp returns a NULL context for a file it cannot read (a narrow model: its layer widths
+    are fixed); the binding's object would free it when collected and segfault (found by
+    ``sdkit tune`` trying sd.cpp on such a file)."""
+    tiny = Path(__file__).resolve().parents[3] / "fixtures" / "families" / "tiny" / "sd1" / "sd1_fp32.safetensors"
+    code = (
+        "import gc, sys, sdkit\nfrom sdkit.errors import ModelFormatError\n"
+        "try:\n    sdkit.load_pipeline(sys.argv[1], backend='sdcpp')\n"
+        "except ModelFormatError as exc:\n    print('refused:', exc)\n"
+        "gc.collect()\nprint('alive')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tiny)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: stable-diffusion.cpp cannot load sd1_fp32.safetensors" in done.stdout
+    assert done.stdout.rstrip().endswith("alive")

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from sdcpp_helpers import needs_binding
 
-from sdkit.errors import InputError, OptionError, UnsupportedFeatureError
+from sdkit.errors import InputError, OptionError
 from sdkit.pipelines import GenerationRequest, PipelineConfig
 from sdkit.pipelines.control_units import ControlUnit
-from sdkit_sdcpp.engine import Context, ContextSettings, ModelFiles
+from sdkit_sdcpp.context import Context
+from sdkit_sdcpp.engine import ContextSettings, ModelFiles
 from sdkit_sdcpp.pipeline import SdcppPipeline
 from sdkit_sdcpp.request_map import generate_kwargs
 
@@ -84,10 +86,54 @@ def test_a1111_weighting_is_accepted() -> None:
     assert generate_kwargs(request, 64, 64)["prompt"] == "a (cat:1.2) BREAK dog"
 
 
-def test_controlnet_is_an_undeclared_feature() -> None:
-    unit = ControlUnit.create((Image.new("RGB", (64, 64)), "canny"))
-    with pytest.raises(UnsupportedFeatureError, match="ControlNet"):
-        _pipeline().plan(GenerationRequest.create("x", control=[unit]))
+def test_one_controlnet_unit_maps_to_control_image_and_strength(tmp_path: Path) -> None:
+    hint = np.zeros((32, 48, 3), np.uint8)
+    hint[:, 24:] = 255
+    unit = ControlUnit.create((hint, "edges", 0.7))
+    request = GenerationRequest.create("x", control=[unit])
+    kwargs = generate_kwargs(request, 96, 64, controlnet="edges")
+    assert kwargs["control_strength"] == 0.7
+    expected = Image.fromarray(hint).resize((96, 64), Image.Resampling.LANCZOS)  # as sdkit's pipelines
+    assert np.array_equal(np.asarray(kwargs["control_image"]), np.asarray(expected))
+    with pytest.raises(OptionError, match="control: no ControlNet is loaded"):
+        generate_kwargs(request, 96, 64)
+    with pytest.raises(OptionError, match=r"control\[0\].model: 'edges' is not loaded"):
+        generate_kwargs(request, 96, 64, controlnet="depth")
+    with pytest.raises(OptionError, match="runs one ControlNet unit per generation, not 2"):
+        generate_kwargs(GenerationRequest.create("x", control=[unit, unit]), 96, 64, controlnet="edges")
+    late = ControlUnit.create({"input_image": hint, "model": "edges", "guidance_start": 0.2})
+    with pytest.raises(OptionError, match=r"control\[0\].start/end \(0.2, 1\)"):
+        generate_kwargs(GenerationRequest.create("x", control=[late]), 96, 64, controlnet="edges")
+
+
+def test_set_controlnets_loads_one_file_with_the_model(tmp_path: Path) -> None:
+    pipe = _pipeline()
+    net = tmp_path / "control_canny.safetensors"
+    net.write_bytes(b"x")
+    pipe.set_controlnets(net)
+    assert pipe.controlnet == "control_canny" and pipe.context.files.control_net == net.resolve()
+    assert pipe.context.files.constructor_kwargs()["control_net_path"] == str(net.resolve())
+    with pytest.raises(OptionError, match="loads one ControlNet with the model, not 2"):
+        pipe.set_controlnets({"a": net, "b": net})
+    with pytest.raises(OptionError, match="controlnet backend 'ggml'"):
+        pipe.set_controlnets(net, backend="ggml")
+    pipe.set_controlnets(None)
+    assert pipe.controlnet is None and pipe.context.files.control_net is None
+
+
+def test_reference_images_map_to_ref_images_on_the_families_that_read_them() -> None:
+    from sdkit_sdcpp.pipeline import SdcppFlowRequest
+
+    image = np.full((16, 16, 3), 200, np.uint8)
+    request = SdcppFlowRequest.create("make it red", reference_images=[image])
+    [reference] = generate_kwargs(request, 64, 64, family="FLUX.1")["ref_images"]
+    assert reference.mode == "RGB" and np.array_equal(np.asarray(reference), image)
+    assert len(generate_kwargs(request, 64, 64, family="Qwen-Image")["ref_images"]) == 1
+    for family in ("SD3", "Chroma", "FLUX.1 Fill", "Z-Image"):
+        with pytest.raises(OptionError, match=f"reference_images: a {family} model takes no reference images"):
+            generate_kwargs(request, 64, 64, family=family)
+    with pytest.raises(OptionError, match="reference_images is not an option"):
+        _pipeline().run(request)  # an SD 1.x pipeline's request has no such field: refused before it runs
 
 
 def test_plan_sizes_and_seeds() -> None:
@@ -146,3 +192,37 @@ def test_a_generation_over_the_memory_budget_is_refused_before_sdcpp(monkeypatch
     monkeypatch.setenv("SDKIT_MEMORY_BUDGET", "64M")
     with pytest.raises(ResourceLimitError):
         _pipeline().plan(GenerationRequest.create("x", width=8192, height=8192))
+
+
+def test_isolate_is_an_option_and_follows_sdkit_isolate(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ContextSettings.from_options({"isolate": True}, "keep", {}).isolate
+    monkeypatch.setenv("SDKIT_ISOLATE", "1")
+    assert ContextSettings.from_options({}, "keep", {}).isolate
+    with pytest.raises(OptionError, match="isolate"):
+        ContextSettings.from_options({"isolate": "yes"}, "keep", {})
+
+
+@needs_binding
+def test_every_keyword_is_the_bindings() -> None:
+    """The keywords the mapping writes (ControlNet, reference images, hires, tiling...) and the
+    context's are parameters of the installed binding's ``generate_image`` / ``StableDiffusion``."""
+    import inspect
+
+    from sdkit_sdcpp import binding
+    from sdkit_sdcpp.pipeline import SdcppFlowRequest
+
+    module = binding.import_binding()
+    hint = np.zeros((8, 8, 3), np.uint8)
+    edit = SdcppFlowRequest.create(
+        "x", reference_images=[hint], control=[(hint, None, 0.5)], init_image=Image.new("RGB", (64, 64)),
+        mask=np.full((64, 64), 255, np.uint8), vae_tiling=True,
+    )  # fmt: skip
+    kwargs = generate_kwargs(edit, 64, 64, family="FLUX.1", controlnet="net")
+    hires = SdcppFlowRequest.create("x", enable_hr=True, hr_upscaler="Lanczos")
+    kwargs.update(generate_kwargs(hires, 64, 64, family="FLUX.1"))
+    assert {"ref_images", "control_image", "control_strength", "hires", "vae_tiling", "mask_image"} <= set(kwargs)
+    accepted = inspect.signature(module.StableDiffusion.generate_image).parameters
+    assert set(kwargs) <= set(accepted)
+    files = ModelFiles(model=Path("m.gguf"), vae=Path("v"), control_net=Path("c"), embeddings=(Path("e"),))
+    made = {**files.constructor_kwargs(), **ContextSettings().constructor_kwargs()}
+    assert set(made) <= set(inspect.signature(module.StableDiffusion.__init__).parameters)

@@ -16,19 +16,20 @@ import ctypes
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sdkit.errors import InputError, ModelFormatError, OptionError, SdkitError
+from sdkit.isolation import isolation_wanted
 from sdkit.pipelines.stages.phases import report
 from sdkit_sdcpp import binding
 
 StepCallback = Callable[[int, int, np.ndarray], None]
 PRECISIONS = {None: "default", "fp32": "f32", "fp16": "f16", "bf16": "bf16"}
-OPTIONS = ("threads", "precision", "rng", "flash_attention", "lora_apply_mode")
+OPTIONS = ("threads", "precision", "rng", "flash_attention", "lora_apply_mode", "isolate")
 RNGS = ("cuda", "cpu", "default")
 # "at_runtime": a LoRA is applied in the graph, the weights stay the file's, so a generation after
 # ``set_loras([])`` is the base model's, bit for bit. "immediately" merges into the weights (faster)
@@ -49,6 +50,7 @@ class ModelFiles:
     t5xxl: Path | None = None
     vae: Path | None = None
     embeddings: tuple[Path, ...] = ()
+    control_net: Path | None = None
 
     def constructor_kwargs(self) -> dict[str, Any]:
         paths = {
@@ -58,6 +60,7 @@ class ModelFiles:
             "clip_g_path": self.clip_g,
             "t5xxl_path": self.t5xxl,
             "vae_path": self.vae,
+            "control_net_path": self.control_net,
         }
         kwargs: dict[str, Any] = {name: str(path) for name, path in paths.items() if path is not None}
         if self.embeddings:
@@ -76,6 +79,7 @@ class ContextSettings:
     flash_attention: bool = False
     lora_apply_mode: str = "at_runtime"
     environment: dict[str, str] = field(default_factory=dict)  # SD_VK_DEVICE for vulkan:N
+    isolate: bool = False  # the model in a child process (sdkit_sdcpp.context.Child): a cancel stops it at once
 
     @classmethod
     def from_options(cls, options: dict[str, Any], memory: str, environment: dict[str, str]) -> ContextSettings:
@@ -99,7 +103,8 @@ class ContextSettings:
         if lora_mode not in LORA_MODES:
             raise OptionError(f"lora_apply_mode {lora_mode!r}: stable-diffusion.cpp's are {', '.join(LORA_MODES)}")
         flash = bool(options.get("flash_attention"))
-        return cls(threads, PRECISIONS[precision], memory == "offload", rng, flash, lora_mode, environment)
+        isolate = isolation_wanted(options.get("isolate"))
+        return cls(threads, PRECISIONS[precision], memory == "offload", rng, flash, lora_mode, environment, isolate)
 
     def constructor_kwargs(self) -> dict[str, Any]:
         return {
@@ -117,8 +122,8 @@ class ContextSettings:
         }
 
 
-class Context:
-    """A lazily created sd.cpp context for ``files`` and ``settings``."""
+class InProcess:
+    """A lazily created sd.cpp context for ``files`` and ``settings``, in this process."""
 
     def __init__(self, files: ModelFiles, settings: ContextSettings) -> None:
         self.files = files
@@ -128,12 +133,6 @@ class Context:
     @property
     def loaded(self) -> bool:
         return self._model is not None
-
-    def with_files(self, **changes: Any) -> None:
-        """Other model files (``vae=``, ``embeddings=``): the context is released, and created
-        again by the next generation."""
-        self.release()
-        self.files = replace(self.files, **changes)
 
     def model(self) -> Any:
         if self._model is None:
@@ -151,30 +150,28 @@ class Context:
             model = module.StableDiffusion(**kwargs)
         except (ValueError, RuntimeError, NotImplementedError) as exc:
             raise ModelFormatError(
-                f"stable-diffusion.cpp cannot load {self.describe()}: {exc}{last_errors()}"
+                f"stable-diffusion.cpp cannot load {describe(self.files)}: {exc}{last_errors()}"
             ) from None
         finally:
             binding.restore(previous)
             capture_log()
-        if not getattr(getattr(model, "_model", None), "model", None):
-            raise ModelFormatError(f"stable-diffusion.cpp cannot load {self.describe()}{last_errors()}")
+        internals = getattr(model, "_model", None)
+        if not getattr(internals, "model", None):
+            # sd.cpp returned a NULL context: the binding would free it when the object is collected
+            # (free_sd_ctx(NULL): a segfault, found by sdkit tune trying a file sd.cpp cannot read)
+            if internals is not None:
+                internals.model = None
+            raise ModelFormatError(f"stable-diffusion.cpp cannot load {describe(self.files)}{last_errors()}")
         return model
-
-    def describe(self) -> str:
-        named = [p.name for p in (self.files.model, self.files.diffusion_model) if p is not None]
-        return ", ".join(named) or "the model"
 
     def release(self) -> None:
         if self._model is not None:
             self._model.close()
             self._model = None
 
-    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
-        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). An
-        exception the callback raises cannot stop sd.cpp's C loop: it is raised when the
-        generation returns."""
+    def call(self, kwargs: dict[str, Any], progress: Callable[[int, int, float], None]) -> list[Any]:
+        """``generate_image(**kwargs)`` with sd.cpp's progress calls sent to ``progress``."""
         model = self.model()
-        progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
         previous = binding.environment(self.settings.environment)
         LOG.clear()
         try:
@@ -188,9 +185,12 @@ class Context:
         finally:
             binding.restore(previous)
             silence_progress()
-        if progress.raised:
-            raise progress.raised[0]
         return images
+
+
+def describe(files: ModelFiles) -> str:
+    named = [p.name for p in (files.model, files.diffusion_model) if p is not None]
+    return ", ".join(named) or "the model"
 
 
 class Progress:

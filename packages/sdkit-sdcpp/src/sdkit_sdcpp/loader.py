@@ -18,7 +18,8 @@ from sdkit.families import gguf_reader as gguf
 from sdkit.pipelines import Pipeline, PipelineConfig, PipelineLoader
 from sdkit.pipelines.stages.components import LoadSettings
 from sdkit_sdcpp import binding
-from sdkit_sdcpp.engine import Context, ContextSettings, ModelFiles
+from sdkit_sdcpp.context import Context
+from sdkit_sdcpp.engine import ContextSettings, ModelFiles
 
 SINGLE_FILES = (".gguf", ".safetensors", ".sft")
 # Component files load_pipeline takes (clip_l=, ...): they make ``path`` a transformer-only file.

@@ -13,19 +13,21 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from sdkit.errors import InputError, ModelFormatError
+from sdkit.errors import InputError, ModelFormatError, OptionError
 from sdkit.limits import check_generation
 from sdkit.pipelines import FlowRequest, GenerationPlan, GenerationRequest, Pipeline, PipelineConfig
+from sdkit.pipelines.features.controlnet import named_paths
 from sdkit.pipelines.features.feature import Feature, refuse_undeclared
-from sdkit.pipelines.imaging.images import GenerationParameters, init_image_size
+from sdkit.pipelines.imaging.images import GenerationParameters, init_image_size, open_init_image
 from sdkit.pipelines.stages.rng import seed_list
 from sdkit_sdcpp import binding
-from sdkit_sdcpp.engine import Context
+from sdkit_sdcpp.context import Context
 from sdkit_sdcpp.names import to_sdcpp
 from sdkit_sdcpp.request_map import generate_kwargs, refuse_unsupported_fields
 
@@ -60,8 +62,11 @@ class SdcppPipeline(Pipeline):
 
     request_class: ClassVar[type[GenerationRequest]] = GenerationRequest
     features: ClassVar[frozenset[Feature]] = frozenset(
-        {Feature.IMG2IMG, Feature.MASK, Feature.HIRES, Feature.VAE_TILING, Feature.PROMPT_WEIGHTING, Feature.LORA}
-    )
+        {
+            Feature.IMG2IMG, Feature.MASK, Feature.HIRES, Feature.VAE_TILING, Feature.PROMPT_WEIGHTING, Feature.LORA,
+            Feature.CONTROLNET,
+        }
+    )  # fmt: skip
     family_name: ClassVar[str] = "stable-diffusion.cpp"
 
     def __init__(self, config: PipelineConfig, context: Context, family: str) -> None:
@@ -69,6 +74,7 @@ class SdcppPipeline(Pipeline):
         self.context = context
         self.family = family  # as the file's tensor names say (sdkit.families.gguf_reader)
         self.loras: list[tuple[Path, float]] = []
+        self.controlnet: str | None = None  # the loaded ControlNet's name (its file's stem)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -126,6 +132,29 @@ class SdcppPipeline(Pipeline):
         self.context.with_files(vae=vae)
         return {"pipeline": "recompile"}
 
+    def set_controlnets(
+        self, controlnets: Any, backend: str | None = None, device: Any = None, memory: str | None = None, **_: Any
+    ) -> None:
+        """One ControlNet file (``.safetensors``/``.gguf``), or ``{name: file}`` with one entry;
+        None or ``[]``: none. sd.cpp loads it with the model (the context loads again at the next
+        generation) and runs it on the model's device: a second one, or another backend, is refused."""
+        named = named_paths(controlnets) if controlnets else {}
+        if len(named) > 1:
+            raise OptionError(
+                f"controlnets: stable-diffusion.cpp loads one ControlNet with the model, not {len(named)} "
+                f"({', '.join(named)})"
+            )
+        if backend not in (None, "auto", "sdcpp"):
+            raise OptionError(f"controlnet backend {backend!r}: stable-diffusion.cpp runs the ControlNet itself")
+        if not named:
+            self.controlnet = None
+            self.context.with_files(control_net=None)
+            return
+        [(name, path)] = named.items()
+        file = adapter_file(path, "ControlNet")
+        self.controlnet = Path(name).stem if Path(name).suffix.lower() in ADAPTER_SUFFIXES else name
+        self.context.with_files(control_net=file)
+
     def set_checkpoint(self, path: str | os.PathLike[str], prediction: str | None = None) -> dict[str, WeightSwap]:
         raise ModelFormatError(f"{self.name}: load {Path(path).name} with sdkit.load_pipeline(..., backend='sdcpp')")
 
@@ -153,7 +182,7 @@ class SdcppPipeline(Pipeline):
     def run(self, request: GenerationRequest) -> Any:
         """One ``generate_image`` call for the checked request."""
         plan = self.plan(self.accept(request))
-        kwargs = generate_kwargs(plan.request, plan.width, plan.height, self.loras, self.family)
+        kwargs = generate_kwargs(plan.request, plan.width, plan.height, self.loras, self.family, self.controlnet)
         images = self.context.generate(kwargs, plan.request.callback)
         if len(images) != len(plan.seeds):
             raise ModelFormatError(f"stable-diffusion.cpp returned {len(images)} images for {len(plan.seeds)}")
@@ -179,11 +208,30 @@ class SdcppPipeline(Pipeline):
         return params
 
 
+@dataclass(frozen=True, eq=False)
+class SdcppFlowRequest(FlowRequest):
+    """``FlowRequest`` plus ``reference_images``: images a FLUX.1 Kontext, FLUX.2 or Qwen-Image edit
+    model reads besides the prompt (sd.cpp's ``ref_images``; PIL images, HxWx3 arrays or paths).
+    Another family refuses them naming the field (``request_map.reference_kwargs``)."""
+
+    reference_images: tuple[Any, ...] = ()
+
+    @classmethod
+    def checked(cls, values: dict[str, Any]) -> dict[str, Any]:
+        out = super().checked(values)
+        given = values.get("reference_images") or ()
+        if not isinstance(given, (list, tuple)):
+            given = (given,)
+        out["reference_images"] = tuple(open_init_image(image, "reference image") for image in given)
+        return out
+
+
 class SdcppFlowPipeline(SdcppPipeline):
     """A flow-matching model (FLUX.1, SD3, Chroma, Qwen-Image, Z-Image, Wan) run by
-    stable-diffusion.cpp: its requests default to Euler, as sdkit's own flow pipelines."""
+    stable-diffusion.cpp: its requests default to Euler, as sdkit's own flow pipelines, and take
+    ``reference_images`` (``SdcppFlowRequest``)."""
 
-    request_class: ClassVar[type[GenerationRequest]] = FlowRequest
+    request_class: ClassVar[type[GenerationRequest]] = SdcppFlowRequest
 
 
 def pipeline_class(family: str) -> type[SdcppPipeline]:

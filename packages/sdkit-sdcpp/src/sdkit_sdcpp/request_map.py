@@ -1,8 +1,8 @@
 """A ``GenerationRequest`` as ``StableDiffusion.generate_image`` keywords, field by field.
 
 Every field sdkit's request has is either passed on, with its meaning kept, or refused with an
-``OptionError`` naming it when stable-diffusion.cpp cannot do what it asks (a ControlNet unit,
-A1111's mask blur, "only masked" inpainting, starting latents...): nothing is dropped silently.
+``OptionError`` naming it when stable-diffusion.cpp cannot do what it asks (a second ControlNet
+unit, A1111's mask blur, "only masked" inpainting, starting latents...): nothing is dropped silently.
 
 - sampler / schedule: ``sdkit_sdcpp.names`` (``dpmpp_2m`` + ``karras`` -> ``dpm++2m`` + ``karras``).
 - vae_tiling / vae_tile_size: sd.cpp tiles in latent cells: ``vae_tile_size // 8`` a side, with
@@ -12,6 +12,9 @@ A1111's mask blur, "only masked" inpainting, starting latents...): nothing is dr
 - prompt_weighting: sd.cpp always reads A1111's emphasis (``(word:1.2)``, ``[word]``, ``BREAK``).
   "a1111" is that; "none" (sdkit's default, the text as written) is honoured only for a prompt
   without that syntax, else refused: sd.cpp would weight it anyway.
+- control: one ControlNet unit -> ``control_image`` + ``control_strength`` (the ControlNet file is
+  loaded with the model: ``set_controlnets``); more units, another model, start/end are refused.
+- reference_images (``SdcppFlowRequest``) -> ``ref_images`` on the families that read them.
 - LoRAs (``Pipeline.set_loras``) go to sd.cpp as ``<lora:ABSOLUTE_PATH:strength>`` tags appended to
   the prompt (how the binding passes them); A1111 tags the prompt already has are taken out of the
   text first, as sdkit's tokenizers do (the CLI's ``--lora-dir`` resolved them into ``set_loras``).
@@ -39,6 +42,9 @@ HIRES_UPSCALERS = {
     "Lanczos": "lanczos",
     "Nearest": "nearest",
 }
+# The families whose stable-diffusion.cpp models take reference images (``ref_images``): FLUX.1
+# Kontext (its tensor names are FLUX.1's), FLUX.2, Qwen-Image edit (Qwen-Image's).
+REFERENCE_FAMILIES = ("FLUX.1", "FLUX.2", "Qwen-Image")
 TILE_OVERLAP = 0.25  # sdkit's: a quarter of the tile (sdkit.pipelines.stages.vae)
 EMPHASIS = re.compile(r"[()\[\]]|\bBREAK\b")
 
@@ -47,7 +53,6 @@ def _asked(request: GenerationRequest) -> dict[str, str]:
     """The fields sd.cpp has no counterpart for that ``request`` sets, with what they ask for."""
     asked = {
         "max_sequence_length": getattr(request, "max_sequence_length", None) is not None,
-        "control": bool(request.control),
         "latents": request.latents is not None,
         "mask_blur": request.mask_blur != 0,
         "inpaint_full_res": request.inpaint_full_res,
@@ -56,7 +61,6 @@ def _asked(request: GenerationRequest) -> dict[str, str]:
     }
     whats = {
         "max_sequence_length": "a T5 token count (it takes the prompt's own)",
-        "control": "ControlNet units",
         "latents": "starting latents (it draws its own noise from the seed)",
         "mask_blur": "A1111's mask blur (blur the mask yourself; 0 is sd.cpp's)",
         "inpaint_full_res": "A1111's 'only masked' inpainting",
@@ -90,6 +94,50 @@ def lora_prompt(prompt: str, loras: Sequence[tuple[Path, float]]) -> str:
     return text + tags
 
 
+def control_kwargs(request: GenerationRequest, width: int, height: int, controlnet: str | None) -> dict[str, Any]:
+    """One ControlNet unit as sd.cpp's ``control_image`` (the unit's hint, preprocessed, resized
+    with Lanczos to the generation size as sdkit's pipelines do) and ``control_strength`` (its
+    scale). sd.cpp loads one ControlNet with the model and applies it at every step: a second unit,
+    a unit naming another ControlNet, or a start/end other than 0/1 is refused naming the field."""
+    units = request.control
+    if not units:
+        return {}
+    if len(units) > 1:
+        raise OptionError(f"control: stable-diffusion.cpp runs one ControlNet unit per generation, not {len(units)}")
+    if controlnet is None:
+        raise OptionError(
+            "control: no ControlNet is loaded (load_pipeline(..., controlnets=FILE) or pipe.set_controlnets(FILE))"
+        )
+    [unit] = units
+    if unit.model not in (None, controlnet):
+        raise OptionError(f"control[0].model: {unit.model!r} is not loaded (stable-diffusion.cpp has {controlnet!r})")
+    if unit.start != 0.0 or unit.end != 1.0:
+        raise OptionError(
+            f"control[0].start/end ({unit.start:g}, {unit.end:g}): stable-diffusion.cpp applies its ControlNet "
+            "at every step (0, 1)"
+        )
+    from PIL import Image
+
+    image = Image.fromarray(unit.hint)
+    if image.size != (width, height):
+        image = image.resize((width, height), Image.Resampling.LANCZOS)
+    return {"control_image": image, "control_strength": float(unit.scale)}
+
+
+def reference_kwargs(request: GenerationRequest, family: str) -> dict[str, Any]:
+    """``reference_images`` (``SdcppFlowRequest``) as sd.cpp's ``ref_images``: FLUX.1 Kontext,
+    FLUX.2 and Qwen-Image edit models read them; any other family is refused naming the field."""
+    images = getattr(request, "reference_images", ())
+    if not images:
+        return {}
+    if not family.startswith(REFERENCE_FAMILIES) or family == "FLUX.1 Fill":
+        raise OptionError(
+            f"reference_images: a {family or 'this'} model takes no reference images (FLUX.1 Kontext, FLUX.2 and "
+            "Qwen-Image edit models do)"
+        )
+    return {"ref_images": [image.convert("RGB") for image in images]}
+
+
 def hires_kwargs(request: GenerationRequest) -> dict[str, Any]:
     if not request.enable_hr:
         return {}
@@ -115,6 +163,7 @@ def generate_kwargs(
     height: int,
     loras: Sequence[tuple[Path, float]] = (),
     family: str = "",
+    controlnet: str | None = None,
 ) -> dict[str, Any]:
     """``generate_image`` keywords for ``request`` at ``width`` x ``height`` (sd.cpp's defaults
     for everything the request does not set). On FLUX.1/FLUX.2 (``family``, as the file's
@@ -147,4 +196,6 @@ def generate_kwargs(
         cells = request.vae_tile_size // 8
         kwargs.update(vae_tiling=True, vae_tile_size=f"{cells}x{cells}", vae_tile_overlap=TILE_OVERLAP)
     kwargs.update(hires_kwargs(request))
+    kwargs.update(control_kwargs(request, width, height, controlnet))
+    kwargs.update(reference_kwargs(request, family))
     return kwargs

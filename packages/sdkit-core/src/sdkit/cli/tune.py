@@ -17,9 +17,11 @@ from sdkit.api import as_model
 from sdkit.cli.common import add_input_arguments, add_option_arguments, collect_inputs, options_from, print_columns
 from sdkit.cli.progress import progress
 from sdkit.cli.timings_view import fallback_name
-from sdkit.errors import CacheError, InputError, NoBackendError
+from sdkit.errors import CacheError, InputError, NoBackendError, OptionError
 from sdkit.measure import random_feeds
 from sdkit.model import Model
+from sdkit.pipelines.loaders.engine_timings import engine_loaders, own_loader_reads
+from sdkit.pipelines.loaders.engine_tuning import EngineTuneResult, WholeImage, tune_engines
 from sdkit.tuned import ShapeDeferred
 from sdkit.tuning import TOLERANCES, TuneResult, TuneSettings, tune
 
@@ -46,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=None, help="pipeline: image width (default: the model's)")
     parser.add_argument("--height", type=int, default=None, help="pipeline: image height (default: the model's)")
     parser.add_argument("--cfg", type=float, default=7.5, help="pipeline: guidance scale (default: %(default)s)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=4,
+        help="a single file stable-diffusion.cpp also reads: steps of the whole image timed on each engine "
+        "(default: %(default)s)",
+    )
     add_option_arguments(parser)
 
 
@@ -96,8 +105,15 @@ def tune_pipeline(args: argparse.Namespace, settings: TuneSettings) -> int:
 
     if args.input or args.random:
         raise InputError("--input/--random are for one model; a pipeline's components get the inputs a txt2img gives")
+    path = Path(args.model).expanduser()
+    if path.is_file() and not own_loader_reads(path):
+        raise OptionError(
+            f"{path.name} runs only on a pipeline engine (stable-diffusion.cpp for GGUF): there is nothing to "
+            "compare it with; sdkit tune compares engines on files sdkit's own pipelines read too"
+        )
     pipe = sdkit.load_pipeline(args.model, device=args.device, tune=settings, **options_from(args))
     results: list[TuneResult] = []
+    size = pipe.config.default_size
     try:
         request = pipe.request_class.create(
             "a photo", width=args.width, height=args.height, steps=1, seed=args.seed, guidance_scale=args.cfg
@@ -112,7 +128,33 @@ def tune_pipeline(args: argparse.Namespace, settings: TuneSettings) -> int:
             results += tuned
     finally:
         pipe.close()
-    return _status(results)
+    status = _status(results)
+    if own_loader_reads(path) and engine_loaders(path):
+        image = WholeImage(args.width or size, args.height or size, args.steps, args.cfg, args.seed)
+        print_engines(tune_engines(path, image, args.device, options_from(args), settings))
+    return status
+
+
+def print_engines(result: EngineTuneResult) -> None:
+    """sdkit's own pipeline against the engines, per whole image, and what auto loads now."""
+    record = result.record
+    height, width = record.key["input_shapes"]["image"]
+    print(f"{record.model}: whole image, {width}x{height}, {record.key['options']['steps']} steps")
+    timed = [m.median_s for m in record.results if m.ok and m.median_s is not None]
+    fastest = min(timed) if timed else float("nan")
+    lines = []
+    for m in record.results:
+        if m.median_s is None or m.compile_s is None or m.min_s is None:
+            lines.append((m.backend, "-", "-", "-", "-", "-", f"failed: {m.error}"))
+            continue
+        times = (f"{m.compile_s:.2f}", f"{m.median_s:.3f}", f"{m.min_s:.3f}", f"{m.median_s / fastest:.2f}")
+        lines.append((m.backend, m.device, *times, ""))
+    print_columns(("engine", "ran on", "load s", "median s", "min s", "x fastest", ""), lines)
+    if result.store_error:
+        raise CacheError(f"the timings were not stored: {result.store_error}")
+    print(f"stored: {result.path}")
+    if result.choice is not None:
+        print(f'backend="auto" now loads {result.choice.engine}: {result.choice.reason}')
 
 
 def _status(results: list[TuneResult]) -> int:

@@ -22,6 +22,13 @@ from sdkit.families import gguf_reader
 from sdkit.known_backends import pipeline_engine, plugin_problem, unavailable
 from sdkit.loaders import loaders_by_priority
 from sdkit.model import refuse_unsafe_or_missing
+from sdkit.pipelines.loaders.engine_timings import (
+    SDKIT,
+    EngineChoice,
+    engine_loaders,
+    measured_engine,
+    own_loader_reads,
+)
 from sdkit.pipelines.models.base import Pipeline
 from sdkit.pipelines.stages.components import LoadSettings, per_component
 from sdkit.plugins import get_plugins
@@ -46,7 +53,9 @@ def load_pipeline(
 
     A pipeline engine's name as ``backend`` (``"sdcpp"``: stable-diffusion.cpp, sdkit-sdcpp) hands
     the file to that engine's loader, which runs the whole pipeline; its loader also claims the
-    files only it reads (``.gguf``) under ``"auto"``.
+    files only it reads (``.gguf``) under ``"auto"``, and a single file sdkit's own pipelines read
+    too where ``sdkit tune`` measured the engine faster per whole image on it, here
+    (``engine_timings``; ``pipeline.engine_choice`` says why). Unmeasured, ``"auto"`` keeps sdkit's.
 
     ``backend`` and ``device`` apply to every component, or per component as a mapping, e.g.
     ``backend={"unet": "ggml", "default": "auto"}`` (components: ``text_encoder``, ``unet``,
@@ -78,10 +87,27 @@ def load_pipeline(
             raise ModelFormatError(engine.explain(path) or f"{engine.engine} does not read {path.name}")
         chosen: Pipeline = engine.load(path, backend=backend, device=device, memory=memory, **options)
         return chosen
+    reason = ""
+    if backend == "auto":  # a single file an engine also reads: sdkit's pipeline unless measured slower
+        loader, choice = measured_choice(path, device, options)
+        if loader is not None and choice is not None:
+            found: Pipeline = loader.load(path, backend=loader.engine, device=device, memory=memory, **options)
+            found.engine_choice = choice.reason
+            return found
+        reason = choice.reason if choice is not None else ""
+    return load_with_loaders(path, backend, device, memory, options, reason)
+
+
+def load_with_loaders(
+    path: Path, backend: Any, device: Any, memory: str, options: dict[str, Any], reason: str = ""
+) -> Pipeline:
+    """The first pipeline loader that sniffs ``path`` (sdkit's own pipelines for the files core
+    reads), without asking the stored whole-image timings."""
     loaders = loaders_by_priority("pipeline")
     for loader in loaders:
         if loader.sniff(path):
             pipeline: Pipeline = loader.load(path, backend=backend, device=device, memory=memory, **options)
+            pipeline.engine_choice = reason or pipeline.engine_choice
             return pipeline
     if path.is_file() and gguf_reader.is_gguf(path):  # no loader took it: the engine that reads GGUF is missing
         return _no_gguf_engine(path)
@@ -91,6 +117,20 @@ def load_pipeline(
         raise ModelFormatError(reasons[0][1])
     listed = "; ".join(f"{name}: {why}" for name, why in reasons) or ", ".join(loader.name for loader in loaders)
     raise ModelFormatError(f"no pipeline loader recognises {path} ({listed or 'none is registered'})")
+
+
+def measured_choice(path: Path, device: Any, options: dict[str, Any]) -> tuple[Any | None, EngineChoice | None]:
+    """The engine's loader and why, when stored whole-image timings (``sdkit tune``,
+    ``engine_timings``) measured it faster than sdkit's own pipeline on this file, here;
+    ``(None, why)`` when they measured sdkit's faster; ``(None, None)`` without any: no engine
+    reads the file, or none was measured (an engine is never chosen unmeasured)."""
+    if not own_loader_reads(path):
+        return None, None  # a folder, or a file only an engine reads (.gguf): that engine's already
+    choice = measured_engine(path, device, options)  # None at once where no tune measured a file
+    if choice is None or choice.engine == SDKIT:
+        return None, choice
+    loader = next((found for found in engine_loaders(path) if found.engine == choice.engine), None)
+    return loader, choice
 
 
 def _no_gguf_engine(path: Path) -> Pipeline:

@@ -97,6 +97,9 @@ class Pipeline(AdapterMethods):
         self._open_checkpoint: CheckpointOpener | None = None
         self._make_components: ComponentMaker | None = None
         self.adapters = Adapters()  # LoRAs, embeddings, VAE file (set_loras, load_embedding, set_vae)
+        # Why backend="auto" gave this engine (sdkit's own or stable-diffusion.cpp) where a tune
+        # measured both per whole image (sdkit.pipelines.loaders.engine_timings); "" otherwise.
+        self.engine_choice = ""
 
     def bind_checkpoint(
         self, mapped: MappedCheckpoint, opener: CheckpointOpener, make_components: ComponentMaker | None = None
