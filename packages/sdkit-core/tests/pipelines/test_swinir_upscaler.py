@@ -20,7 +20,13 @@ from safetensors.numpy import save_file
 import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.families.upscalers import relative_position_index
-from sdkit.pipelines.stages.upscaler import ModelUpscaler
+from sdkit.pipelines.stages.upscaler import (
+    DEFAULT_OVERLAP,
+    DEFAULT_TILE,
+    ModelUpscaler,
+    aligned_tiles,
+    pad_like_spandrel,
+)
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "upscalers"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "swinir_goldens.json").read_text())["cases"]
@@ -152,6 +158,29 @@ def test_tiles_blend_close_to_the_whole_image(tmp_path: Path) -> None:
     assert errors[32][0] < 0.04 and errors[32][1] < 0.002 and errors[32][1] < errors[16][1] / 3
     with pytest.raises(InputError, match="multiples of 4"):
         upscaler(path, "reference", tile=18, overlap=8)
+
+
+def test_default_tiles_follow_the_window_explicit_ones_are_checked() -> None:
+    """192/16 suit window 8 (and ESRGAN) as they are; for SwinIR's window 7 (the JPEG models)
+    the defaults become 189/21; a tile or overlap given explicitly is never changed silently."""
+    assert aligned_tiles(DEFAULT_TILE, DEFAULT_OVERLAP, 8) == (192, 16)
+    assert aligned_tiles(DEFAULT_TILE, DEFAULT_OVERLAP, 7) == (189, 21)
+    assert aligned_tiles(0, DEFAULT_OVERLAP, 7) == (0, 16)  # no tiles: the overlap is unused
+    assert aligned_tiles(56, 14, 7) == (56, 14)
+    with pytest.raises(InputError, match="multiples of 7"):
+        aligned_tiles(192, 14, 7)
+
+
+def test_padding_is_spandrels() -> None:
+    """Up to 16 px (reflect, then edge past ``size - 1``), then to the window (reflect), at the
+    bottom and right: spandrel's ``pad_tensor`` + ``pad_to_multiple``, written out by hand."""
+    x = np.arange(2 * 5 * 3, dtype=np.float32).reshape(1, 2, 5, 3)
+    padded = pad_like_spandrel(x, 16, 8)
+    assert padded.shape == (1, 2, 16, 16)
+    rows = [0, 1, 2, 3, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]  # reflect 4, then edge (the reflected edge)
+    cols = [0, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    np.testing.assert_array_equal(padded[0, 1], x[0, 1][np.ix_(rows, cols)])
+    assert pad_like_spandrel(x, 0, 4).shape == (1, 2, 8, 4)
 
 
 @pytest.mark.slow

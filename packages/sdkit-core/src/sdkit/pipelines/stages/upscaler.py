@@ -75,14 +75,7 @@ class ModelUpscaler:
         finally:
             file.close()
         self.path, self.layout = Path(path), file.layout
-        align = self.config.multiple_of
-        if (tile, overlap) == (DEFAULT_TILE, DEFAULT_OVERLAP) and (tile % align or overlap % align):
-            tile, overlap = tile - tile % align, overlap + -overlap % align
-        if tile and (tile % align or overlap % align or not 0 <= overlap < tile):
-            raise InputError(
-                f"upscaler tiles need 0 <= overlap < tile, both multiples of {align}; got {tile}/{overlap}"
-            )
-        self.tile, self.overlap = tile, overlap
+        self.tile, self.overlap = aligned_tiles(tile, overlap, self.config.multiple_of)
         report("compile", "upscaler")
         self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
 
@@ -143,6 +136,17 @@ class ModelUpscaler:
         if img.size != (dest_w, dest_h):
             img = img.resize((dest_w, dest_h), Image.Resampling.LANCZOS)
         return img
+
+
+def aligned_tiles(tile: int, overlap: int, align: int) -> tuple[int, int]:
+    """The tile and overlap a graph whose sizes must be multiples of ``align`` runs: as given, or
+    the defaults (192/16) rounded to multiples (tile down, overlap up: SwinIR's window 7 gives
+    189/21); other values that are not multiples are refused."""
+    if (tile, overlap) == (DEFAULT_TILE, DEFAULT_OVERLAP) and (tile % align or overlap % align):
+        tile, overlap = tile - tile % align, overlap + -overlap % align
+    if tile and (tile % align or overlap % align or not 0 <= overlap < tile):
+        raise InputError(f"upscaler tiles need 0 <= overlap < tile, both multiples of {align}; got {tile}/{overlap}")
+    return tile, overlap
 
 
 def pad_like_spandrel(nchw: F32, minimum: int, align: int) -> F32:
