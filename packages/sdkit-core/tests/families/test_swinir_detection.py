@@ -160,6 +160,23 @@ def test_not_swinir_and_unsupported_swinir_are_one_clear_error(tmp_path: Path) -
     file.close()
 
 
+@pytest.mark.parametrize(
+    ("key", "shape"),
+    [
+        ("conv_first.weight", [0, 3, 3, 3]),  # embed 0: the MLP ratio divides by it
+        ("layers.0.residual_group.blocks.0.attn.relative_position_index", [0, 0]),  # window 0
+        ("layers.0.residual_group.blocks.0.attn.relative_position_index", [15]),  # not a square
+        ("layers.0.residual_group.blocks.1.attn_mask", []),  # a scalar mask
+        ("upsample.0.weight", [256, 0, 3, 3]),  # pixelshuffle scale from a zero width
+    ],
+)
+def test_odd_shapes_are_a_model_format_error(key: str, shape: list[int], tmp_path: Path) -> None:
+    """Hostile headers: one ModelFormatError each, never a ZeroDivisionError or IndexError."""
+    entries = [(k, shape if k == key else list(s)) for k, s in GOLDENS["swinir_ps_x2"]["entries"]]
+    with pytest.raises(ModelFormatError):
+        UpscalerFile(header_only(tmp_path / "odd.safetensors", entries)).close()
+
+
 def test_relative_position_index_is_spandrels() -> None:
     """sdkit's index (the graph's constant, the loader's check) equals the buffer spandrel's
     module built, committed with the goldens."""

@@ -321,7 +321,7 @@ def _swinir_config(shapes: Mapping[str, tuple[int, ...]]) -> SwinIRConfig:
     table = "layers.{}.residual_group.blocks.0.attn.relative_position_bias_table"
     heads = tuple(shapes[table.format(i)][1] for i in range(layers))
     mask = shapes.get("layers.0.residual_group.blocks.1.attn_mask")
-    img_size = math.isqrt(mask[0]) * window if mask else 64
+    img_size = math.isqrt(mask[0]) * window if mask is not None else 64
     if window * window != index[0] or img_size <= window or 0 in depths:
         raise ModelFormatError(
             f"SwinIR with window {window}, training size {img_size} and depths {list(depths)}: "
@@ -350,7 +350,7 @@ def detect_config(shapes: Mapping[str, tuple[int, ...]]) -> AnyUpscalerConfig:
     }
     try:
         return readers[arch](shapes)
-    except (KeyError, ValueError, IndexError) as exc:
+    except (KeyError, ValueError, IndexError, ZeroDivisionError) as exc:
         raise ModelFormatError(f"an {arch} upscaler file with missing or odd tensors ({exc})") from None
 
 
