@@ -131,6 +131,7 @@ def test_a1111_swinir_4x_is_the_large_real_world_model(tmp_path: Path, monkeypat
     found = describe(Checkpoint.open(path), [])
     assert found.kind == "upscaler" and found.title.startswith("4x upscaler")
     assert dict(found.details)["graph"] == "swinir_nc_e240_d6x9_h8x9_w8_m2_3conv_x4"
+    assert dict(found.details)["layout"] == "SwinIR"
 
 
 def test_not_swinir_and_unsupported_swinir_are_one_clear_error(tmp_path: Path) -> None:
