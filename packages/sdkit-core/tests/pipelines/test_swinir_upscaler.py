@@ -237,16 +237,11 @@ def test_cli_and_api_upscale_with_swinir_by_a1111_name(tmp_path: Path, monkeypat
     assert np.array_equal(np.asarray(api), np.asarray(want))
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("tiny_graphs_shipped")
-def test_hires_fix_with_swinir_by_a1111_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> None:
+def test_hires_fix_with_swinir_by_a1111_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``hr_upscaler="SwinIR 4x"``: the second pass's encoder receives the first pass's image
     upscaled by that file (a tiny 2x SwinIR: one pass to 64x64); the PNG keeps A1111's name
-    (14 s, most of it loading the tiny SD 1.5 pipeline: ``-m slow``)."""
-    if "slow" not in (request.config.option.markexpr or ""):
-        pytest.skip("loads a pipeline: pytest -m slow")
+    (3 s on an idle 2-core machine, most of it loading the tiny SD 1.5 pipeline)."""
     hires = _hires_module()
     folder = tmp_path / "ups"
     folder.mkdir()
