@@ -35,6 +35,9 @@ SHIPPED = [
     "swinir_ps_e180_d6x6_h6x6_w8_m2_1conv_x3",
     "swinir_ps_e180_d6x6_h6x6_w8_m2_1conv_x4",
     "swinir_ps_e180_d6x6_h6x6_w8_m2_1conv_x8",
+    "swinir_psd_e60_d6x4_h6x4_w8_m2_1conv_x2",
+    "swinir_psd_e60_d6x4_h6x4_w8_m2_1conv_x3",
+    "swinir_psd_e60_d6x4_h6x4_w8_m2_1conv_x4",
 ]
 
 
