@@ -1,7 +1,8 @@
 """Model upscalers on sdkit's backends vs onnxruntime, and the seams of tiling, on the shipped
-full-size graphs with seeded random weights (``fixtures/upscalers/make_goldens.py``'s values).
+full-size graphs with seeded random weights (``fixtures/upscalers/make_goldens.py``'s and
+``make_swinir_goldens.py``'s values).
 
-    python benchmarks/upscaler.py [--configs x4plus,general] [--size 64] [--repeat 3] [--threads 2]
+    python benchmarks/upscaler.py [--configs x4plus,general,swinir_l,swinir_m] [--size 64] [--repeat 3] [--threads 2]
         [--ggml-variants default,SDKIT_GGML_PASSES_OFF=conv_concat] [--cpu-time] [--profile] [--no-seams]
 
 Per configuration: onnxruntime (peer; the graph filled with the weights) and each available
@@ -40,11 +41,17 @@ CONFIGS = {
     "x2plus": "full_x2plus",
     "general": "full_general_x4v3",
     "animevideo": "full_animevideov3",
+    "swinir_l": "full_swinir_l_x4",  # A1111's "SwinIR 4x"
+    "swinir_m": "full_swinir_m_classical_x4",
 }
 
 
 def case_file(case: str, folder: Path) -> Path:
     sys.path.insert(0, str(ROOT / "packages" / "sdkit-core" / "tests" / "pipelines"))
+    if "swinir" in case:
+        from test_swinir_upscaler import write_case as write_swinir  # make_swinir_goldens.py's values
+
+        return write_swinir(case, folder)
     from test_upscaler import write_case  # the seeded values the spandrel goldens use
 
     return write_case(case, folder)

@@ -133,6 +133,40 @@ UPSCALER_CASES: list[tuple[str, Callable[[str, Path], None]]] = [
 ]
 
 
+def _swinir_file(
+    edit: Callable[[list[tuple[str, list[int]]]], list[tuple[str, list[int]]]], data: bytes | None = None
+) -> Callable[[str, Path], None]:
+    """A tiny SwinIR header (``swinir_goldens.json``'s pixelshuffle x2 case), edited, zero-filled:
+    every such file is refused."""
+
+    def case(backend: str, folder: Path) -> None:
+        goldens = json.loads((UPSCALERS / "swinir_goldens.json").read_text())["cases"]
+        entries = [(k, list(s)) for k, s in goldens["swinir_ps_x2"]["entries"]]
+        _upscale(_safetensors(folder / "swinir.safetensors", edit(entries), data), backend)
+
+    return case
+
+
+def _swinir_shape(suffix: str, shape: list[int]) -> Callable[[list[Any]], list[Any]]:
+    return lambda entries: [(k, shape if k.endswith(suffix) else s) for k, s in entries]
+
+
+UPSCALER_CASES += [
+    ("SwinIR: zero-filled F32 throughout (the index buffer is not int64)", _swinir_file(lambda e: e)),
+    ("SwinIR: window 0", _swinir_file(_swinir_shape("blocks.0.attn.relative_position_index", [0, 0]))),
+    ("SwinIR: embed dim 0", _swinir_file(_swinir_shape("conv_first.weight", [0, 3, 3, 3]))),
+    (
+        "SwinIR: a bias table of 2^40 rows",
+        _swinir_file(_swinir_shape("blocks.1.attn.relative_position_bias_table", [2**40, 2]), b"\0" * 4096),
+    ),
+    ("SwinIR: attn_mask of 2^40 windows", _swinir_file(_swinir_shape("attn_mask", [2**40, 16, 16]), b"\0" * 4096)),
+    (
+        "SwinIR: pixel-unshuffled input (conv_first.1)",
+        _swinir_file(lambda e: [("conv_first.1.weight" if k == "conv_first.weight" else k, s) for k, s in e]),
+    ),
+]
+
+
 # -- GGUF headers --------------------------------------------------------------------------------
 
 

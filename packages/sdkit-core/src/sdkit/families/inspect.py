@@ -212,8 +212,11 @@ def _vae(checkpoint: Checkpoint) -> FileDescription:
     return FileDescription("vae", "standalone VAE", details)
 
 
+UPSCALER_LAYOUTS = {"esrgan": "ESRGAN (model.N)", "real-esrgan": "Real-ESRGAN", "bsrgan": "BSRGAN", "swinir": "SwinIR"}
+
+
 def _upscaler(checkpoint: Checkpoint) -> FileDescription | None:
-    """An ESRGAN / Real-ESRGAN file (``sdkit upscale``), or None."""
+    """An ESRGAN / Real-ESRGAN / SwinIR file (``sdkit upscale``), or None."""
     from sdkit.errors import ModelFormatError
     from sdkit.families.upscalers import canonical_names, detect_config, upscaler_graph_names
 
@@ -226,7 +229,7 @@ def _upscaler(checkpoint: Checkpoint) -> FileDescription | None:
     shipped = config.graph_name in upscaler_graph_names()
     details = [
         ("architecture", config.describe()),
-        ("layout", {"esrgan": "ESRGAN (model.N)", "real-esrgan": "Real-ESRGAN", "bsrgan": "BSRGAN"}.get(layout, arch)),
+        ("layout", UPSCALER_LAYOUTS.get(layout, arch)),
         ("graph", config.graph_name + ("" if shipped else " (not shipped: refused by sdkit upscale)")),
         ("dtype", _dtypes(checkpoint, keys)),
         ("size", _millions(_count(checkpoint, keys))),

@@ -1,8 +1,9 @@
-"""Upscaler files (ESRGAN / Real-ESRGAN RRDBNet, Real-ESRGAN Compact): architecture, key layout
-and configuration read from a ``.safetensors`` file's keys and shapes, as spandrel does.
+"""Upscaler files (ESRGAN / Real-ESRGAN RRDBNet, Real-ESRGAN Compact, SwinIR): architecture, key
+layout and configuration read from a ``.safetensors`` file's keys and shapes, as spandrel does.
 
-Two architectures, each on a shipped weightless graph (``graphs/esrgan_*``, ``graphs/compact_*``,
-exported from spandrel's modules by ``fixtures/upscalers/export_upscaler_graphs.py``):
+Three architectures, each on a shipped weightless graph (``graphs/esrgan_*``, ``graphs/compact_*``,
+``graphs/swinir_*``, exported from spandrel's modules by ``fixtures/upscalers/export_upscaler_graphs.py``
+and ``export_swinir_graphs.py``):
 
 - **ESRGAN** (RRDBNet). Graph initializers use the old-arch names spandrel's ``RRDBNet`` holds
   (``model.0.weight``, ``model.1.sub.<i>.RDB<j>.conv<k>.0.weight``, ``model.1.sub.<nb>.weight``,
@@ -17,6 +18,17 @@ exported from spandrel's modules by ``fixtures/upscalers/export_upscaler_graphs.
 - **Compact** (SRVGGNetCompact): ``body.<i>.weight`` convs and PReLU slopes; ``num_feat`` from the
   first conv, ``num_conv = (last index - 2) // 2``, the scale from the last conv's channels
   (``3 * scale**2``).
+- **SwinIR**: spandrel's keys (``conv_first``, ``layers.<i>.residual_group.blocks.<j>.attn...``).
+  As spandrel reads them: ``embed_dim`` from ``conv_first.weight``, the MLP ratio from ``fc1``,
+  the window from ``relative_position_index`` (ws² x ws²), the depths and each layer's heads from
+  the blocks and their ``relative_position_bias_table``, the residual conv (``conv_after_body``:
+  1conv, else 3conv), the upsampler (``conv_before_upsample`` + ``conv_up1``: nearest+conv, else
+  pixelshuffle; ``upsample.0`` alone: pixelshuffledirect; neither: none, 1x) and the scale from
+  it; the pixel range is 255 for window 7 (the JPEG models), else 1. The graph takes any height
+  and width that are multiples of the window (sdkit pads by reflection, as spandrel's forward
+  does). The files' buffers (``relative_position_index``, ``attn_mask``) are not weights: the
+  index is checked against the architecture's, the masks (made for the training size, from which
+  the ``img_size`` is read) are computed in the graph for the size it runs at.
 
 A checkpoint converted from a ``.pth`` may keep the training wrapper's prefix (``params_ema.``,
 ``params.``, ``module.``): it is dropped. Only RGB models (3 channels in and out) are read.
@@ -27,7 +39,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +50,20 @@ from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
 from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
 from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
 
-ARCHITECTURES = ("esrgan", "compact")
+ARCHITECTURES = ("esrgan", "compact", "swinir")
 WRAPPER_PREFIXES = ("params_ema.", "params.", "module.")
 _RRDB_NEW = re.compile(r"^(?:body\.(\d+)\.rdb(\d)|RRDB_trunk\.(\d+)\.RDB(\d))\.conv(\d)\.(weight|bias)$")
 _UPCONV = re.compile(r"^(?:conv_up|upconv)(\d)\.(weight|bias)$")
 _OLD_BLOCK = re.compile(r"^model\.1\.sub\.(\d+)\.RDB1\.conv1\.0\.weight$")
 _MODEL_INDEX = re.compile(r"^model\.(\d+)\.")
 _BODY_INDEX = re.compile(r"^body\.(\d+)\.(weight|bias)$")
+_SWIN_BLOCK = re.compile(r"^layers\.(\d+)\.residual_group\.blocks\.(\d+)\.")
+_SWIN_KEYS = (
+    "layers.0.residual_group.blocks.0.norm1.weight",
+    "layers.0.residual_group.blocks.0.mlp.fc1.bias",
+    "layers.0.residual_group.blocks.0.attn.relative_position_index",
+)
+SWINIR_BUFFERS = (".attn.relative_position_index", ".attn_mask")
 
 
 def pth_refusal(name: str) -> str:
@@ -88,11 +107,77 @@ class UpscalerConfig:
         """The graph's height and width must be multiples of this (the unshuffle factor)."""
         return self.shuffle or 1
 
+    @property
+    def min_size(self) -> int:
+        """Smaller images are padded to this size first (spandrel's descriptor: none here)."""
+        return 0
+
     def describe(self) -> str:
         if self.arch == "esrgan":
             extra = f", pixel-unshuffle {self.shuffle}" if self.shuffle else ""
             return f"ESRGAN {self.scale}x (RRDBNet nf={self.nf}, nb={self.depth}{extra})"
         return f"Real-ESRGAN Compact {self.scale}x (num_feat={self.nf}, num_conv={self.depth})"
+
+
+def _run(values: tuple[int, ...]) -> str:
+    return f"{values[0]}x{len(values)}" if len(set(values)) == 1 else "-".join(map(str, values))
+
+
+SWINIR_UPSAMPLERS = {"pixelshuffle": "ps", "nearest+conv": "nc", "pixelshuffledirect": "psd", "": "none"}
+
+
+@dataclass(frozen=True)
+class SwinIRConfig:
+    """A SwinIR file's configuration, as spandrel reads it (module docstring); ``img_size`` is
+    the training size its ``attn_mask`` buffers were made for."""
+
+    embed_dim: int
+    depths: tuple[int, ...]
+    num_heads: tuple[int, ...]
+    window_size: int
+    mlp_ratio: float
+    upsampler: str
+    net_scale: int
+    resi_connection: str
+    img_size: int = 64
+    arch: str = "swinir"
+
+    @property
+    def scale(self) -> int:
+        return self.net_scale
+
+    @property
+    def img_range(self) -> float:
+        return 255.0 if self.window_size == 7 else 1.0
+
+    @property
+    def graph_name(self) -> str:
+        mlp = f"{self.mlp_ratio:g}".replace(".", "p")
+        return (
+            f"swinir_{SWINIR_UPSAMPLERS[self.upsampler]}_e{self.embed_dim}_d{_run(self.depths)}"
+            f"_h{_run(self.num_heads)}_w{self.window_size}_m{mlp}_{self.resi_connection}_x{self.net_scale}"
+        )
+
+    @property
+    def multiple_of(self) -> int:
+        """The graph's height and width must be multiples of the window."""
+        return self.window_size
+
+    @property
+    def min_size(self) -> int:
+        """spandrel's SwinIR descriptor pads images under 16 pixels to 16 first."""
+        return 16
+
+    def describe(self) -> str:
+        up = self.upsampler or "no upsampler"
+        return (
+            f"SwinIR {self.scale}x (embed_dim={self.embed_dim}, depths={_run(self.depths)}, "
+            f"heads={_run(self.num_heads)}, window={self.window_size}, mlp_ratio={self.mlp_ratio:g}, {up}, "
+            f"{self.resi_connection})"
+        )
+
+
+AnyUpscalerConfig = UpscalerConfig | SwinIRConfig
 
 
 def _strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
@@ -158,10 +243,15 @@ def canonical_names(keys: Iterable[str]) -> tuple[str, str, dict[str, str]]:
         return "esrgan", layout, mapping
     if {"body.0.weight", "body.1.weight"} <= names and all(_BODY_INDEX.match(k) for k in names):
         return "compact", "compact", stripped
+    if set(_SWIN_KEYS) <= names and names & {"conv_first.weight", "conv_first.1.weight"}:
+        if "conv_first.1.weight" in names:
+            raise ModelFormatError("SwinIR with a pixel-unshuffled input (conv_first.1) is not supported yet")
+        return "swinir", "swinir", stripped
     raise ModelFormatError(
         "not an upscaler file sdkit reads: ESRGAN (model.0.weight + model.1.sub.0.RDB1...), "
-        "Real-ESRGAN (conv_first + body.0.rdb1...), BSRGAN (RRDB_trunk...) or Real-ESRGAN "
-        f"Compact (body.0.weight, body.1.weight) keys expected; found {', '.join(sorted(names)[:4])}..."
+        "Real-ESRGAN (conv_first + body.0.rdb1...), BSRGAN (RRDB_trunk...), Real-ESRGAN "
+        "Compact (body.0.weight, body.1.weight) or SwinIR (conv_first + layers.0.residual_group...) "
+        f"keys expected; found {', '.join(sorted(names)[:4])}..."
     )
 
 
@@ -194,26 +284,87 @@ def _compact_config(shapes: Mapping[str, tuple[int, ...]]) -> UpscalerConfig:
     return UpscalerConfig("compact", first[0], (highest - 2) // 2, scale)
 
 
-def detect_config(shapes: Mapping[str, tuple[int, ...]]) -> UpscalerConfig:
+def _swinir_upsampler(shapes: Mapping[str, tuple[int, ...]], out_ch: int) -> tuple[str, int]:
+    """(upsampler kind, scale) as spandrel reads them."""
+    if "conv_before_upsample.0.weight" in shapes:
+        if "conv_up1.weight" in shapes:
+            ups = [k for k in shapes if k.startswith("conv_up") and k.endswith(".weight")]
+            return "nearest+conv", 2 ** len(ups)
+        scale = 1
+        for i in range(0, 10, 2):
+            if (shape := shapes.get(f"upsample.{i}.weight")) is None:
+                break
+            scale *= math.isqrt(shape[0] // shape[1])
+        return "pixelshuffle", scale
+    if "upsample.0.weight" in shapes:
+        return "pixelshuffledirect", math.isqrt(shapes["upsample.0.bias"][0] // out_ch)
+    return "", 1
+
+
+def _swinir_config(shapes: Mapping[str, tuple[int, ...]]) -> SwinIRConfig:
+    first = shapes["conv_first.weight"]
+    out_ch = shapes["conv_last.weight"][0] if "conv_last.weight" in shapes else first[1]
+    if first[1] != 3 or out_ch != 3:
+        raise ModelFormatError(f"SwinIR with {first[1]} input / {out_ch} output channels: only RGB models are read")
+    upsampler, scale = _swinir_upsampler(shapes, out_ch)
+    embed = first[0]
+    block0 = "layers.0.residual_group.blocks.0."
+    index = shapes[block0 + "attn.relative_position_index"]
+    window = math.isqrt(index[0])
+    blocks: dict[int, int] = {}
+    for key in shapes:
+        if m := _SWIN_BLOCK.match(key):
+            layer, block = int(m.group(1)), int(m.group(2))
+            blocks[layer] = max(blocks.get(layer, 0), block + 1)
+    layers = max(blocks) + 1
+    depths = tuple(blocks.get(i, 0) for i in range(layers))
+    table = "layers.{}.residual_group.blocks.0.attn.relative_position_bias_table"
+    heads = tuple(shapes[table.format(i)][1] for i in range(layers))
+    mask = shapes.get("layers.0.residual_group.blocks.1.attn_mask")
+    img_size = math.isqrt(mask[0]) * window if mask is not None else 64
+    if window * window != index[0] or img_size <= window or 0 in depths:
+        raise ModelFormatError(
+            f"SwinIR with window {window}, training size {img_size} and depths {list(depths)}: "
+            "windows smaller than the training size (spandrel's shifted windows) expected"
+        )
+    return SwinIRConfig(
+        embed_dim=embed,
+        depths=depths,
+        num_heads=heads,
+        window_size=window,
+        mlp_ratio=shapes[block0 + "mlp.fc1.bias"][0] / embed,
+        upsampler=upsampler,
+        net_scale=scale,
+        resi_connection="1conv" if "conv_after_body.weight" in shapes else "3conv",
+        img_size=img_size,
+    )
+
+
+def detect_config(shapes: Mapping[str, tuple[int, ...]]) -> AnyUpscalerConfig:
     """The configuration of an upscaler from its tensors under graph names."""
-    arch = "esrgan" if "model.0.weight" in shapes else "compact"
+    arch = "esrgan" if "model.0.weight" in shapes else "swinir" if "conv_first.weight" in shapes else "compact"
+    readers: dict[str, Callable[[Mapping[str, tuple[int, ...]]], AnyUpscalerConfig]] = {
+        "esrgan": _esrgan_config,
+        "compact": _compact_config,
+        "swinir": _swinir_config,
+    }
     try:
-        return _esrgan_config(shapes) if arch == "esrgan" else _compact_config(shapes)
-    except (KeyError, ValueError, IndexError) as exc:
+        return readers[arch](shapes)
+    except (KeyError, ValueError, IndexError, ZeroDivisionError) as exc:
         raise ModelFormatError(f"an {arch} upscaler file with missing or odd tensors ({exc})") from None
 
 
 def upscaler_graph_names() -> list[str]:
-    """The shipped upscaler graphs (``esrgan_...``, ``compact_...``)."""
+    """The shipped upscaler graphs (``esrgan_...``, ``compact_...``, ``swinir_...``)."""
     found = set()
     for path in graphs_dir().iterdir():
         for suffix in SUFFIXES:
-            if path.name.endswith(suffix) and path.name.startswith(("esrgan_", "compact_")):
+            if path.name.endswith(suffix) and path.name.startswith(("esrgan_", "compact_", "swinir_")):
                 found.add(path.name.removesuffix(suffix))
     return sorted(found)
 
 
-def find_graph(config: UpscalerConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
+def find_graph(config: AnyUpscalerConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
     """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
     for folder in [*folders, graphs_dir()]:
         for suffix in SUFFIXES:
@@ -222,7 +373,8 @@ def find_graph(config: UpscalerConfig, folders: Iterable[str | os.PathLike[str]]
                 return load_graph(path)
     raise ModelFormatError(
         f"no graph for {config.describe()}; sdkit ships {', '.join(upscaler_graph_names())} "
-        f"(fixtures/upscalers/export_upscaler_graphs.py exports others as {config.graph_name}.onnx.gz)"
+        f"(fixtures/upscalers/export_{'swinir' if config.arch == 'swinir' else 'upscaler'}_graphs.py exports "
+        f"others as {config.graph_name}.onnx.gz)"
     )
 
 
@@ -257,6 +409,10 @@ class UpscalerFile:
         every initializer present with its shape, no tensor left over."""
         specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
         entries = self.entries()
+        if isinstance(self.config, SwinIRConfig):
+            buffers = {k: e for k, e in entries.items() if k.endswith(SWINIR_BUFFERS)}
+            entries = {k: e for k, e in entries.items() if k not in buffers}
+            self._check_index(buffers, self.config.window_size)
         missing = sorted(set(specs) - set(entries))
         extra = sorted(set(entries) - set(specs))
         wrong = sorted(k for k in specs if k in entries and entries[k].shape != specs[k])
@@ -267,12 +423,33 @@ class UpscalerFile:
             )
         return WeightSet({name: self.file.read(entry, np.float32) for name, entry in entries.items()})
 
+    def _check_index(self, buffers: Mapping[str, TensorEntry], window: int) -> None:
+        """The graph gathers each block's bias table by the architecture's index; spandrel by the
+        file's: a file whose index differs is refused rather than run differently."""
+        want = relative_position_index(window)
+        for name, entry in buffers.items():
+            if name.endswith(".relative_position_index"):
+                got = self.file.read(entry, np.int64)
+                if got.shape != want.shape or not np.array_equal(got, want):
+                    raise ModelFormatError(
+                        f"{self.path.name}: {name} is not SwinIR's relative position index for window {window}"
+                    )
+
     def close(self) -> None:
         self.file.close()
 
 
-# A1111's names for its Real-ESRGAN and ESRGAN models -> the file stem it downloads them as
-# (``modules/realesrgan_model.py``, ``modules/esrgan_model.py``); other files are named by stem.
+def relative_position_index(window: int) -> np.ndarray:
+    """SwinIR's ``WindowAttention.relative_position_index`` (int64 [window², window²]): for tokens
+    i, j of a window, ``(dy + window - 1) * (2 * window - 1) + dx + window - 1``."""
+    coords = np.stack(np.meshgrid(np.arange(window), np.arange(window), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0) + (window - 1)
+    return np.asarray(rel[:, :, 0] * (2 * window - 1) + rel[:, :, 1], dtype=np.int64)
+
+
+# A1111's names for its Real-ESRGAN, ESRGAN and SwinIR models -> the file stem it downloads them
+# as (``modules/realesrgan_model.py``, ``modules/esrgan_model.py``, ``extensions-builtin/SwinIR/
+# scripts/swinir_model.py``: ``SwinIR_4x.pth``); other files are named by stem.
 A1111_NAMES = {
     "R-ESRGAN 4x+": "RealESRGAN_x4plus",
     "R-ESRGAN 4x+ Anime6B": "RealESRGAN_x4plus_anime_6B",
@@ -281,6 +458,7 @@ A1111_NAMES = {
     "R-ESRGAN General WDN 4xV3": "realesr-general-wdn-x4v3",
     "R-ESRGAN AnimeVideo": "realesr-animevideov3",
     "ESRGAN_4x": "ESRGAN_4x",
+    "SwinIR 4x": "SwinIR_4x",  # 003_realSR_BSRGAN_DFOWMFC_s64w8_SwinIR-L_x4_GAN.pth, saved as SwinIR_4x.pth
 }
 UPSCALER_DIR_ENV = "SDKIT_UPSCALER_DIR"
 

@@ -1,4 +1,4 @@
-"""Model upscalers (ESRGAN, Real-ESRGAN, Real-ESRGAN Compact) run in overlapping tiles.
+"""Model upscalers (ESRGAN, Real-ESRGAN, Real-ESRGAN Compact, SwinIR) run in overlapping tiles.
 
     up = ModelUpscaler("RealESRGAN_x4plus.safetensors")       # detected: ESRGAN 4x, nf 64, nb 23
     big = up.upscale(image, scale=2)                          # A1111's semantics, a PIL image
@@ -9,7 +9,11 @@ compiles it (one engine per tile shape: every tile of an image at least ``tile``
 ``tile`` x ``tile``). The image runs in tiles of ``tile`` input pixels overlapping by ``overlap``,
 blended with linear ramps (``sdkit.pipelines.stages.tiling``): a convolutional network's output
 near a tile's border sees less context than the whole image's, the ramps hide that seam.
-Real-ESRGAN x2plus is padded (reflect) to an even size first and cropped after, as spandrel does.
+Real-ESRGAN x2plus is padded (reflect) to an even size first and cropped after, as spandrel does;
+SwinIR to a multiple of its window (8; its graph takes any such size, the shifted windows' masks
+are computed in the graph), and its tiles and overlap must be multiples of the window: the
+defaults (192/16) are, for window 8; for another window they are rounded to its multiples (tile
+down, overlap up), and explicit values that are not are refused.
 
 ``upscale(image, scale)`` follows A1111's ``Upscaler.upscale``: the target is
 ``int(width * scale) // 8 * 8`` (height likewise); the model runs up to 3 times while the image
@@ -71,12 +75,7 @@ class ModelUpscaler:
         finally:
             file.close()
         self.path, self.layout = Path(path), file.layout
-        align = self.config.multiple_of
-        if tile and (tile % align or overlap % align or not 0 <= overlap < tile):
-            raise InputError(
-                f"upscaler tiles need 0 <= overlap < tile, both multiples of {align}; got {tile}/{overlap}"
-            )
-        self.tile, self.overlap = tile, overlap
+        self.tile, self.overlap = aligned_tiles(tile, overlap, self.config.multiple_of)
         report("compile", "upscaler")
         self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
 
@@ -102,11 +101,8 @@ class ModelUpscaler:
         # the tiles' float64 sums and weights at the output size, plus the float32 result
         out_pixels = (height + self.config.multiple_of) * (width + self.config.multiple_of) * s * s
         check_bytes(out_pixels * (4 * 8 + 3 * 4), f"upscaling a {width}x{height} image {s}x")
-        nchw = x.transpose(0, 3, 1, 2)
         align = self.config.multiple_of
-        pad_h, pad_w = -height % align, -width % align
-        if pad_h or pad_w:  # spandrel's pad_to_multiple(reflect), cropped below
-            nchw = np.pad(nchw, ((0, 0), (0, 0), (0, pad_h), (0, pad_w)), mode="reflect")
+        nchw = pad_like_spandrel(x.transpose(0, 3, 1, 2), self.config.min_size, align)
         rows = []
         for one in nchw:
             if self.tile:
@@ -140,6 +136,36 @@ class ModelUpscaler:
         if img.size != (dest_w, dest_h):
             img = img.resize((dest_w, dest_h), Image.Resampling.LANCZOS)
         return img
+
+
+def aligned_tiles(tile: int, overlap: int, align: int) -> tuple[int, int]:
+    """The tile and overlap a graph whose sizes must be multiples of ``align`` runs: as given, or
+    the defaults (192/16) rounded to multiples (tile down, overlap up: SwinIR's window 7 gives
+    189/21); other values that are not multiples are refused."""
+    if (tile, overlap) == (DEFAULT_TILE, DEFAULT_OVERLAP) and (tile % align or overlap % align):
+        tile, overlap = tile - tile % align, overlap + -overlap % align
+    if tile and (tile % align or overlap % align or not 0 <= overlap < tile):
+        raise InputError(f"upscaler tiles need 0 <= overlap < tile, both multiples of {align}; got {tile}/{overlap}")
+    return tile, overlap
+
+
+def pad_like_spandrel(nchw: F32, minimum: int, align: int) -> F32:
+    """Pad at the bottom/right as spandrel does before a model runs (cropped after): up to
+    ``minimum`` (its descriptor's size requirement: reflect, then edge beyond ``size - 1``), then
+    to a multiple of ``align`` (reflect: ``pad_to_multiple`` / the unshuffle's padding)."""
+    for axis in (2, 3):
+        size = nchw.shape[axis]
+        short = max(minimum - size, 0)
+        widths = [(0, 0)] * 4
+        if short:
+            widths[axis] = (0, min(short, size - 1))
+            nchw = np.pad(nchw, widths, mode="reflect")
+            widths[axis] = (0, short - min(short, size - 1))
+            nchw = np.pad(nchw, widths, mode="edge")
+        if rest := -nchw.shape[axis] % align:
+            widths[axis] = (0, rest)
+            nchw = np.pad(nchw, widths, mode="reflect")
+    return nchw
 
 
 def to_uint8(pixels: F32) -> NDArray[np.uint8]:
