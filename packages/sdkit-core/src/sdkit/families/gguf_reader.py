@@ -231,11 +231,14 @@ def family_of(shapes: dict[str, tuple[int, ...]]) -> str:
 
 def _wan_family(names: dict[str, tuple[int, ...]], image_embedding: bool, vace: bool) -> str:
     """Wan's version and task from its patch embedding (``[dim, in_channels, 1, 2, 2]``), as
-    stable-diffusion.cpp tells them apart: 48 input channels is Wan2.2 TI2V 5B; 36 (the image's
+    stable-diffusion.cpp tells them apart (the width from a block's query): 48 input channels is Wan2.2 TI2V 5B; 36 (the image's
     latents and mask beside the noise) with a CLIP image embedding is Wan2.1 I2V/FLF2V, without
     one Wan2.2 I2V (one expert of it); 16 is text-to-video, the same layout in 2.1 and 2.2."""
     patch = names.get("patch_embedding.weight", ())
-    dim, channels = (patch[0], patch[1]) if len(patch) >= 2 else (0, 0)
+    query = names.get("blocks.0.self_attn.q.weight", ())
+    dim = query[0] if query else (patch[0] if patch else 0)
+    # kernel 1x2x2; a GGUF file holds the 5-d Conv3d weight as 4-d (its dims merged), so count
+    channels = math.prod(patch) // 4 // dim if patch and dim else 0
     size = {1536: " 1.3B", 3072: " 5B", 5120: " 14B"}.get(dim, "")
     if channels == 48:
         return f"Wan2.2 TI2V{size}"
