@@ -14,8 +14,8 @@ from sdcpp_keysets import DENOISERS, WHOLE_EXTRA, header_only
 from sdkit.errors import ModelFormatError
 from sdkit.families.gguf_reader import family_of
 from sdkit_sdcpp.loader import file_family, model_files
-from sdkit_sdcpp.pipeline import SdcppFlowPipeline, pipeline_class
-from sdkit_sdcpp.video import SdcppVideoPipeline
+from sdkit_sdcpp.pipeline import SdcppFlowPipeline
+from sdkit_sdcpp.video import SdcppVideoPipeline, pipeline_class
 
 
 def _file(tmp_path: Path, family: str, whole: bool = False) -> Path:
@@ -35,7 +35,7 @@ def test_family_from_the_key_set(tmp_path: Path, family: str) -> None:
 def test_wan_in_a_gguf_file_whose_conv3d_weight_is_4d() -> None:
     """GGUF holds at most 4 dims: Wan's [dim, in, 1, 2, 2] patch embedding arrives merged; the
     width comes from a block's query, as sd.cpp counts ``dim * in_channels``."""
-    shapes = {name: shape for name, shape in DENOISERS["Wan2.2 I2V 14B"].items()}
+    shapes = dict(DENOISERS["Wan2.2 I2V 14B"])
     shapes["model.diffusion_model.patch_embedding.weight"] = (5120 * 36, 1, 2, 2)
     assert family_of(shapes) == "Wan2.2 I2V 14B"
 

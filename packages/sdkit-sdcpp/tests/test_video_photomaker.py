@@ -109,10 +109,10 @@ def test_cli_video_flags_reach_the_request_or_are_refused_naming_the_flag(tmp_pa
     request = build_request(_args(wan, video_frames=17, fps=24, flow_shift=5.0))
     assert isinstance(request, SdcppVideoRequest)
     assert (request.video_frames, request.fps, request.flow_shift) == (17, 24, 5.0)
-    with pytest.raises(InputError, match="--pm-style-strength: .* does not take it"):
+    with pytest.raises(InputError, match=r"--pm-style-strength: .* does not take it"):
         build_request(_args(wan, pm_style_strength=10))
     flux = header_only(tmp_path / "flux.safetensors", DENOISERS["FLUX.1"])
-    with pytest.raises(InputError, match="--video-frames: .* needs a Wan video model"):
+    with pytest.raises(InputError, match=r"--video-frames: .* needs a Wan video model"):
         build_request(_args(flux, video_frames=5))
 
 
@@ -143,7 +143,7 @@ def test_cli_photomaker_flags(tmp_path: Path) -> None:
     folder.mkdir()
     FRAME.save(folder / "a.png")
     wan = header_only(tmp_path / "wan.safetensors", DENOISERS["Wan2.x T2V 1.3B"])
-    with pytest.raises(InputError, match="--pm-id-images-dir: .*an SDXL model with --photo-maker"):
+    with pytest.raises(InputError, match=r"--pm-id-images-dir: .*an SDXL model with --photo-maker"):
         build_request(_args(wan, pm_id_images_dir=folder))
 
 

@@ -36,7 +36,9 @@ def test_frames_round_trip_through_pillow(tmp_path: Path) -> None:
     for index, (png, frame) in enumerate(zip(pngs, frames, strict=True)):
         with Image.open(png) as image:
             assert np.array_equal(np.asarray(image), np.asarray(frame))
-            assert f"Seed: 7, Size: 24x16, Model: wan2.2-ti2v-5b, Frame: {index + 1}/5, FPS: 8" in image.info["parameters"]
+            assert (
+                f"Seed: 7, Size: 24x16, Model: wan2.2-ti2v-5b, Frame: {index + 1}/5, FPS: 8" in image.info["parameters"]
+            )
 
 
 def test_bad_video_arguments(tmp_path: Path) -> None:

@@ -194,10 +194,11 @@ class Context:
     def generate(
         self, kwargs: dict[str, Any], callback: StepCallback | None, method: str = "generate_image"
     ) -> list[Any]:
-        """``generate_image(**kwargs)`` (``method="generate_video"``: a video's frames), with sd.cpp's progress sent on (``Progress``). In this
-        process, an exception the step callback raises cannot stop sd.cpp's C loop (0.4.7 has no
-        abort): it is raised when the image is done. With ``isolate``, the child is killed at once
-        and the exception raised (the next generation loads the model in a new child)."""
+        """``generate_image(**kwargs)`` (``method="generate_video"``: a video's frames), with sd.cpp's
+        progress sent on (``Progress``). In this process, an exception the step callback raises
+        cannot stop sd.cpp's C loop (0.4.7 has no abort): it is raised when the image is done. With
+        ``isolate``, the child is killed at once and the exception raised (the next generation loads
+        the model in a new child)."""
         progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
         if self.settings.isolate:
             child = self._started()

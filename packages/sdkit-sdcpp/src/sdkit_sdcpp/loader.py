@@ -100,7 +100,7 @@ class SdcppLoader(PipelineLoader):
         return f"{path.name}: stable-diffusion.cpp is given .gguf or .safetensors files"
 
     def pipeline_class(self, path: Path) -> type[Pipeline] | None:
-        from sdkit_sdcpp.pipeline import pipeline_class
+        from sdkit_sdcpp.video import pipeline_class
 
         try:
             return pipeline_class(file_family(path))
@@ -119,7 +119,7 @@ class SdcppLoader(PipelineLoader):
         return binding.devices()
 
     def build(self, path: Path, settings: LoadSettings) -> Pipeline:
-        from sdkit_sdcpp.pipeline import pipeline_class
+        from sdkit_sdcpp.video import pipeline_class
 
         backend = settings.backend
         if backend not in ("auto", "sdcpp"):

@@ -270,11 +270,3 @@ class SdcppFlowPipeline(SdcppPipeline):
     ``reference_images`` (``SdcppFlowRequest``)."""
 
     request_class: ClassVar[type[GenerationRequest]] = SdcppFlowRequest
-
-
-def pipeline_class(family: str) -> type[SdcppPipeline]:
-    if family.startswith("Wan"):
-        from sdkit_sdcpp.video import SdcppVideoPipeline
-
-        return SdcppVideoPipeline
-    return SdcppFlowPipeline if family.startswith(FLOW_FAMILIES) else SdcppPipeline

@@ -21,13 +21,14 @@ import numpy as np
 from sdkit.errors import InputError, OptionError
 from sdkit.limits import check_generation
 from sdkit.pipelines import FlowRequest, GenerationPlan, GenerationRequest
+from sdkit.pipelines.features.lora_embeddings_vae import LORA_TAG
 from sdkit.pipelines.imaging.images import open_init_image
 from sdkit.pipelines.imaging.video import frame_parameters
 from sdkit.pipelines.request import as_float, as_int
 from sdkit.schedulers import resolve
 from sdkit_sdcpp.names import to_sdcpp
-from sdkit_sdcpp.pipeline import SdcppPipeline
-from sdkit_sdcpp.request_map import LORA_TAG, lora_prompt, refuse_unsupported_fields
+from sdkit_sdcpp.pipeline import FLOW_FAMILIES, SdcppFlowPipeline, SdcppPipeline
+from sdkit_sdcpp.request_map import lora_prompt, refuse_unsupported_fields
 
 HIGH_NOISE_FIELDS = (
     "high_noise_steps", "high_noise_guidance_scale", "high_noise_sampler", "high_noise_schedule", "moe_boundary",
@@ -76,7 +77,9 @@ class SdcppVideoRequest(FlowRequest):
             out["high_noise_steps"] = as_int(values["high_noise_steps"], "high_noise_steps", 1)
         if values.get("high_noise_sampler") is not None or values.get("high_noise_schedule") is not None:
             # canonical names, as the request's own sampler (the request's sampler when not given)
-            sampler, schedule = resolve(values.get("high_noise_sampler") or out["sampler"], values.get("high_noise_schedule"))
+            sampler, schedule = resolve(
+                values.get("high_noise_sampler") or out["sampler"], values.get("high_noise_schedule")
+            )
             out.update(high_noise_sampler=sampler, high_noise_schedule=schedule)
         given = values.get("control_frames") or ()
         out["control_frames"] = tuple(open_init_image(f, "control frame") for f in given)
@@ -119,7 +122,9 @@ def refuse_for_model(request: SdcppVideoRequest, family: str, high_noise_loaded:
 def high_noise_kwargs(request: SdcppVideoRequest) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if request.high_noise_sampler is not None or request.high_noise_schedule is not None:
-        method, scheduler = to_sdcpp(request.high_noise_sampler or request.sampler, request.high_noise_schedule or "normal")
+        method, scheduler = to_sdcpp(
+            request.high_noise_sampler or request.sampler, request.high_noise_schedule or "normal"
+        )
         kwargs.update(high_noise_sample_method=method, high_noise_scheduler=scheduler)
     if request.high_noise_steps is not None:
         kwargs["high_noise_sample_steps"] = request.high_noise_steps
@@ -200,3 +205,10 @@ class SdcppVideoPipeline(SdcppPipeline):
             frame.info["sdkit_parameters"] = framed
             frame.info["sdkit_video"] = params  # the whole video's parameters (save_video adds Frames, FPS)
         return frames
+
+
+def pipeline_class(family: str) -> type[SdcppPipeline]:
+    """The pipeline class for a file of ``family``: Wan's video, a flow model's, or the UNet one."""
+    if family.startswith("Wan"):
+        return SdcppVideoPipeline
+    return SdcppFlowPipeline if family.startswith(FLOW_FAMILIES) else SdcppPipeline

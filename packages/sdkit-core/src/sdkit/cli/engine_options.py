@@ -14,9 +14,17 @@ from sdkit.errors import InputError
 
 # flag -> (request field, type, help)
 FLAGS: dict[str, tuple[str, Any, str]] = {
-    "--video-frames": ("video_frames", int, "Wan video: frames to make, 4k + 1 (writes NAME.webp and NAME-frame-000.png...)"),
+    "--video-frames": (
+        "video_frames",
+        int,
+        "Wan video: frames to make, 4k + 1 (writes NAME.webp and NAME-frame-000.png...)",
+    ),
     "--fps": ("fps", int, "Wan video: frames per second of the WebP (default 16)"),
-    "--end-image": ("end_image", str, "Wan video: the last frame (Wan2.1 FLF2V, Wan2.2 I2V); --init-image is the first"),
+    "--end-image": (
+        "end_image",
+        str,
+        "Wan video: the last frame (Wan2.1 FLF2V, Wan2.2 I2V); --init-image is the first",
+    ),
     "--flow-shift": ("flow_shift", float, "flow models' sigma shift (default: the model's)"),
     "--high-noise-steps": ("high_noise_steps", int, "Wan2.2 14B: the high-noise expert's steps"),
     "--high-noise-cfg-scale": ("high_noise_guidance_scale", float, "Wan2.2 14B: the high-noise expert's CFG scale"),

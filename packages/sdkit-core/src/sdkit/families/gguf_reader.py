@@ -231,7 +231,8 @@ def family_of(shapes: dict[str, tuple[int, ...]]) -> str:
 
 def _wan_family(names: dict[str, tuple[int, ...]], image_embedding: bool, vace: bool) -> str:
     """Wan's version and task from its patch embedding (``[dim, in_channels, 1, 2, 2]``), as
-    stable-diffusion.cpp tells them apart (the width from a block's query): 48 input channels is Wan2.2 TI2V 5B; 36 (the image's
+    stable-diffusion.cpp tells them apart (the width from a block's query): 48 input channels is
+    Wan2.2 TI2V 5B; 36 (the image's
     latents and mask beside the noise) with a CLIP image embedding is Wan2.1 I2V/FLF2V, without
     one Wan2.2 I2V (one expert of it); 16 is text-to-video, the same layout in 2.1 and 2.2."""
     patch = names.get("patch_embedding.weight", ())

@@ -2,8 +2,9 @@
 --video-frames N`` with a Wan model on stable-diffusion.cpp).
 
 The parameters go where readers look for them: each PNG in its ``parameters`` text chunk (as
-``save_png``, with ``Frame: i/N`` and ``FPS``), the WebP (``Frames: N``, ``FPS``) in its EXIF ``UserComment`` (A1111 writes
-WebP and JPEG parameters there), which Pillow writes and reads back (``read_webp_parameters``).
+``save_png``, with ``Frame: i/N`` and ``FPS``), the WebP (``Frames: N``, ``FPS``) in its EXIF
+``UserComment`` (A1111 writes WebP and JPEG parameters there), which Pillow writes and reads
+back (``read_webp_parameters``).
 """
 
 from __future__ import annotations
