@@ -169,3 +169,70 @@ def test_every_video_and_photomaker_keyword_is_the_bindings() -> None:
         photo_maker=Path("p"), t5xxl=Path("t"), vae=Path("v"),
     )  # fmt: skip
     assert set(files.constructor_kwargs()) <= set(inspect.signature(module.StableDiffusion.__init__).parameters)
+
+
+def test_sdkit_generate_video_writes_webp_and_pngs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sdkit generate --video-frames 5`` end to end but for sd.cpp itself: a double of the
+    in-process context's call stands in for ``generate_video`` (it records the method and
+    keywords, reports 3 progress steps, returns 5 frames). Checked: the call made, the step bar
+    fed, the WebP and PNGs written with the request's parameters."""
+    import sdkit
+    from sdkit.cli.main import main
+    from sdkit.pipelines.imaging.video import read_webp_parameters
+    from sdkit_sdcpp.engine import InProcess
+    from sdkit_sdcpp.loader import model_files
+
+    wan = header_only(tmp_path / "wan.safetensors", DENOISERS["Wan2.2 TI2V 5B"])
+    files = {name: str(tmp_path / f"{name}.gguf") for name in ("t5xxl", "vae")}
+    for path in files.values():
+        Path(path).write_bytes(b"")
+    calls: list[tuple[str, dict]] = []
+    frames = [Image.new("RGB", (64, 48), (10 * i, 20, 30)) for i in range(5)]
+
+    def call(self: InProcess, kwargs: dict, progress: object, method: str = "generate_image") -> list[Image.Image]:
+        calls.append((method, kwargs))
+        for step in range(4):
+            progress(step, 3, 0.1)  # type: ignore[operator]
+        return [frame.copy() for frame in frames]
+
+    def load(path: str, **options: object) -> SdcppVideoPipeline:
+        given = {k: v for k, v in options.items() if k in ("t5xxl", "vae") and v is not None}
+        context = Context(model_files(Path(path), given), ContextSettings())
+        return SdcppVideoPipeline(PipelineConfig(name="wan", sample_size=8), context, "Wan2.2 TI2V 5B")
+
+    monkeypatch.setattr(InProcess, "call", call)
+    monkeypatch.setattr(InProcess, "model", lambda self: None)
+    monkeypatch.setattr(SdcppVideoPipeline, "backends", lambda self: {"pipeline": "sdcpp (double)"})
+    monkeypatch.setattr(sdkit, "load_pipeline", load)
+    out = tmp_path / "boat.png"
+    argv = ["generate", "--model", str(wan), "--backend", "sdcpp", "--t5xxl", files["t5xxl"], "--vae", files["vae"]]
+    argv += ["-p", "a boat", "-W", "64", "-H", "48", "--steps", "3", "--seed", "9", "--video-frames", "5"]
+    assert (
+        main([*argv, "--fps", "8", "--cfg", "5", "--flow-shift", "3", "--init-image", _png(tmp_path), "-o", str(out)])
+        == 0
+    )
+    [(method, kwargs)] = calls
+    assert method == "generate_video"
+    assert {k: kwargs[k] for k in ("video_frames", "sample_steps", "seed", "cfg_scale", "flow_shift", "width")} == {
+        "video_frames": 5, "sample_steps": 3, "seed": 9, "cfg_scale": 5.0, "flow_shift": 3.0, "width": 64,
+    }  # fmt: skip
+    assert kwargs["init_image"].size == (64, 48)
+    err = capsys.readouterr().err
+    assert "3/3" in err  # the step bar saw sd.cpp's steps
+    webp = tmp_path / "boat.webp"
+    with Image.open(webp) as video:
+        assert video.n_frames == 5
+    text = read_webp_parameters(webp) or ""
+    assert "Steps: 3" in text and "Seed: 9" in text and "Frames: 5, FPS: 8" in text and "stable-diffusion.cpp" in text
+    for index, frame in enumerate(frames):
+        with Image.open(tmp_path / f"boat-frame-{index:03d}.png") as png:
+            assert np.array_equal(np.asarray(png), np.asarray(frame))
+            assert f"Frame: {index + 1}/5, FPS: 8" in png.info["parameters"]
+
+
+def _png(tmp_path: Path) -> str:
+    path = tmp_path / "first.png"
+    Image.new("RGB", (64, 48), (200, 60, 40)).save(path)
+    return str(path)
