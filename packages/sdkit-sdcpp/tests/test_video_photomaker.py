@@ -230,6 +230,10 @@ def test_sdkit_generate_video_writes_webp_and_pngs(
         with Image.open(tmp_path / f"boat-frame-{index:03d}.png") as png:
             assert np.array_equal(np.asarray(png), np.asarray(frame))
             assert f"Frame: {index + 1}/5, FPS: 8" in png.info["parameters"]
+    assert not out.exists()  # -o NAME.png names the video's files; again, it is refused before anything runs
+    capsys.readouterr()
+    assert main([*argv, "-o", str(out)]) == 1 and len(calls) == 1
+    assert "boat.webp exists; pass --force" in capsys.readouterr().err
 
 
 def _png(tmp_path: Path) -> str:

@@ -65,10 +65,19 @@ def is_video(request: Any) -> bool:
     return getattr(request, "video_frames", None) is not None
 
 
-def save_video(frames: list[Any], path: Path, fps: int) -> None:
+def refuse_existing(path: Path, force: bool) -> None:
+    """``-o NAME.png`` for a video writes NAME.webp and NAME-frame-000.png...: refused when the
+    WebP or the first frame's PNG exists, unless ``--force``."""
+    for existing in (path.with_suffix(".webp"), path.with_name(f"{path.stem}-frame-000.png")):
+        if existing.exists() and not force:
+            raise InputError(f"{existing} exists; pass --force to overwrite it, or leave out -o for numbered files")
+
+
+def save_video(frames: list[Any], path: Path, fps: int, force: bool = False) -> None:
     """The frames as ``path`` with a ``.webp`` suffix and PNGs beside it; prints what it wrote."""
     from sdkit.pipelines.imaging.video import save_video as write
 
+    refuse_existing(path, force)
     parameters = frames[0].info["sdkit_video"]
     webp, pngs = write(frames, path, parameters, fps)
     print(f"saved {webp} ({len(frames)} frames at {fps} fps) and {pngs[0].name} ... {pngs[-1].name}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -223,6 +224,8 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
         return 0
     request = build_request(args, report.callback)
     outputs = OutputFiles(args.output, args.outdir, args.init_image is not None, args.force, request.num_images)
+    if engine_options.is_video(request) and args.output is not None:
+        engine_options.refuse_existing(Path(args.output), args.force)
     loras = lora_embeddings_vae_options.check(args)
     start = time.perf_counter()
     settings = {
@@ -251,7 +254,8 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
     images = pipe.run(request)
     report.close()  # the bar's line ends before the result lines
     if engine_options.is_video(request):  # a Wan video's frames: NAME.webp and NAME-frame-000.png...
-        engine_options.save_video(images, outputs.path(0, 1, request.seed), int(getattr(request, "fps", 16)))
+        path = outputs.path(0, 1, request.seed)
+        engine_options.save_video(images, path, int(getattr(request, "fps", 16)), args.force)
         images = []
     for index, image in enumerate(images):
         parameters = image.info["sdkit_parameters"]
