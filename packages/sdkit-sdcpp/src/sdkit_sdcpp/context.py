@@ -44,12 +44,13 @@ def _child(conn: Connection, files: ModelFiles, settings: ContextSettings) -> No
             message = conn.recv()
             if message[0] != "generate":
                 return
+            method = message[2] if len(message) > 2 else "generate_image"
 
             def progress(step: int, steps: int, seconds: float) -> None:
                 conn.send(("progress", int(step), int(steps)))
 
             try:
-                images = context.call(message[1], progress)
+                images = context.call(message[1], progress, method)
             except SdkitError as exc:
                 conn.send(("error", type(exc).__name__, str(exc)))
                 continue
@@ -105,10 +106,10 @@ class Child:
             self.process.join()
             raise BackendCrashedError("sdcpp", f"{what} {self.describe}", _signal_name(self.process.exitcode)) from None
 
-    def generate(self, kwargs: dict[str, Any], progress: Progress) -> list[Any]:
-        """Images for ``kwargs``; the moment ``progress`` holds an exception (the step callback
+    def generate(self, kwargs: dict[str, Any], progress: Progress, method: str = "generate_image") -> list[Any]:
+        """Images (or a video's frames) for ``kwargs``; the moment ``progress`` holds an exception (the step callback
         raised), the child is killed and that exception raised."""
-        self.conn.send(("generate", kwargs))
+        self.conn.send(("generate", kwargs, method))
         while True:
             message = self._receive("a generation of")
             if message[0] == "progress":
@@ -190,21 +191,24 @@ class Context:
             self._child.stop()
             self._child = None
 
-    def generate(self, kwargs: dict[str, Any], callback: StepCallback | None) -> list[Any]:
-        """``generate_image(**kwargs)``, with sd.cpp's progress sent on (``Progress``). In this
-        process, an exception the step callback raises cannot stop sd.cpp's C loop (0.4.7 has no
-        abort): it is raised when the image is done. With ``isolate``, the child is killed at once
-        and the exception raised (the next generation loads the model in a new child)."""
+    def generate(
+        self, kwargs: dict[str, Any], callback: StepCallback | None, method: str = "generate_image"
+    ) -> list[Any]:
+        """``generate_image(**kwargs)`` (``method="generate_video"``: a video's frames), with sd.cpp's
+        progress sent on (``Progress``). In this process, an exception the step callback raises
+        cannot stop sd.cpp's C loop (0.4.7 has no abort): it is raised when the image is done. With
+        ``isolate``, the child is killed at once and the exception raised (the next generation loads
+        the model in a new child)."""
         progress = Progress(callback, tiles=bool(kwargs.get("vae_tiling")))
         if self.settings.isolate:
             child = self._started()
             try:
-                return list(child.generate(kwargs, progress))
+                return list(child.generate(kwargs, progress, method))
             except BaseException:
                 if not child.alive:
                     self._child = None
                 raise
-        images = self._in_process().call(kwargs, progress)
+        images = self._in_process().call(kwargs, progress, method)
         if progress.raised:
             raise progress.raised[0]
         return images

@@ -51,6 +51,10 @@ class ModelFiles:
     vae: Path | None = None
     embeddings: tuple[Path, ...] = ()
     control_net: Path | None = None
+    llm: Path | None = None  # FLUX.2, Qwen-Image, Z-Image: their language-model text encoder
+    clip_vision: Path | None = None  # Wan2.1 I2V: the CLIP image encoder
+    high_noise_diffusion_model: Path | None = None  # Wan2.2 14B: the high-noise expert
+    photo_maker: Path | None = None  # SDXL: PhotoMaker's ID encoder
 
     def constructor_kwargs(self) -> dict[str, Any]:
         paths = {
@@ -61,6 +65,10 @@ class ModelFiles:
             "t5xxl_path": self.t5xxl,
             "vae_path": self.vae,
             "control_net_path": self.control_net,
+            "llm_path": self.llm,
+            "clip_vision_path": self.clip_vision,
+            "high_noise_diffusion_model_path": self.high_noise_diffusion_model,
+            "photo_maker_path": self.photo_maker,
         }
         kwargs: dict[str, Any] = {name: str(path) for name, path in paths.items() if path is not None}
         if self.embeddings:
@@ -169,13 +177,16 @@ class InProcess:
             self._model.close()
             self._model = None
 
-    def call(self, kwargs: dict[str, Any], progress: Callable[[int, int, float], None]) -> list[Any]:
-        """``generate_image(**kwargs)`` with sd.cpp's progress calls sent to ``progress``."""
+    def call(
+        self, kwargs: dict[str, Any], progress: Callable[[int, int, float], None], method: str = "generate_image"
+    ) -> list[Any]:
+        """``generate_image(**kwargs)`` (or ``generate_video``) with sd.cpp's progress calls sent to
+        ``progress``."""
         model = self.model()
         previous = binding.environment(self.settings.environment)
         LOG.clear()
         try:
-            images: list[Any] = model.generate_image(**kwargs, progress_callback=progress)
+            images: list[Any] = getattr(model, method)(**kwargs, progress_callback=progress)
         except ValueError as exc:
             if "NULL pointer" in str(exc):  # sd.cpp returned no images
                 raise SdkitError(f"stable-diffusion.cpp produced no image{last_errors()}") from None

@@ -25,11 +25,12 @@ from sdkit.pipelines import FlowRequest, GenerationPlan, GenerationRequest, Pipe
 from sdkit.pipelines.features.controlnet import named_paths
 from sdkit.pipelines.features.feature import Feature, refuse_undeclared
 from sdkit.pipelines.imaging.images import GenerationParameters, init_image_size, open_init_image
+from sdkit.pipelines.request import as_float
 from sdkit.pipelines.stages.rng import seed_list
 from sdkit_sdcpp import binding
 from sdkit_sdcpp.context import Context
 from sdkit_sdcpp.names import to_sdcpp
-from sdkit_sdcpp.request_map import generate_kwargs, refuse_unsupported_fields
+from sdkit_sdcpp.request_map import generate_kwargs, photomaker_kwargs, refuse_unsupported_fields
 
 if TYPE_CHECKING:
     from sdkit.pipelines.features.lora_embeddings_vae import LoraSpec
@@ -56,11 +57,46 @@ def adapter_file(path: str | os.PathLike[str], what: str) -> Path:
     return file
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+
+
+@dataclass(frozen=True, eq=False)
+class SdcppRequest(GenerationRequest):
+    """``GenerationRequest`` plus PhotoMaker's fields (SDXL with ``photo_maker=FILE`` loaded):
+    ``photomaker_images`` (the person's ID images: PIL images, arrays or paths, or one folder of
+    them), ``photomaker_style_strength`` (sd.cpp's ``pm_style_strength``, a percentage of the steps;
+    None: its 20) and ``photomaker_id_embeddings`` (PhotoMaker v2's ID embedding file, sd.cpp's
+    ``pm_id_embed_path``). The prompt names the class word followed by the trigger ``img``."""
+
+    photomaker_images: tuple[Any, ...] = ()
+    photomaker_style_strength: float | None = None
+    photomaker_id_embeddings: str | None = None
+
+    @classmethod
+    def checked(cls, values: dict[str, Any]) -> dict[str, Any]:
+        out = super().checked(values)
+        given = values.get("photomaker_images") or ()
+        if isinstance(given, (str, os.PathLike)) and Path(given).is_dir():
+            given = sorted(p for p in Path(given).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            if not given:
+                raise InputError(f"photomaker_images: {values['photomaker_images']} holds no image files")
+        elif not isinstance(given, (list, tuple)):
+            given = (given,)
+        out["photomaker_images"] = tuple(open_init_image(image, "PhotoMaker ID image") for image in given)
+        strength = values.get("photomaker_style_strength")
+        if strength is not None:
+            out["photomaker_style_strength"] = as_float(strength, "photomaker_style_strength")
+        embeddings = values.get("photomaker_id_embeddings")
+        if embeddings is not None:
+            out["photomaker_id_embeddings"] = str(adapter_file(embeddings, "photomaker_id_embeddings"))
+        return out
+
+
 class SdcppPipeline(Pipeline):
     """A model run by stable-diffusion.cpp. Create one with ``sdkit.load_pipeline(path,
     backend="sdcpp")`` (a ``.gguf`` file needs no ``backend``)."""
 
-    request_class: ClassVar[type[GenerationRequest]] = GenerationRequest
+    request_class: ClassVar[type[GenerationRequest]] = SdcppRequest
     features: ClassVar[frozenset[Feature]] = frozenset(
         {
             Feature.IMG2IMG, Feature.MASK, Feature.HIRES, Feature.VAE_TILING, Feature.PROMPT_WEIGHTING, Feature.LORA,
@@ -165,6 +201,7 @@ class SdcppPipeline(Pipeline):
         and schedule names, the size (img2img: the init image's, rounded down to a multiple of 8)."""
         self.refuse_unsupported(request)
         refuse_unsupported_fields(request)
+        photomaker_kwargs(request, self.context.files.photo_maker is not None)
         to_sdcpp(request.sampler, request.schedule)
         width, height = request.width, request.height
         if request.init_image is not None:
@@ -183,6 +220,7 @@ class SdcppPipeline(Pipeline):
         """One ``generate_image`` call for the checked request."""
         plan = self.plan(self.accept(request))
         kwargs = generate_kwargs(plan.request, plan.width, plan.height, self.loras, self.family, self.controlnet)
+        kwargs.update(photomaker_kwargs(plan.request, self.context.files.photo_maker is not None))
         images = self.context.generate(kwargs, plan.request.callback)
         if len(images) != len(plan.seeds):
             raise ModelFormatError(f"stable-diffusion.cpp returned {len(images)} images for {len(plan.seeds)}")
@@ -232,7 +270,3 @@ class SdcppFlowPipeline(SdcppPipeline):
     ``reference_images`` (``SdcppFlowRequest``)."""
 
     request_class: ClassVar[type[GenerationRequest]] = SdcppFlowRequest
-
-
-def pipeline_class(family: str) -> type[SdcppPipeline]:
-    return SdcppFlowPipeline if family.startswith(FLOW_FAMILIES) else SdcppPipeline

@@ -138,6 +138,38 @@ def reference_kwargs(request: GenerationRequest, family: str) -> dict[str, Any]:
     return {"ref_images": [image.convert("RGB") for image in images]}
 
 
+PHOTOMAKER_FIELDS = ("photomaker_images", "photomaker_style_strength", "photomaker_id_embeddings")
+PHOTOMAKER_TRIGGER = re.compile(r"\bimg\b")
+
+
+def photomaker_kwargs(request: GenerationRequest, loaded: bool) -> dict[str, Any]:
+    """PhotoMaker's fields (``SdcppRequest``) as sd.cpp's ``pm_id_images``, ``pm_style_strength``,
+    ``pm_id_embed_path``. Set without a PhotoMaker file loaded (``photo_maker=``, SDXL only), or
+    without the trigger word ``img`` in the prompt, they are refused naming the field; a loaded
+    PhotoMaker with no ID images is refused too (sd.cpp would generate without it)."""
+    asked = [name for name in PHOTOMAKER_FIELDS if getattr(request, name, None) not in (None, ())]
+    if not loaded:
+        if asked:
+            raise OptionError(
+                f"{asked[0]}: no PhotoMaker is loaded (an SDXL model with load_pipeline(..., photo_maker=FILE), "
+                "--photo-maker FILE)"
+            )
+        return {}
+    images = getattr(request, "photomaker_images", ())
+    if not images:
+        raise OptionError("photomaker_images: a PhotoMaker is loaded; give the person's ID images (or a folder)")
+    if not PHOTOMAKER_TRIGGER.search(LORA_TAG.sub("", request.prompt)):
+        raise OptionError("prompt: PhotoMaker needs its trigger word after the class word ('a photo of a man img')")
+    kwargs: dict[str, Any] = {"pm_id_images": [image.convert("RGB") for image in images]}
+    strength = getattr(request, "photomaker_style_strength", None)
+    if strength is not None:
+        kwargs["pm_style_strength"] = float(strength)
+    embeddings = getattr(request, "photomaker_id_embeddings", None)
+    if embeddings is not None:
+        kwargs["pm_id_embed_path"] = embeddings
+    return kwargs
+
+
 def hires_kwargs(request: GenerationRequest) -> dict[str, Any]:
     if not request.enable_hr:
         return {}

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from sdkit.cli import lora_embeddings_vae_options, progress_report
+from sdkit.cli import engine_options, lora_embeddings_vae_options, progress_report
 from sdkit.cli.common import add_option_arguments, options_from
 from sdkit.cli.inpaint_options import add_inpaint_arguments, control_fields
 from sdkit.cli.large_options import add_large_image_arguments, large_image_fields
@@ -96,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lora_embeddings_vae_options.add_arguments(parser)
     add_option_arguments(parser)
     add_sdxl_arguments(parser)
+    engine_options.add_arguments(parser)
     progress_report.add_arguments(parser)
 
 
@@ -179,6 +181,7 @@ def build_request(
         extra["sampler"] = args.sampler
     if args.max_sequence_length is not None:  # a flow model's field: refused by the others
         extra["max_sequence_length"] = args.max_sequence_length
+    extra.update(engine_options.fields(args, request_class))  # Wan video, PhotoMaker: sd.cpp's
     request = request_class.create(
         prompt,
         **extra,
@@ -221,6 +224,8 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
         return 0
     request = build_request(args, report.callback)
     outputs = OutputFiles(args.output, args.outdir, args.init_image is not None, args.force, request.num_images)
+    if engine_options.is_video(request) and args.output is not None:
+        engine_options.refuse_existing(Path(args.output), args.force)
     loras = lora_embeddings_vae_options.check(args)
     start = time.perf_counter()
     settings = {
@@ -248,6 +253,10 @@ def generate(args: argparse.Namespace, report: progress_report.ProgressReport) -
             loaded.prepare()
     images = pipe.run(request)
     report.close()  # the bar's line ends before the result lines
+    if engine_options.is_video(request):  # a Wan video's frames: NAME.webp and NAME-frame-000.png...
+        path = outputs.path(0, 1, request.seed)
+        engine_options.save_video(images, path, int(getattr(request, "fps", 16)), args.force)
+        images = []
     for index, image in enumerate(images):
         parameters = image.info["sdkit_parameters"]
         path = outputs.path(index, len(images), parameters.seed)

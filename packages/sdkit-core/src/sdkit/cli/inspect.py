@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sdkit.families import Checkpoint, describe, gguf_reader
+from sdkit.families.inspect import FileDescription
 from sdkit.plugins import get_plugins
 
 HELP = (
@@ -34,11 +35,26 @@ def run(args: argparse.Namespace) -> int:
         return inspect_gguf(args)
     checkpoint = Checkpoint.open(args.file)
     description = describe(checkpoint, get_plugins().families.families())
+    if description.kind == "unknown" and checkpoint.path.is_file():
+        description = engine_only(checkpoint, description)
     if args.json:
         print(json.dumps({"file": str(checkpoint.path), **description.as_dict()}, indent=2))
     else:
         print(f"{checkpoint.path.name}: " + "\n".join(description.lines()))
     return 0
+
+
+def engine_only(checkpoint: Checkpoint, description: FileDescription) -> FileDescription:
+    """A file of a family only stable-diffusion.cpp runs (Wan, Qwen-Image, Z-Image, FLUX.2...),
+    named from its tensor names as ``gguf_reader.family_of`` does for a GGUF file."""
+    from sdkit.families.safetensors_reader import SafetensorsFile
+
+    entries = SafetensorsFile(checkpoint.path).entries
+    family = gguf_reader.family_of({name: tuple(entry.shape) for name, entry in entries.items()})
+    if family == "unknown":
+        return description
+    details = [("runs on", "stable-diffusion.cpp (sdkit-sdcpp: sdkit generate --backend sdcpp --model FILE)")]
+    return FileDescription("checkpoint", f"{family} (tensor names)", details + description.details)
 
 
 def inspect_gguf(args: argparse.Namespace) -> int:

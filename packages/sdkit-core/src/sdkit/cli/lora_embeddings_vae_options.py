@@ -61,6 +61,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a Flux, Chroma or SD3 --model's T5-XXL text encoder when the file lacks it (t5xxl_fp16.safetensors)",
     )
+    add_engine_file_arguments(parser)
+
+
+ENGINE_FILES = ("clip_vision", "high_noise_diffusion_model", "photo_maker")
+ENGINE_FILE_HELP = {
+    "--llm": "a FLUX.2, Qwen-Image or Z-Image --model's language-model text encoder (stable-diffusion.cpp)",
+    "--clip_vision": "a Wan2.1 I2V --model's CLIP vision encoder (stable-diffusion.cpp)",
+    "--high-noise-diffusion-model": "a Wan2.2 14B model's high-noise expert (stable-diffusion.cpp)",
+    "--photo-maker": "an SDXL model's PhotoMaker file (stable-diffusion.cpp; with --pm-id-images-dir)",
+}
+
+
+def add_engine_file_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, text in ENGINE_FILE_HELP.items():
+        parser.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, metavar="FILE", help=text)
 
 
 def component_files(args: argparse.Namespace) -> dict[str, str]:
@@ -68,10 +83,15 @@ def component_files(args: argparse.Namespace) -> dict[str, str]:
     --clip_l, --clip_g, --t5xxl, --vae): given one of the text encoders, --vae is that model's
     VAE file."""
     files = {
-        name: str(path) for name in ("clip_l", "clip_g", "t5xxl") if (path := getattr(args, name, None)) is not None
+        name: str(path)
+        for name in ("clip_l", "clip_g", "t5xxl", "llm")
+        if (path := getattr(args, name, None)) is not None
     }
     if files and args.vae is not None:
         files["vae"] = str(args.vae)
+    for name in ENGINE_FILES:  # stable-diffusion.cpp's other component files (core's families refuse them)
+        if (path := getattr(args, name, None)) is not None:
+            files[name] = str(path)
     return files
 
 

@@ -201,7 +201,7 @@ def _strip(name: str) -> str:
 
 def family_of(shapes: dict[str, tuple[int, ...]]) -> str:
     """The model family the tensor names (and a few shapes) say, in stable-diffusion.cpp's terms:
-    SD 1.x, SD 2.x, SDXL, SD3, FLUX.1 (Fill), Chroma, FLUX.2, Qwen-Image, Z-Image, Wan, or
+    SD 1.x, SD 2.x, SDXL, SD3, FLUX.1 (Fill), Chroma, FLUX.2, Qwen-Image, Z-Image, Wan (2.1/2.2, T2V/I2V/TI2V), or
     "unknown". Read from the denoiser's keys, with or without the ``model.diffusion_model.``
     prefix a full checkpoint has."""
     names = {_strip(n): s for n, s in shapes.items()}
@@ -223,10 +223,29 @@ def family_of(shapes: dict[str, tuple[int, ...]]) -> str:
     if has("noise_refiner.") or has("context_refiner."):
         return "Z-Image"
     if has("patch_embedding.") and has("blocks.") and has("self_attn."):
-        return "Wan"
+        return _wan_family(names, has("img_emb."), has("vace_blocks."))
     if has("input_blocks."):
         return _unet_family(names)
     return "unknown"
+
+
+def _wan_family(names: dict[str, tuple[int, ...]], image_embedding: bool, vace: bool) -> str:
+    """Wan's version and task from its patch embedding (``[dim, in_channels, 1, 2, 2]``), as
+    stable-diffusion.cpp tells them apart (the width from a block's query): 48 input channels is
+    Wan2.2 TI2V 5B; 36 (the image's
+    latents and mask beside the noise) with a CLIP image embedding is Wan2.1 I2V/FLF2V, without
+    one Wan2.2 I2V (one expert of it); 16 is text-to-video, the same layout in 2.1 and 2.2."""
+    patch = names.get("patch_embedding.weight", ())
+    query = names.get("blocks.0.self_attn.q.weight", ())
+    dim = query[0] if query else (patch[0] if patch else 0)
+    # kernel 1x2x2; a GGUF file holds the 5-d Conv3d weight as 4-d (its dims merged), so count
+    channels = math.prod(patch) // 4 // dim if patch and dim else 0
+    size = {1536: " 1.3B", 3072: " 5B", 5120: " 14B"}.get(dim, "")
+    if channels == 48:
+        return f"Wan2.2 TI2V{size}"
+    if channels == 36:
+        return f"Wan2.1 I2V{size}" if image_embedding else f"Wan2.2 I2V{size}"
+    return f"Wan2.1 VACE{size}" if vace else f"Wan2.x T2V{size}"
 
 
 def _unet_family(names: dict[str, tuple[int, ...]]) -> str:

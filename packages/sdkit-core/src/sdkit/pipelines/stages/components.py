@@ -39,7 +39,18 @@ MEMORY_POLICIES: tuple[str, ...] = ("keep", "offload")
 PerComponent = str | Device | None | Mapping[str, Any]
 WeightSwap = Literal["refit", "recompile"]
 # load_pipeline options naming a component's own file (stable-diffusion.cpp's --clip_l, --t5xxl, --vae).
-COMPONENT_FILES = ("clip_l", "clip_g", "t5xxl", "vae")
+# The last four only stable-diffusion.cpp takes (sdkit-sdcpp): --llm, --clip_vision,
+# --high-noise-diffusion-model, --photo-maker; core's families refuse them by name.
+COMPONENT_FILES = (
+    "clip_l",
+    "clip_g",
+    "t5xxl",
+    "vae",
+    "llm",
+    "clip_vision",
+    "high_noise_diffusion_model",
+    "photo_maker",
+)
 
 
 def per_component(value: PerComponent, components: tuple[str, ...], what: str, default: Any) -> dict[str, Any]:
