@@ -74,7 +74,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
 def close_to(got: Any, case: str) -> None:
     want = np.asarray(Image.open(E2E / f"out_{case}.png").convert("RGB"), dtype=np.int16)
     diff = np.abs(np.asarray(got, dtype=np.int16) - want)
-    print(f"{case}: max {diff.max()} levels; {np.mean(diff == 1):.3%} of values 1 level off, {np.mean(diff > 1):.3%} more")
+    print(
+        f"{case}: max {diff.max()} levels; {np.mean(diff == 1):.3%} of values 1 level off, {np.mean(diff > 1):.3%} more"
+    )
     assert diff.max() <= MOST_LEVELS and np.mean(diff > 1) <= BEYOND_ONE
 
 

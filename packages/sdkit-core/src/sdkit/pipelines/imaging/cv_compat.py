@@ -242,7 +242,10 @@ def resize_linear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         wide = src.astype(np.int64)
         across = wide[:, cols] * col_b[None, :, None] + wide[:, right] * (RESIZE_COEF_SCALE - col_b)[None, :, None]
         # OpenCV's SIMD vertical pass: rows >> 4, (row * beta) >> 16 per tap, (sum + 2) >> 2
-        top, bottom = (across[rows] >> 4) * row_b[:, None, None], (across[below] >> 4) * (RESIZE_COEF_SCALE - row_b)[:, None, None]
+        top, bottom = (
+            (across[rows] >> 4) * row_b[:, None, None],
+            (across[below] >> 4) * (RESIZE_COEF_SCALE - row_b)[:, None, None],
+        )
         out: np.ndarray = np.clip(((top >> 16) + (bottom >> 16) + 2) >> 2, 0, 255).astype(np.uint8)
     else:
         a0, a1 = (1 - col_f).astype(np.float64), col_f.astype(np.float64)
