@@ -114,3 +114,19 @@ def test_generate_restores_faces_with_a_file(files: dict[str, Path], tmp_path: P
     assert "Face restoration" not in plain.info["parameters"]
     changed = np.abs(np.asarray(fixed.convert("RGB"), dtype=int) - np.asarray(plain.convert("RGB"))).max(axis=2)
     assert np.mean(changed > 2) > 0.1  # the crafted detector's two faces were restored and pasted
+
+
+@pytest.mark.slow  # GFPGAN v1.4 at 512 px twice, RetinaFace ResNet-50 at 640 x 800
+def test_full_size_gfpgan_matches_facexlib(tmp_path: Path) -> None:
+    """A1111's configuration: GFPGAN v1.4 (random weights, shipped graph), 512 px crops, the
+    ResNet-50 detector (crafted the same way: two faces), ParseNet."""
+    files = e2e_weights().write_files(tmp_path, full=True)
+    facts = GOLDENS["cases"]["full_gfpgan"]
+    photo = E2E / "photo.png"
+    close_to(sdkit.restore_faces(photo, files["gfpgan"]), "full_gfpgan")
+    models = faces.load_face_models(files["gfpgan"])
+    assert models.restorer.size == 512
+    landmarks = faces.face_landmarks(np.asarray(Image.open(photo).convert("RGB")), models.detector)
+    assert len(landmarks) == facts["faces"] == 2
+    assert np.abs(np.array(landmarks) - np.array(facts["landmarks"])).max() < 1e-3
+    faces._LOADED.clear()
