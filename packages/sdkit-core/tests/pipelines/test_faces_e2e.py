@@ -104,6 +104,7 @@ def test_cli_restores_with_codeformer(files: dict[str, Path], tmp_path: Path, ca
     argv = ["restore-faces", str(E2E / "photo.png"), "--model", str(files["codeformer"]), "--fidelity", "0.7"]
     assert main([*argv, "-o", str(out)]) == 0
     assert "2 face(s) restored with CodeFormer" in capsys.readouterr().out
+    assert faces.load_face_models(files["codeformer"]).restorer.size == 64  # the compiled set the CLI used
     assert GOLDENS["cases"]["codeformer_w0.7"]["fidelity"] == 0.7
     close_to(Image.open(out).convert("RGB"), "codeformer_w0.7")
 
