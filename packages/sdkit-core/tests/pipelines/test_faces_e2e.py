@@ -19,8 +19,8 @@ parsing at 512), which sdkit follows from ``restorer.size``.
 Tolerance, on the pasted 8-bit image: at most 2 levels, at most 0.1% of values more than 1 level
 off. Measured (2-vCPU AMD EPYC, backend "auto" = openvino): GFPGAN max 1 level on 0.057% of
 values, CodeFormer (w = 0.7) max 1 level on 0.73%, none beyond 1 level (``close_to`` prints
-them). The full-size case (GFPGAN v1.4 at 512 px, RetinaFace ResNet-50) is
-``test_full_size_gfpgan_matches_facexlib`` (``-m slow``).
+them); on ggml (``-m slow``, 87 s) 0.057% and 0.63%, none beyond. The full-size case (GFPGAN
+v1.4 at 512 px, RetinaFace ResNet-50) is ``test_full_size_gfpgan_matches_facexlib`` (``-m slow``).
 
 ``sdkit generate --restore-faces FILE`` on the tiny pipeline is a smoke check (``-m slow``: the
 faces reach the networks, the PNG parameters name the restorer); the server's face paths are in
@@ -123,6 +123,16 @@ def test_generate_restores_faces_with_a_file(
     assert "Face restoration" not in plain.info["parameters"]
     changed = np.abs(np.asarray(fixed.convert("RGB"), dtype=int) - np.asarray(plain.convert("RGB"))).max(axis=2)
     assert np.mean(changed > 2) > 0.1  # the crafted detector's two faces were restored and pasted
+
+
+@pytest.mark.slow  # ParseNet at 512 px takes ~16 s a face on ggml (2 vCPUs)
+@pytest.mark.parametrize("case", ["gfpgan", "codeformer_w0.7"])
+def test_tiny_cases_on_ggml(case: str, files: dict[str, Path], request: pytest.FixtureRequest) -> None:
+    """The two tiny cases with every network on ggml (CI runs them on "auto", openvino here)."""
+    only_with_slow(request, "the e2e cases on ggml (minutes)")
+    restorer = files[case.split("_", maxsplit=1)[0]]
+    fidelity = GOLDENS["cases"][case]["fidelity"]
+    close_to(sdkit.restore_faces(E2E / "photo.png", restorer, fidelity=fidelity, backend="ggml"), case)
 
 
 @pytest.mark.slow  # GFPGAN v1.4 at 512 px twice, RetinaFace ResNet-50 at 640 x 800
