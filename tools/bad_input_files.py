@@ -1,5 +1,6 @@
 """The second half of the bad-input matrix (issue 30's second pass): hostile files and requests
-for what this round added. Upscaler files run on each backend; GGUF headers, checkpoint merges
+for what this round added. Upscaler files run on each backend; GGUF headers, checkpoint merges,
+face-restoration files (damaged GFPGAN/CodeFormer/RetinaFace files: each a ModelFormatError)
 and ``sdkit serve``'s endpoints once (no backend compiles them: the server runs the tiny SD 1.5
 pipeline on the reference backend). Each case does what a user would do and must end as an
 ``SdkitError`` (a CLI: exit 1 and one ``sdkit: error:`` line), or for the server as a 4xx with a
@@ -513,6 +514,114 @@ def _cli(argv: list[str]) -> None:
         raise RuntimeError(f"exit {code}: {err.getvalue()[-200:]!r}")
 
 
+# -- face-restoration files ----------------------------------------------------------------------
+
+FACES_E2E = REPO / "fixtures" / "faces" / "e2e"
+
+
+def _face_files(folder: Path) -> dict[str, Path]:
+    """The end-to-end test's four files (tiny GFPGAN/CodeFormer, crafted RetinaFace, ParseNet) in
+    ``folder``, the tiny graphs found as shipped ones."""
+    import importlib.util
+
+    import sdkit.families.codeformer
+    import sdkit.families.gfpgan
+
+    spec = importlib.util.spec_from_file_location("e2e_weights", FACES_E2E / "e2e_weights.py")
+    if spec is None or spec.loader is None:
+        raise ImportError("fixtures/faces/e2e/e2e_weights.py")
+    weights = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(weights)
+    (folder / "graphs").mkdir()
+    graphs = weights.graph_folder(folder / "graphs", sdkit.families.gfpgan.graphs_dir())
+    sdkit.families.gfpgan.graphs_dir = lambda: graphs  # type: ignore[assignment]
+    sdkit.families.codeformer.graphs_dir = lambda: graphs  # type: ignore[assignment]
+    files: dict[str, Path] = weights.write_files(folder)
+    return files
+
+
+def _face_case(
+    which: str, damage: Callable[[Path], Path] | None = None, restorer: str = "gfpgan"
+) -> Callable[[str, Path], None]:
+    """``sdkit.restore_faces`` on the e2e photo with ``which`` file damaged (square mask: the
+    reference backend runs no 512 px parser in the control)."""
+
+    def case(backend: str, folder: Path) -> None:
+        import sdkit
+        from sdkit.pipelines.stages import faces
+
+        faces._LOADED.clear()
+        files = _face_files(folder)
+        if damage is not None:
+            files[which] = damage(files[which])
+        sdkit.restore_faces(
+            FACES_E2E / "photo.png", files[restorer], detector=files["detector"], use_parse=False, backend=backend
+        )
+
+    return case
+
+
+def _edit(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[Path], Path]:
+    def damage(path: Path) -> Path:
+        from safetensors.numpy import load_file, save_file
+
+        save_file(change(dict(load_file(str(path)))), str(path))
+        return path
+
+    return damage
+
+
+def _first_conv_reshaped(tensors: dict[str, Any]) -> dict[str, Any]:
+    key = next(k for k, v in tensors.items() if v.ndim == 4)
+    tensors[key] = np.zeros((tensors[key].shape[0] + 1, *tensors[key].shape[1:]), np.float32)
+    return tensors
+
+
+def _one_key_dropped(tensors: dict[str, Any]) -> dict[str, Any]:
+    tensors.pop(next(k for k, v in tensors.items() if v.ndim == 4))
+    return tensors
+
+
+def _truncate(path: Path) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _pickled(suffix: str) -> Callable[[Path], Path]:
+    def damage(path: Path) -> Path:
+        out = path.with_suffix(suffix) if suffix else path
+        out.write_bytes(pickle.dumps({"params_ema": {"conv_body_first.weight": [0.0]}}))
+        return out
+
+    return damage
+
+
+def _huge(path: Path) -> Path:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "np") as f:
+        entries = [(k, list(f.get_slice(k).get_shape())) for k in f.keys()]  # noqa: SIM118
+    first = next(i for i, (_, shape) in enumerate(entries) if len(shape) == 4)
+    entries[first] = (entries[first][0], [2**20, 2**20, 3, 3])
+    return _safetensors(path, entries, b"\0" * 4096)
+
+
+FACE_CASES: list[tuple[str, Callable[[str, Path], None]]] = [
+    ("control: the valid files run", _face_case("gfpgan")),
+    ("GFPGAN: a conv of another shape", _face_case("gfpgan", _edit(_first_conv_reshaped))),
+    ("CodeFormer: a key missing", _face_case("codeformer", _edit(_one_key_dropped), "codeformer")),
+    ("GFPGAN: data shorter than the header", _face_case("gfpgan", _truncate)),
+    ("CodeFormer: declared 2^20 x 2^20 x 3 x 3", _face_case("codeformer", _huge, "codeformer")),
+    ("GFPGANv1.4.pth pickle (never unpickled)", _face_case("gfpgan", _pickled(".pth"))),
+    ("a pickle named .safetensors (restorer)", _face_case("gfpgan", _pickled(""))),
+    ("RetinaFace: data shorter than the header", _face_case("detector", _truncate)),
+    ("RetinaFace: a conv of another shape", _face_case("detector", _edit(_first_conv_reshaped))),
+    ("RetinaFace: a key missing", _face_case("detector", _edit(_one_key_dropped))),
+    ("a GFPGAN file given as the detector", _face_case("detector", lambda p: p.with_name("GFPGANv1.4.safetensors"))),
+]
+
+
 # valid inputs that must run: the controls (each class's harness reaches the code under test)
 # and a documented result (A1111's rule: a key C lacks counts as zero)
 ACCEPTED = {"C missing half the keys"}
@@ -522,5 +631,6 @@ FILE_CASES: dict[str, tuple[bool, list[tuple[str, Callable[[str, Path], None]]]]
     "upscaler files (sdkit.upscale)": (True, UPSCALER_CASES),
     "GGUF headers (sdkit inspect)": (False, GGUF_CASES),
     "checkpoint merges (sdkit merge)": (False, MERGE_CASES),
+    "face-restoration files (sdkit.restore_faces)": (False, FACE_CASES),
 }
 SERVER_CLASS = "sdkit serve requests (new endpoints)"

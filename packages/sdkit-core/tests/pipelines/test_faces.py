@@ -221,7 +221,7 @@ def test_pasting_only_the_footprint_changes_nothing(
     facexlib) every pixel comes out the same, the border-cut face included."""
     parser = FixedParser(face_golden["parse_map"]) if parse else None
     block, _ = faces.restore_faces(face_golden["image"], Brighten(), FixedDetector(face_golden), parser)
-    monkeypatch.setattr(faces, "_footprint", lambda inverse, width, height: (0, 0, width, height))
+    monkeypatch.setattr(faces, "_footprint", lambda inverse, width, height, face=512: (0, 0, width, height))
     whole, _ = faces.restore_faces(face_golden["image"], Brighten(), FixedDetector(face_golden), parser)
     assert np.array_equal(np.asarray(block), np.asarray(whole))
 

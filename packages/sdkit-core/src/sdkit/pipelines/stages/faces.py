@@ -18,7 +18,10 @@ by step, with OpenCV's arithmetic reproduced in numpy (``sdkit.pipelines.imaging
    chooses the inliers (squared error within ``(2.5 * 1.4826 * (1 + 5 / 3))^2`` times that
    median), then the least-squares similarity over the inliers (what OpenCV's Levenberg-Marquardt
    refinement converges to). The face is warped to 512 x 512 (bilinear, grey border
-   (132, 133, 135) RGB).
+   (132, 133, 135) RGB). A restorer with another side (``restorer.size``, e.g. a tiny test
+   network's 64) gets ``FaceRestoreHelper(face_size=size)``'s crop: the template times
+   ``size / 512``, the crop ``size`` x ``size``; its parse mask is computed at 512 (the restored
+   face resized up, bilinear) and resized down to ``size`` before the warp back, as facexlib does.
 3. **Restore**: the crop as RGB floats in [0, 1] goes to the restorer (GFPGAN, or CodeFormer with
    its fidelity weight ``w``); its [0, 1] output becomes 8 bits as A1111 writes it:
    ``(face * 255).astype(uint8)`` (truncated, not rounded).
@@ -66,6 +69,7 @@ from sdkit.pipelines.imaging.cv_compat import (
     gaussian_blur,
     invert_affine,
     resize_lanczos4,
+    resize_linear,
     warp_affine,
 )
 
@@ -232,10 +236,16 @@ def face_landmarks(image: U8, detector: FaceDetector) -> list[F32]:
     return found
 
 
-def align_face(image: U8, landmarks: np.ndarray) -> AlignedFace:
-    """The 512 x 512 crop of the face with these landmarks (step 2)."""
-    matrix = estimate_similarity(landmarks, FACE_TEMPLATE)
-    crop = warp_affine(image, matrix, (FACE_SIZE, FACE_SIZE), CROP_BORDER_RGB)
+def face_template(size: int = FACE_SIZE) -> NDArray[np.float64]:
+    """facexlib's template for ``FaceRestoreHelper(face_size=size)``: the 512 px one times ``size / 512``."""
+    return np.asarray(FACE_TEMPLATE * (size / 512.0), dtype=np.float64)
+
+
+def align_face(image: U8, landmarks: np.ndarray, size: int = FACE_SIZE) -> AlignedFace:
+    """The ``size`` x ``size`` crop of the face with these landmarks (step 2; facexlib's
+    ``face_size``: the restorer's side)."""
+    matrix = estimate_similarity(landmarks, face_template(size))
+    crop = warp_affine(image, matrix, (size, size), CROP_BORDER_RGB)
     return AlignedFace(np.asarray(landmarks, dtype=np.float32), matrix, crop)
 
 
@@ -270,21 +280,23 @@ def parse_mask(classes: np.ndarray) -> NDArray[np.float64]:
     return mask / 255.0
 
 
-def _square_mask(inverse: np.ndarray, size: tuple[int, int], region: tuple[int, int, int, int]) -> tuple[F32, F32]:
+def _square_mask(
+    inverse: np.ndarray, size: tuple[int, int], region: tuple[int, int, int, int], face: int = FACE_SIZE
+) -> tuple[F32, F32]:
     """facexlib's ``use_parse=False`` masks in ``region``: (the eroded warped square, its
     softened centre)."""
-    ones = np.ones((FACE_SIZE, FACE_SIZE), dtype=np.float32)
+    ones = np.ones((face, face), dtype=np.float32)
     eroded = erode(warp_affine(ones, inverse, size, region=region), 2)
     w_edge = int(np.sum(eroded) ** 0.5) // 20
     centre = erode(eroded, w_edge * 2)
     return eroded, gaussian_blur(centre, w_edge * 2 + 1, 0)
 
 
-def _footprint(inverse: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
+def _footprint(inverse: np.ndarray, width: int, height: int, face: int = FACE_SIZE) -> tuple[int, int, int, int]:
     """The block of the image a face pastes into: its crop's corners mapped back, widened by
     what the square mask's erosion and blur reach (so that every value outside is the image's
     own, and inside the same as over the whole image)."""
-    corners = np.array([[-1, -1, 1], [FACE_SIZE + 1, -1, 1], [-1, FACE_SIZE + 1, 1], [FACE_SIZE + 1, FACE_SIZE + 1, 1]])
+    corners = np.array([[-1, -1, 1], [face + 1, -1, 1], [-1, face + 1, 1], [face + 1, face + 1, 1]])
     mapped = corners @ np.asarray(inverse, dtype=np.float64).T
     if not np.isfinite(mapped).all():
         return 0, 0, width, height
@@ -300,8 +312,10 @@ def paste_faces(
     faces: Sequence[tuple[np.ndarray, U8]],
     parse_maps: Sequence[np.ndarray] | None = None,
 ) -> U8:
-    """Step 4: each ``(matrix, restored 512 px uint8 face)`` pasted back into ``image`` (H, W, 3
-    uint8 RGB); with ``parse_maps`` (one per face) the parse mask, else the square mask. Only
+    """Step 4: each ``(matrix, restored uint8 face)`` pasted back into ``image`` (H, W, 3 uint8
+    RGB); with ``parse_maps`` (one 512 x 512 map per face, whatever the face's side: facexlib
+    parses the face resized to 512 and resizes the mask to the face, both bilinear) the parse
+    mask, else the square mask. Only
     the block each face reaches is computed (``_footprint``); facexlib's float types are kept
     (float64 with the parse mask, float32 with the square one) until the final truncation."""
     height, width = image.shape[:2]
@@ -310,19 +324,21 @@ def paste_faces(
     out = image.astype(np.float64 if parse_maps is not None else np.float32)
     for i, (matrix, restored) in enumerate(faces):
         inverse = invert_affine(matrix)
-        region = _footprint(inverse, width, height)
+        side = int(np.asarray(restored).shape[0])
+        region = _footprint(inverse, width, height, side)
         x0, y0, x1, y1 = region
         if x0 >= x1:
             continue  # the face maps entirely outside the image
         warped = warp_affine(restored, inverse, (width, height), region=region)
         block = out[y0:y1, x0:x1]
         if parse_maps is not None:
-            mask = warp_affine(parse_mask(parse_maps[i]), inverse, (width, height), region=region)[:, :, None]
+            soft = resize_linear(parse_mask(parse_maps[i]), (side, side))
+            mask = warp_affine(soft, inverse, (width, height), region=region)[:, :, None]
             out[y0:y1, x0:x1] = mask * warped + (1 - mask) * block
         else:
-            eroded, soft = _square_mask(inverse, (width, height), region)
+            eroded, centre = _square_mask(inverse, (width, height), region, side)
             pasted = eroded[:, :, None] * warped
-            out[y0:y1, x0:x1] = soft[:, :, None] * pasted + (1 - soft[:, :, None]) * block
+            out[y0:y1, x0:x1] = centre[:, :, None] * pasted + (1 - centre[:, :, None]) * block
     return np.asarray(out).astype(np.uint8)
 
 
@@ -340,12 +356,21 @@ def _as_rgb_array(image: Any) -> U8:
     return array
 
 
+def face_size(restorer: FaceRestorer) -> int:
+    """The side of the crops a restorer takes (facexlib's ``face_size``; 512 for A1111's files)."""
+    size = getattr(restorer, "size", FACE_SIZE)
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 16 <= int(size) <= 2048:
+        raise ModelFormatError(f"{getattr(restorer, 'name', 'the face restorer')} has face size {size!r}")
+    return int(size)
+
+
 def _checked_face(restorer: FaceRestorer, face: Any) -> F32:
-    """The restorer's output, refused unless a finite (512, 512, 3) face."""
+    """The restorer's output, refused unless a finite (size, size, 3) face."""
     name = getattr(restorer, "name", "the face restorer")
+    side = face_size(restorer)
     out: F32 = np.asarray(face, dtype=np.float32)
-    if out.shape != (FACE_SIZE, FACE_SIZE, 3):
-        raise ModelFormatError(f"{name} returned a {list(out.shape)} face; (512, 512, 3) was expected")
+    if out.shape != (side, side, 3):
+        raise ModelFormatError(f"{name} returned a {list(out.shape)} face; ({side}, {side}, 3) was expected")
     if not np.isfinite(out).all():
         raise NonFiniteError(f"{name} returned NaN or infinity in a restored face")
     return out
@@ -386,13 +411,14 @@ def restore_faces(
     original = Image.fromarray(pixels)
     if visibility == 0.0:
         return original, 0
-    faces, parse_maps = [], []
+    faces, parse_maps, side = [], [], face_size(restorer)
     for landmarks in face_landmarks(pixels, detector):
-        aligned = align_face(pixels, landmarks)
+        aligned = align_face(pixels, landmarks, side)
         restored = restored_to_uint8(_checked_face(restorer, restorer.restore(crop_to_float(aligned.crop), fidelity)))
         faces.append((aligned.matrix, restored))
         if parser is not None:
-            parse_maps.append(parser.parse(np.asarray(restored, dtype=np.float32) / np.float32(255.0)))
+            face512 = resize_linear(restored, (FACE_SIZE, FACE_SIZE))  # facexlib's cv2.resize before parsing
+            parse_maps.append(parser.parse(np.asarray(face512, dtype=np.float32) / np.float32(255.0)))
     log.info("restoring %d face(s) with %s", len(faces), getattr(restorer, "name", "a face restorer"))
     if not faces:
         return original, 0
