@@ -1,7 +1,8 @@
 """Grouped 2-D convolutions with any number of groups, in a fixed number of ggml nodes.
 
 Up to ``MAX_GROUPS`` groups, converters/conv.py lowers one conv per group (each may take the
-direct kernel or a chunked im2col). Beyond that (ShuffleNet, MobileNet-style depthwise convs):
+direct kernel or a chunked im2col), except depthwise convs. Beyond that (ShuffleNet), and for
+depthwise convs at any group count (MobileNet's, 8-1024 groups):
 
 - depthwise with one kernel per channel (groups == in channels == out channels): ggml's
   GGML_OP_CONV_2D_DW (``ggml_conv_2d_dw_direct``, F32 sums), where the library binds it and the
