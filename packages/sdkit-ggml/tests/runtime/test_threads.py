@@ -38,9 +38,14 @@ def test_compute_threads(
     assert threads.compute_threads(requested) == expected
 
 
-def test_running_elsewhere_reads_proc_stat() -> None:
+def test_running_elsewhere_reads_proc_stat(monkeypatch: pytest.MonkeyPatch) -> None:
     others = threads.running_elsewhere()
     assert others is None or others >= 0
+    reads = iter([5, 2, 4])  # the caller counts itself; a passing thread is not a busy core
+    monkeypatch.setattr(threads, "_procs_running", lambda: next(reads))
+    assert threads.running_elsewhere() == 1
+    monkeypatch.setattr(threads, "_procs_running", lambda: None)
+    assert threads.running_elsewhere() is None
 
 
 @pytest.mark.parametrize(
