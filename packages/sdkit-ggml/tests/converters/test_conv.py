@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.model import Model
 from sdkit_ggml.backend import GgmlBackend
 from sdkit_ggml.compiler.build import capacity_for
 from sdkit_ggml.converters import conv
@@ -176,3 +177,28 @@ def test_many_group_convs_take_a_fixed_number_of_nodes(
     lib = program.lib
     ops = {lib.ggml_op_desc(lib.ggml_graph_node(program.graph, i)).decode() for i in range(program.nodes)}
     assert ops - {"RESHAPE", "VIEW", "CONT", "PERMUTE"} == expected
+
+
+@pytest.mark.parametrize(
+    ("groups", "weight", "x"),
+    [
+        (8, (8, 1, 3, 3), (1, 8, 2, 2)),  # depthwise, the kernel larger than the input
+        (2, (2, 2, 3, 3), (1, 2, 5, 5)),  # groups == channels == outputs, 2 channels a group
+    ],
+)
+def test_depthwise_shapes_that_do_not_fit_are_errors(groups: int, weight: tuple[int, ...], x: tuple[int, ...]) -> None:
+    # symbolic input dims: the shapes are known only at run time, where ggml would abort
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal(weight).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=groups)],
+        "depthwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "c", "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = sdkit.compile(Model.from_proto(proto), backend="ggml", device="cpu")
+    with pytest.raises(SdkitError):
+        compiled.run({"x": np.zeros(x, np.float32)})

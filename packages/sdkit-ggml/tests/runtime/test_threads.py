@@ -41,8 +41,10 @@ def test_compute_threads(
 def test_running_elsewhere_reads_proc_stat(monkeypatch: pytest.MonkeyPatch) -> None:
     others = threads.running_elsewhere()
     assert others is None or others >= 0
+    assert threads._own_running() >= 1  # the caller, running
     reads = iter([5, 2, 4])  # the caller counts itself; a passing thread is not a busy core
     monkeypatch.setattr(threads, "_procs_running", lambda: next(reads))
+    monkeypatch.setattr(threads, "_own_running", lambda: 1)
     assert threads.running_elsewhere() == 1
     monkeypatch.setattr(threads, "_procs_running", lambda: None)
     assert threads.running_elsewhere() is None

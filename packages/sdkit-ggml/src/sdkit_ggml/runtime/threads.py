@@ -11,9 +11,9 @@ than 1 thread, and a tiny graph of many small nodes 150x slower.
 Two settings, read at every compute:
 
 - ``SDKIT_GGML_THREADS_POLICY``: ``idle`` (default) computes with at most as many threads as
-  there are idle cores just before the compute (the machine's online CPUs less the other
-  runnable threads the kernel counts in /proc/stat's ``procs_running``, the fewest of 3 reads
-  0.5 ms apart), never fewer than 1;
+  there are idle cores just before the compute (the machine's online CPUs less the runnable
+  threads of other processes: /proc/stat's ``procs_running`` less this process's threads in
+  state R, the fewest of 3 reads 0.5 ms apart), never fewer than 1;
   ``fixed`` always uses the ``threads`` option. On a quiet machine the two are the same. Where
   /proc/stat is not readable (not Linux), ``idle`` is ``fixed``.
 - ``SDKIT_GGML_THREADPOOL_POLL``: unset (default) lets ggml create and join its workers at each
@@ -31,6 +31,7 @@ import ctypes
 import os
 import threading
 import time
+from pathlib import Path
 
 from sdkit.errors import OptionError, SdkitError
 from sdkit_ggml.runtime.lib import GgmlLib, ThreadpoolParams
@@ -55,10 +56,27 @@ def _procs_running() -> int | None:
     return None
 
 
+def _own_running() -> int:
+    """This process's runnable threads, the caller included (at least 1): idle workers of an
+    earlier compute (OpenMP's, onnxruntime's) may still spin, and leave when ggml starts."""
+    count = 0
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            state = (task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        count += state == b"R"
+    return max(1, count)
+
+
 def running_elsewhere(samples: int = SAMPLES) -> int | None:
-    """Runnable threads on the machine other than the caller (/proc/stat), or None if unknown:
-    the fewest of a few reads 0.5 ms apart, so that a thread runnable for an instant does not
-    take a core from a whole compute."""
+    """Runnable threads of other processes (/proc/stat's count less this process's), or None
+    if unknown: the fewest of a few reads 0.5 ms apart, so that a thread runnable for an
+    instant does not take a core from a whole compute."""
     counts = []
     for i in range(samples):
         if i:
@@ -66,8 +84,8 @@ def running_elsewhere(samples: int = SAMPLES) -> int | None:
         count = _procs_running()
         if count is None:
             return None
-        counts.append(count)
-    return max(0, min(counts) - 1)
+        counts.append(count - _own_running())
+    return max(0, min(counts))
 
 
 def policy() -> str:
