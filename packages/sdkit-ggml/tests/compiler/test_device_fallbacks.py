@@ -92,14 +92,15 @@ def test_pools_as_2d_pools(cuda_like: list[str], op: str, attributes: dict[str, 
     assert "POOL_1D" in cuda_like
 
 
+@pytest.mark.parametrize("groups", [96, 16])  # above and below MAX_GROUPS
 @pytest.mark.parametrize("cuda_like", [[], ["CONV_2D_DW"]], indirect=True)
-def test_depthwise_conv_without_its_kernel(cuda_like: list[str]) -> None:
-    # 96 groups, one kernel per channel: GGML_OP_CONV_2D_DW where the device has it, else the
+def test_depthwise_conv_without_its_kernel(cuda_like: list[str], groups: int) -> None:
+    # one kernel per channel: GGML_OP_CONV_2D_DW where the device has it, else the
     # batched im2col + mul_mat; both against onnxruntime
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((2, 96, 9, 8)).astype(np.float32)
-    w = rng.standard_normal((96, 1, 3, 3)).astype(np.float32)
-    model = one_node_model("Conv", {"x": x}, {"group": 96, "pads": [1, 1, 1, 1]}, initializers={"w": w})
+    x = rng.standard_normal((2, groups, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((groups, 1, 3, 3)).astype(np.float32)
+    model = one_node_model("Conv", {"x": x}, {"group": groups, "pads": [1, 1, 1, 1]}, initializers={"w": w})
     compiled = sdkit.compile(model, backend="ggml", device="cpu")
     got = compiled.run({"x": x})
     want = ort.InferenceSession(model.graph.to_onnx(model.weights).SerializeToString()).run(None, {"x": x})

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import sdkit
-from sdkit.errors import ModelFormatError
+from sdkit.errors import ModelFormatError, SdkitError
+from sdkit.model import Model
 from sdkit_ggml.backend import GgmlBackend
 from sdkit_ggml.compiler.build import capacity_for
 from sdkit_ggml.converters import conv
@@ -95,6 +96,11 @@ GROUPED = [
     (112, 112, 112, {"pads": [1, 1, 1, 1]}),  # depthwise, multiplier 1
     (96, 96, 96, {"strides": [2, 2], "dilations": [2, 2], "pads": [0, 1, 2, 1]}),  # depthwise, asymmetric pads
     (96, 96, 192, {"strides": [1, 2], "pads": [1, 0, 1, 0]}),  # depthwise, multiplier 2
+    # depthwise at 64 groups or fewer (MobileNet0.25's 8-64) takes GGML_OP_CONV_2D_DW too
+    (8, 8, 8, {"pads": [1, 1, 1, 1]}),
+    (32, 32, 32, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (64, 64, 64, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    (16, 16, 16, {"strides": [2, 1], "pads": [0, 1, 2, 1]}),  # asymmetric pads
 ]
 
 
@@ -157,16 +163,42 @@ def test_conv_transpose_refusals(refuses: Check, f32: Check) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cout", "per_group", "expected"),
-    [(112, 1, {"CONV_2D_DW"}), (224, 1, {"IM2COL", "MUL_MAT"}), (112, 2, {"IM2COL", "MUL_MAT"})],
-)
+    ("groups", "cout", "per_group", "expected"),
+    [(112, 112, 1, {"CONV_2D_DW"}), (112, 224, 1, {"IM2COL", "MUL_MAT"}), (112, 112, 2, {"IM2COL", "MUL_MAT"}),
+     (16, 16, 1, {"CONV_2D_DW"})],  # depthwise below MAX_GROUPS too
+)  # fmt: skip
 def test_many_group_convs_take_a_fixed_number_of_nodes(
-    cout: int, per_group: int, expected: set[str], one_node_graph: Check, f32: Check
+    groups: int, cout: int, per_group: int, expected: set[str], one_node_graph: Check, f32: Check
 ) -> None:
-    x = f32(1, 112 * per_group, 6, 5)
-    model = one_node_graph("Conv", [("x", x), ("w", f32(cout, per_group, 3, 3), "const")], {"group": 112})
+    x = f32(1, groups * per_group, 6, 5)
+    model = one_node_graph("Conv", [("x", x), ("w", f32(cout, per_group, 3, 3), "const")], {"group": groups})
     compiled = sdkit.compile(model, backend="ggml", device="cpu")
     program = compiled.program_for({"x": x})
     lib = program.lib
     ops = {lib.ggml_op_desc(lib.ggml_graph_node(program.graph, i)).decode() for i in range(program.nodes)}
     assert ops - {"RESHAPE", "VIEW", "CONT", "PERMUTE"} == expected
+
+
+@pytest.mark.parametrize(
+    ("groups", "weight", "x"),
+    [
+        (8, (8, 1, 3, 3), (1, 8, 2, 2)),  # depthwise, the kernel larger than the input
+        (2, (2, 2, 3, 3), (1, 2, 5, 5)),  # groups == channels == outputs, 2 channels a group
+    ],
+)
+def test_depthwise_shapes_that_do_not_fit_are_errors(groups: int, weight: tuple[int, ...], x: tuple[int, ...]) -> None:
+    # symbolic input dims: the shapes are known only at run time, where ggml would abort
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal(weight).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=groups)],
+        "depthwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "c", "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = sdkit.compile(Model.from_proto(proto), backend="ggml", device="cpu")
+    with pytest.raises(SdkitError):
+        compiled.run({"x": np.zeros(x, np.float32)})

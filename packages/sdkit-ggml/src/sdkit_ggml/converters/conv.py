@@ -26,7 +26,8 @@ from sdkit_ggml.runtime import lib as L
 
 # Up to this many groups, a grouped conv is lowered one group at a time (each group's conv
 # takes the direct kernel or a chunked im2col); beyond, in a fixed number of nodes
-# (converters/conv_groups.py). ConvTranspose lowers at most this many.
+# (converters/conv_groups.py). A depthwise conv (groups == in == out channels, MobileNet's)
+# takes the fixed-node lowering at any group count. ConvTranspose lowers at most this many.
 MAX_GROUPS = 64
 # im2col of a big feature map (1.2 GB for the SD VAE's last convs at 512 px) is built in chunks
 # of at most this many MB (issue 17: peak memory at or below onnxruntime's).
@@ -336,7 +337,8 @@ def conv_of(b: Builder, node: Node, x: Tensor) -> Tensor:
     before, after = spatial_pads(node, list(x.shape[2:]), kernel, strides, dilations)
     if x.shape[1] % groups or weight.shape[0] % groups:
         raise Unsupported(f"Conv: {x.shape[1]} channels do not split into {groups} groups")
-    in_kernel = groups if groups > MAX_GROUPS else 1
+    depthwise = 1 < groups == x.shape[1] == weight.shape[0]
+    in_kernel = groups if groups > MAX_GROUPS or depthwise else 1
     kernels = group_kernels(b, node, groups // in_kernel, AS_FLOAT32)
     bias = b.tensor(node, 2) if node.has(2) else None
     return convolution(

@@ -1,7 +1,8 @@
 """Grouped 2-D convolutions with any number of groups, in a fixed number of ggml nodes.
 
 Up to ``MAX_GROUPS`` groups, converters/conv.py lowers one conv per group (each may take the
-direct kernel or a chunked im2col). Beyond that (ShuffleNet, MobileNet-style depthwise convs):
+direct kernel or a chunked im2col), except depthwise convs. Beyond that (ShuffleNet), and for
+depthwise convs at any group count (MobileNet's, 8-1024 groups):
 
 - depthwise with one kernel per channel (groups == in channels == out channels): ggml's
   GGML_OP_CONV_2D_DW (``ggml_conv_2d_dw_direct``, F32 sums), where the library binds it and the
@@ -29,10 +30,14 @@ def depthwise_conv2d(
     """x [N,C,H,W] * kernel [C,1,KH,KW] -> [N,C,OH,OW] through GGML_OP_CONV_2D_DW, or None
     where the library or the device lacks it (the caller then takes the batched lowering)."""
     n, c, h, w = x.shape
-    _, _, kh, kw = kernel.shape
+    _, per_group, kh, kw = kernel.shape
+    if per_group != 1:  # a kernel that does not fit the input (batched_group_conv2d says so)
+        return None
     if not b.has_function("ggml_conv_2d_dw_direct") or kernel.ggml_type not in (L.GGML_TYPE_F32, L.GGML_TYPE_F16):
         return None
     oh, ow = _out_size(h, kh, stride[0], pad[0], dilation[0]), _out_size(w, kw, stride[1], pad[1], dilation[1])
+    if oh <= 0 or ow <= 0:  # ggml would abort
+        raise Unsupported(f"Conv: a {kh}x{kw} kernel does not fit input {h}x{w} (padding {pad})")
     spd = (stride[1], stride[0], pad[1], pad[0], dilation[1], dilation[0])
     y = b.op("ggml_conv_2d_dw_direct", kernel.ptr, x.ptr, *spd, shape=(n, c, oh, ow))
     return y if b.supported(y) else None

@@ -59,6 +59,22 @@ class TensorHead(ctypes.Structure):
     )
 
 
+GGML_MAX_N_THREADS = 512
+
+
+class ThreadpoolParams(ctypes.Structure):
+    """struct ggml_threadpool_params (filled by ggml_threadpool_params_init)."""
+
+    _fields_ = (
+        ("cpumask", ctypes.c_bool * GGML_MAX_N_THREADS),
+        ("n_threads", ctypes.c_int),
+        ("prio", ctypes.c_int),
+        ("poll", ctypes.c_uint32),
+        ("strict_cpu", ctypes.c_bool),
+        ("paused", ctypes.c_bool),
+    )
+
+
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _F = ctypes.c_float
@@ -203,6 +219,10 @@ _OPTIONAL_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     # GGML_OP_CONV_2D_DW: depthwise (groups == channels, one kernel per channel), F32 sums;
     # (ctx, kernel [KW,KH,1,C], data [W,H,C,N], stride0, stride1, pad0, pad1, dilation0, dilation1)
     "ggml_conv_2d_dw_direct": (_P, (_P, _P, _P, _I, _I, _I, _I, _I, _I)),
+    # persistent CPU thread pools (runtime/threads.py)
+    "ggml_threadpool_params_init": (None, (_P, _I)),
+    "ggml_threadpool_new": (_P, (_P,)),
+    "ggml_backend_cpu_set_threadpool": (None, (_P, _P)),
 }
 
 

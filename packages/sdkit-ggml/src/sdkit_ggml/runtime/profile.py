@@ -146,7 +146,9 @@ def profile_program(program: Program, feeds: Mapping[str, np.ndarray], threads: 
     fastest time (the machine is shared: the minimum is the least disturbed)."""
     lib = program.lib
     if lib.has_cpu and lib.ggml_backend_is_cpu(program.backend):
-        lib.ggml_backend_cpu_set_n_threads(program.backend, int(threads))
+        lib.ggml_backend_cpu_set_n_threads(program.backend, int(threads))  # as asked: no thread policy
+        if lib.has("ggml_backend_cpu_set_threadpool"):
+            lib.ggml_backend_cpu_set_threadpool(program.backend, None)
     _set_inputs(program, feeds)
     start = time.perf_counter()
     if lib.ggml_backend_graph_compute(program.backend, program.graph) != GGML_STATUS_SUCCESS:

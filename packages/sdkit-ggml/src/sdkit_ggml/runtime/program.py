@@ -19,6 +19,7 @@ from sdkit_ggml.runtime.context import GgmlContext
 from sdkit_ggml.runtime.lib import GGML_STATUS_SUCCESS, GgmlLib
 from sdkit_ggml.runtime.quantize import quantize
 from sdkit_ggml.runtime.tensors import BOOL, QUANTIZED, Tensor, WeightEntry, storage_numpy
+from sdkit_ggml.runtime.threads import set_cpu_threads
 
 _I32_MIN, _I32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -90,6 +91,7 @@ class Program:
         # runs so far with the first one's seconds: where a signature's first call goes.
         self.seconds: dict[str, float] = {}
         self.runs = 0
+        self.threads_used: int | None = None  # the CPU threads of the last compute
         self.first_run_s: float | None = None
         start = time.perf_counter()
         context = graph.context
@@ -188,7 +190,7 @@ class Program:
             data = to_storage(feeds[name], tensor, f"input {name!r}")
             self.lib.ggml_backend_tensor_set(tensor.ptr, data.ctypes.data, 0, data.nbytes)
         if self.lib.has_cpu and self.lib.ggml_backend_is_cpu(self.backend):
-            self.lib.ggml_backend_cpu_set_n_threads(self.backend, int(threads))
+            self.threads_used = set_cpu_threads(self.lib, self.backend, threads)
         status = self.lib.ggml_backend_graph_compute(self.backend, self.graph)
         if status != GGML_STATUS_SUCCESS:
             raise SdkitError(f"ggml graph compute failed (status {status})")
