@@ -16,7 +16,6 @@ either backend, a flip would move the output by far more than 1e-3).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 from pathlib import Path
@@ -26,10 +25,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-import sdkit
 from sdkit.errors import InputError, ModelFormatError, NonFiniteError
 from sdkit.families.codeformer import V010, CodeFormerFile, find_graph, sniff
 from sdkit.pipelines.stages.codeformer import CodeFormerRestorer
+from sdkit.testing.assets import load_module_file
+from sdkit.testing.goldens import require_backend as available
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "faces" / "codeformer"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "goldens.json").read_text())["cases"]
@@ -38,11 +38,7 @@ FIDELITIES = (0.0, 0.5, 1.0)
 
 
 def _weights_module() -> Any:
-    spec = importlib.util.spec_from_file_location("codeformer_weights", FIXTURES / "codeformer_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / "codeformer_weights.py", "codeformer_weights")
 
 
 WEIGHTS = _weights_module()
@@ -69,12 +65,6 @@ def golden(case: str, w: float) -> np.ndarray:
 def tiny_face() -> np.ndarray:
     with np.load(FIXTURES / "goldens.npz") as data:
         return np.asarray(data["tiny.input"])
-
-
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable")
 
 
 def restorer(path: Path, backend: str) -> CodeFormerRestorer:

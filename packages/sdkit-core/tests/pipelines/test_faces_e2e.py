@@ -30,7 +30,6 @@ tests (~20 s here, most of it two 512 px ParseNet runs per image).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +42,7 @@ from PIL import Image
 import sdkit
 from sdkit.cli.main import main
 from sdkit.pipelines.stages import faces
+from sdkit.testing.assets import load_module_file
 
 ROOT = Path(__file__).resolve().parents[4]
 E2E = ROOT / "fixtures" / "faces" / "e2e"
@@ -51,11 +51,7 @@ MOST_LEVELS, BEYOND_ONE = 2, 0.001
 
 
 def e2e_weights() -> Any:
-    spec = importlib.util.spec_from_file_location("e2e_weights", E2E / "e2e_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(E2E / "e2e_weights.py", "e2e_weights")
 
 
 @pytest.fixture(scope="module")

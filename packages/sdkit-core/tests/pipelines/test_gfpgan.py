@@ -9,7 +9,6 @@ and ``random`` (numpy's seeded N(0, 1) draws, put into spandrel's buffers by the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines.stages.gfpgan import GFPGANRestorer
+from sdkit.testing.assets import load_module_file
+from sdkit.testing.goldens import require_backend as available
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "faces" / "gfpgan"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "goldens.json").read_text())["cases"]
@@ -29,11 +29,7 @@ TOLERANCE = 1e-3
 
 def _weights_module() -> Any:
     """``fixtures/faces/gfpgan/gfpgan_weights.py``: the seeded values the fixture fed spandrel."""
-    spec = importlib.util.spec_from_file_location("gfpgan_weights", FIXTURES / "gfpgan_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / "gfpgan_weights.py", "gfpgan_weights")
 
 
 WEIGHTS = _weights_module()
@@ -57,12 +53,6 @@ def golden(case: str) -> tuple[np.ndarray, np.ndarray]:
             return data[f"{case}.input"], want
     face, _ = WEIGHTS.random_inputs(facts["config"]["out_size"], facts["seed"])
     return face[0].transpose(1, 2, 0), want
-
-
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable")
 
 
 def restorer(path: Path, backend: str, noise: str) -> GFPGANRestorer:

@@ -14,7 +14,6 @@ values the fixture script loaded into facexlib's module, their hash checked) run
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import sdkit
 from sdkit.errors import InputError, ModelFormatError
 from sdkit.families.parsenet import ParseNetConfig, expected_shapes, sniff
 from sdkit.pipelines.stages.parsenet import ParseNetParser
+from sdkit.testing.assets import load_module_file
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "faces" / "detect"
 RECORD: dict[str, Any] = json.loads((FIXTURES / "parsenet_goldens.json").read_text())
@@ -35,11 +35,7 @@ TOLERANCE = 1e-3
 
 
 def _face_weights() -> Any:
-    spec = importlib.util.spec_from_file_location("face_weights", FIXTURES / "face_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / "face_weights.py", "face_weights")
 
 
 WEIGHTS = _face_weights()

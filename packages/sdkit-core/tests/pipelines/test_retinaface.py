@@ -18,7 +18,6 @@ And end to end: ``detect`` at loose thresholds (random weights score near 0.5) g
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines.stages.retinaface import (
     DetectedFace,
@@ -35,6 +33,8 @@ from sdkit.pipelines.stages.retinaface import (
     detections,
     prior_boxes,
 )
+from sdkit.testing.assets import load_module_file
+from sdkit.testing.goldens import require_backend as available
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "faces" / "detect"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "goldens.json").read_text())["cases"]
@@ -44,11 +44,7 @@ OUTPUTS = ("loc", "conf", "landmarks")
 
 
 def _face_weights() -> Any:
-    spec = importlib.util.spec_from_file_location("face_weights", FIXTURES / "face_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / "face_weights.py", "face_weights")
 
 
 WEIGHTS = _face_weights()
@@ -68,12 +64,6 @@ def write_case(case: str, folder: Path, prefix: str = "module.") -> Path:
     path = folder / f"{case}.safetensors"
     save_file({prefix + k: v for k, v in values.items()}, str(path))
     return path
-
-
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable")
 
 
 def detector(path: Path, backend: str) -> RetinaFaceDetector:

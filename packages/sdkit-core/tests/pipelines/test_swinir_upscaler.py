@@ -27,6 +27,8 @@ from sdkit.pipelines.stages.upscaler import (
     aligned_tiles,
     pad_like_spandrel,
 )
+from sdkit.testing.assets import load_module_file
+from sdkit.testing.goldens import require_backend as available
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "upscalers"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "swinir_goldens.json").read_text())["cases"]
@@ -36,11 +38,7 @@ TOLERANCE = 1e-3
 
 
 def _module(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / f"{name}.py", name)
 
 
 WEIGHTS = _module("upscaler_weights")
@@ -86,12 +84,6 @@ def golden(case: str) -> tuple[np.ndarray, np.ndarray]:
     """(input [1, H, W, 3], spandrel's output [1, sH, sW, 3])."""
     with np.load(FIXTURES / "swinir_goldens.npz") as data:
         return data[f"{case}.input"].transpose(0, 2, 3, 1), data[f"{case}.output"].transpose(0, 2, 3, 1)
-
-
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable")
 
 
 def upscaler(path: Path, backend: str, **kwargs: Any) -> ModelUpscaler:

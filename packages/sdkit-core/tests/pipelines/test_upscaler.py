@@ -7,7 +7,6 @@ on [0, 1] images. Tiling is measured against the same oracle and against the unt
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from safetensors.numpy import save_file
 import sdkit
 from sdkit.errors import InputError
 from sdkit.pipelines.stages.upscaler import ModelUpscaler
+from sdkit.testing.assets import load_module_file
+from sdkit.testing.goldens import require_backend as available
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "upscalers"
 GOLDENS: dict[str, Any] = json.loads((FIXTURES / "goldens.json").read_text())["cases"]
@@ -29,11 +30,7 @@ TOLERANCE = 1e-3
 
 def _upscaler_weights() -> Any:
     """``fixtures/upscalers/upscaler_weights.py``: the seeded values the fixture script fed spandrel."""
-    spec = importlib.util.spec_from_file_location("upscaler_weights", FIXTURES / "upscaler_weights.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(FIXTURES / "upscaler_weights.py", "upscaler_weights")
 
 
 WEIGHTS = _upscaler_weights()
@@ -52,12 +49,6 @@ def golden(case: str) -> tuple[np.ndarray, np.ndarray]:
     """(input [1, H, W, 3], spandrel's output [1, sH, sW, 3])."""
     with np.load(FIXTURES / "goldens.npz") as data:
         return data[f"{case}.input"].transpose(0, 2, 3, 1), data[f"{case}.output"].transpose(0, 2, 3, 1)
-
-
-def available(backend: str) -> None:
-    found = next((b for b in sdkit.backends() if b.name == backend), None)
-    if found is None or not found.available:
-        pytest.skip(f"backend {backend} unavailable")
 
 
 def upscaler(path: Path, backend: str, **kwargs: Any) -> ModelUpscaler:

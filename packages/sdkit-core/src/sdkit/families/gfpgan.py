@@ -34,8 +34,17 @@ from pathlib import Path
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.families import shipped_weights
 from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
-from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
+from sdkit.families.shipped import graphs_dir
+from sdkit.families.shipped_weights import (
+    SELECT_PARAMS,
+    check_fit,
+    find_named_graph,
+    initializer_shapes,
+    pth_refusal_message,
+    shipped_graph_names,
+)
 from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
 
 WRAPPER_PREFIXES = ("params_ema.", "params.", "module.")
@@ -51,14 +60,7 @@ _NOISE = re.compile(r"^stylegan_decoder\.noises\.noise(\d+)$")
 def pth_refusal(name: str) -> str:
     """Why a GFPGAN ``.pth`` is refused, and the one-line conversion (GFPGAN's releases keep
     their weights under ``params_ema``), as for the upscalers."""
-    stem = Path(name).stem
-    return (
-        f"{name}: pickled face-restoration files are refused (unpickling can run code); convert it once "
-        f"with PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
-        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
-        f"d = d.get('params_ema', d.get('params', d)); "
-        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
-    )
+    return pth_refusal_message(name, "face-restoration files", select=SELECT_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,7 @@ class GFPGANConfig:
 
 def strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
     """file key -> key without a training wrapper's prefix (when every key carries it)."""
-    keys = list(keys)
-    for prefix in WRAPPER_PREFIXES:
-        if keys and all(k.startswith(prefix) for k in keys):
-            return {k: k[len(prefix) :] for k in keys}
-    return {k: k for k in keys}
+    return shipped_weights.strip_wrapper(keys, WRAPPER_PREFIXES)
 
 
 def _count(pattern: re.Pattern[str], keys: Iterable[str]) -> int:
@@ -159,21 +157,14 @@ def sniff(shapes: Mapping[str, tuple[int, ...]]) -> GFPGANConfig | None:
 
 def gfpgan_graph_names() -> list[str]:
     """The shipped GFPGAN graphs."""
-    found = set()
-    for path in graphs_dir().iterdir():
-        for suffix in SUFFIXES:
-            if path.name.endswith(suffix) and path.name.startswith("gfpgan_"):
-                found.add(path.name.removesuffix(suffix))
-    return sorted(found)
+    return shipped_graph_names(graphs_dir(), ("gfpgan_",))
 
 
 def find_graph(config: GFPGANConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
     """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
-    for folder in [*folders, graphs_dir()]:
-        for suffix in SUFFIXES:
-            path = Path(folder) / f"{config.graph_name}{suffix}"
-            if path.is_file():
-                return load_graph(path)
+    graph = find_named_graph(config.graph_name, [*folders, graphs_dir()])
+    if graph is not None:
+        return graph
     raise ModelFormatError(
         f"no graph for {config.describe()}; sdkit ships {', '.join(gfpgan_graph_names())} (GFPGAN v1.2-v1.4; "
         f"fixtures/faces/gfpgan/export_gfpgan_graphs.py exports others as {config.graph_name}.onnx.gz)"
@@ -215,16 +206,9 @@ class GFPGANFile:
         """The graph's initializers from the file as float32, checked: each present with its
         shape; every other tensor one the graph does not use (``toRGB.*``, the decoder's
         ``style_mlp`` and noise buffers)."""
-        specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
+        specs = initializer_shapes(graph)
         entries = self.entries()
-        missing = sorted(set(specs) - set(entries))
-        extra = sorted(k for k in set(entries) - set(specs) if not k.startswith(UNUSED_PREFIXES))
-        wrong = sorted(k for k in specs if k in entries and entries[k].shape != specs[k])
-        if missing or extra or wrong:
-            raise ModelFormatError(
-                f"{self.path.name} does not fit the {self.config.describe()} graph: missing {missing[:3]}, "
-                f"unexpected {extra[:3]}, wrong shape {wrong[:3]}"
-            )
+        check_fit(self.path.name, self.config.describe(), specs, entries, UNUSED_PREFIXES)
         return WeightSet({name: self.file.read(entries[name], np.float32) for name in specs})
 
     def stored_noise(self) -> list[np.ndarray]:

@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.families import shipped_weights
 from sdkit.families.safetensors_reader import SafetensorsFile
-from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
+from sdkit.families.shipped import graphs_dir
+from sdkit.families.shipped_weights import find_named_graph, initializer_shapes, pth_refusal_message
 from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
 
 MIN_CH = 32  # facexlib's ch_range lower end
@@ -66,11 +68,7 @@ class ParseNetConfig:
 
 def strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
     """file key -> key without a training wrapper's prefix (when every key carries it)."""
-    keys = list(keys)
-    for prefix in WRAPPER_PREFIXES:
-        if keys and all(k.startswith(prefix) for k in keys):
-            return {k: k[len(prefix) :] for k in keys}
-    return {k: k for k in keys}
+    return shipped_weights.strip_wrapper(keys, WRAPPER_PREFIXES)
 
 
 def expected_shapes(config: ParseNetConfig) -> dict[str, tuple[int, ...]]:
@@ -139,22 +137,14 @@ def sniff(shapes: Mapping[str, tuple[int, ...]]) -> ParseNetConfig | None:
 
 
 def pth_refusal(name: str) -> str:
-    stem = Path(name).stem
-    return (
-        f"{name}: pickled face-parsing files are refused (unpickling can run code); convert it once with "
-        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
-        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
-        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
-    )
+    return pth_refusal_message(name, "face-parsing files")
 
 
 def find_graph(config: ParseNetConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
     """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
-    for folder in [*folders, graphs_dir()]:
-        for suffix in SUFFIXES:
-            path = Path(folder) / f"{config.graph_name}{suffix}"
-            if path.is_file():
-                return load_graph(path)
+    graph = find_named_graph(config.graph_name, [*folders, graphs_dir()])
+    if graph is not None:
+        return graph
     raise ModelFormatError(
         f"no graph for {config.describe()}: sdkit ships {ParseNetConfig().graph_name} "
         f"(facexlib's parsing_parsenet); fixtures/faces/detect/export_parsenet_graphs.py exports others"
@@ -184,7 +174,7 @@ class ParseNetFile:
     def weights(self, graph: Graph) -> WeightSet:
         """The file's tensors as float32 under the graph's initializer names (sniff has checked
         the key set and shapes against the configuration; the graph's are checked here)."""
-        specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
+        specs = initializer_shapes(graph)
         entries = {self.names[k]: e for k, e in self.file.entries.items() if not self.names[k].endswith(UNUSED_SUFFIX)}
         if {k: e.shape for k, e in entries.items()} != specs:
             raise ModelFormatError(f"{self.path.name} does not fit the {self.config.describe()} graph")

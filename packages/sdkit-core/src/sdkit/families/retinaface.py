@@ -24,8 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.families import shipped_weights
 from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
-from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
+from sdkit.families.shipped import graphs_dir
+from sdkit.families.shipped_weights import (
+    check_fit,
+    find_named_graph,
+    initializer_shapes,
+    pth_refusal_message,
+    shipped_graph_names,
+)
 from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
 
 WRAPPER_PREFIXES = ("module.", "params_ema.", "params.")
@@ -55,11 +63,7 @@ class RetinaFaceConfig:
 
 def strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
     """file key -> key without a training wrapper's prefix (when every key carries it)."""
-    keys = list(keys)
-    for prefix in WRAPPER_PREFIXES:
-        if keys and all(k.startswith(prefix) for k in keys):
-            return {k: k[len(prefix) :] for k in keys}
-    return {k: k for k in keys}
+    return shipped_weights.strip_wrapper(keys, WRAPPER_PREFIXES)
 
 
 def sniff(shapes: Mapping[str, tuple[int, ...]]) -> RetinaFaceConfig | None:
@@ -82,32 +86,19 @@ def sniff(shapes: Mapping[str, tuple[int, ...]]) -> RetinaFaceConfig | None:
 
 def pth_refusal(name: str) -> str:
     """Why a RetinaFace ``.pth`` is refused, and the one-line conversion."""
-    stem = Path(name).stem
-    return (
-        f"{name}: pickled face-detector files are refused (unpickling can run code); convert it once with "
-        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
-        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
-        f"st.save_file({{k.removeprefix('module.'): v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
-    )
+    return pth_refusal_message(name, "face-detector files", key="k.removeprefix('module.')")
 
 
 def retinaface_graph_names() -> list[str]:
     """The shipped RetinaFace graphs."""
-    found = set()
-    for path in graphs_dir().iterdir():
-        for suffix in SUFFIXES:
-            if path.name.startswith("retinaface_") and path.name.endswith(suffix):
-                found.add(path.name.removesuffix(suffix))
-    return sorted(found)
+    return shipped_graph_names(graphs_dir(), ("retinaface_",))
 
 
 def find_graph(config: RetinaFaceConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
     """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
-    for folder in [*folders, graphs_dir()]:
-        for suffix in SUFFIXES:
-            path = Path(folder) / f"{config.graph_name}{suffix}"
-            if path.is_file():
-                return load_graph(path)
+    graph = find_named_graph(config.graph_name, [*folders, graphs_dir()])
+    if graph is not None:
+        return graph
     raise ModelFormatError(f"no graph for {config.describe()}; sdkit ships {', '.join(retinaface_graph_names())}")
 
 
@@ -140,16 +131,9 @@ class RetinaFaceFile:
 
     def weights(self, graph: Graph) -> WeightSet:
         """The file's tensors as float32 under ``graph``'s initializer names, checked complete."""
-        specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
+        specs = initializer_shapes(graph)
         entries = self.entries()
-        missing = sorted(set(specs) - set(entries))
-        extra = sorted(set(entries) - set(specs))
-        wrong = sorted(k for k in specs if k in entries and entries[k].shape != specs[k])
-        if missing or extra or wrong:
-            raise ModelFormatError(
-                f"{self.path.name} does not fit the {self.config.describe()} graph: missing {missing[:3]}, "
-                f"unexpected {extra[:3]}, wrong shape {wrong[:3]}"
-            )
+        check_fit(self.path.name, self.config.describe(), specs, entries)
         return WeightSet({name: self.file.read(entry, np.float32) for name, entry in entries.items()})
 
     def close(self) -> None:

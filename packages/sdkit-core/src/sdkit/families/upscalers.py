@@ -46,8 +46,17 @@ from pathlib import Path
 import numpy as np
 
 from sdkit.errors import ModelFormatError
+from sdkit.families import shipped_weights
 from sdkit.families.safetensors_reader import SafetensorsFile, TensorEntry
-from sdkit.families.shipped import SUFFIXES, graphs_dir, load_graph
+from sdkit.families.shipped import graphs_dir
+from sdkit.families.shipped_weights import (
+    SELECT_PARAMS,
+    check_fit,
+    find_named_graph,
+    initializer_shapes,
+    pth_refusal_message,
+    shipped_graph_names,
+)
 from sdkit.model import PICKLED_SUFFIXES, Graph, WeightSet
 
 ARCHITECTURES = ("esrgan", "compact", "swinir")
@@ -69,14 +78,7 @@ SWINIR_BUFFERS = (".attn.relative_position_index", ".attn_mask")
 def pth_refusal(name: str) -> str:
     """Why an upscaler ``.pth`` is refused, and the one-line conversion (Real-ESRGAN's files keep
     their weights under ``params_ema`` or ``params``)."""
-    stem = Path(name).stem
-    return (
-        f"{name}: pickled upscaler files are refused (unpickling can run code); convert it once with "
-        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
-        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
-        f"d = d.get('params_ema', d.get('params', d)); "
-        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
-    )
+    return pth_refusal_message(name, "upscaler files", select=SELECT_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -182,11 +184,7 @@ AnyUpscalerConfig = UpscalerConfig | SwinIRConfig
 
 def _strip_wrapper(keys: Iterable[str]) -> dict[str, str]:
     """file key -> key without a training wrapper's prefix (when every key carries it)."""
-    keys = list(keys)
-    for prefix in WRAPPER_PREFIXES:
-        if keys and all(k.startswith(prefix) for k in keys):
-            return {k: k[len(prefix) :] for k in keys}
-    return {k: k for k in keys}
+    return shipped_weights.strip_wrapper(keys, WRAPPER_PREFIXES)
 
 
 def _new_esrgan_name(key: str, blocks: int, last_up: int) -> str | None:
@@ -356,21 +354,14 @@ def detect_config(shapes: Mapping[str, tuple[int, ...]]) -> AnyUpscalerConfig:
 
 def upscaler_graph_names() -> list[str]:
     """The shipped upscaler graphs (``esrgan_...``, ``compact_...``, ``swinir_...``)."""
-    found = set()
-    for path in graphs_dir().iterdir():
-        for suffix in SUFFIXES:
-            if path.name.endswith(suffix) and path.name.startswith(("esrgan_", "compact_", "swinir_")):
-                found.add(path.name.removesuffix(suffix))
-    return sorted(found)
+    return shipped_graph_names(graphs_dir(), ("esrgan_", "compact_", "swinir_"))
 
 
 def find_graph(config: AnyUpscalerConfig, folders: Iterable[str | os.PathLike[str]] = ()) -> Graph:
     """The weightless graph of ``config``: from ``folders`` (first) or the shipped ones."""
-    for folder in [*folders, graphs_dir()]:
-        for suffix in SUFFIXES:
-            path = Path(folder) / f"{config.graph_name}{suffix}"
-            if path.is_file():
-                return load_graph(path)
+    graph = find_named_graph(config.graph_name, [*folders, graphs_dir()])
+    if graph is not None:
+        return graph
     raise ModelFormatError(
         f"no graph for {config.describe()}; sdkit ships {', '.join(upscaler_graph_names())} "
         f"(fixtures/upscalers/export_{'swinir' if config.arch == 'swinir' else 'upscaler'}_graphs.py exports "
@@ -407,20 +398,13 @@ class UpscalerFile:
     def weights(self, graph: Graph) -> WeightSet:
         """The file's tensors as float32 under ``graph``'s initializer names, checked complete:
         every initializer present with its shape, no tensor left over."""
-        specs = {t.name: tuple(int(d) for d in t.dims) for t in graph.proto.graph.initializer}
+        specs = initializer_shapes(graph)
         entries = self.entries()
         if isinstance(self.config, SwinIRConfig):
             buffers = {k: e for k, e in entries.items() if k.endswith(SWINIR_BUFFERS)}
             entries = {k: e for k, e in entries.items() if k not in buffers}
             self._check_index(buffers, self.config.window_size)
-        missing = sorted(set(specs) - set(entries))
-        extra = sorted(set(entries) - set(specs))
-        wrong = sorted(k for k in specs if k in entries and entries[k].shape != specs[k])
-        if missing or extra or wrong:
-            raise ModelFormatError(
-                f"{self.path.name} does not fit the {self.config.describe()} graph: missing {missing[:3]}, "
-                f"unexpected {extra[:3]}, wrong shape {wrong[:3]}"
-            )
+        check_fit(self.path.name, self.config.describe(), specs, entries)
         return WeightSet({name: self.file.read(entry, np.float32) for name, entry in entries.items()})
 
     def _check_index(self, buffers: Mapping[str, TensorEntry], window: int) -> None:

@@ -20,6 +20,17 @@ def find_test_asset(relative: str, start: Path | None = None) -> Path | None:
     return None
 
 
+def load_module_file(path: Path, name: str) -> ModuleType:
+    """The Python file ``path`` (a fixture script's seeded-values helpers, say) imported as a
+    fresh module called ``name``, not registered in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def taef2_dir(start: Path | None = None) -> Path | None:
     """The TAEF2 encoder/decoder folder (real weights), or None."""
     folder = find_test_asset("models/taef2", start)

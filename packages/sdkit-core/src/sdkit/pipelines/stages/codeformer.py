@@ -17,18 +17,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
 from sdkit.families.codeformer import CodeFormerFile, find_graph
-from sdkit.model import Model
 from sdkit.pipelines.stages.execution import check_finite
-from sdkit.pipelines.stages.phases import report
+from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
 
 F32 = NDArray[np.float32]
 DEFAULT_FIDELITY = 0.5  # A1111's code_former_weight
@@ -61,21 +60,16 @@ class CodeFormerRestorer:
         graphs: Iterable[str | os.PathLike[str]] = (),
         **options: Any,
     ) -> None:
-        file = CodeFormerFile(path)
-        try:
+        with closing(CodeFormerFile(path)) as file:
             self.config = file.config
-            graph = find_graph(file.config, graphs)
-            weights = file.weights(graph)
-        finally:
-            file.close()
+            model = file_model(file, find_graph, graphs, path)
         self.path = Path(path)
         self.size = self.config.size
-        report("compile", "codeformer")
-        self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
+        self.compiled = compile_network(model, "codeformer", backend, device, options)
 
     @property
     def backend(self) -> str:
-        return str(getattr(self.compiled, "backend_name", "") or type(self.compiled).__name__)
+        return backend_name(self.compiled)
 
     def _checked_face(self, face: Any) -> F32:
         array = np.asarray(face)

@@ -63,6 +63,7 @@ from numpy.typing import NDArray
 
 from sdkit.errors import InputError, MissingDependencyError, ModelFormatError, NonFiniteError
 from sdkit.families.safetensors_reader import SafetensorsFile
+from sdkit.families.shipped_weights import SELECT_PARAMS, pth_refusal_message
 from sdkit.limits import check_bytes
 from sdkit.pipelines.imaging.cv_compat import (
     erode,
@@ -443,14 +444,7 @@ _PICKLED = (".pth", ".pt", ".ckpt", ".bin", ".pkl", ".pickle")
 def face_pth_refusal(name: str) -> str:
     """Why a face model ``.pth`` is refused, and the one-line conversion (GFPGAN's and
     CodeFormer's files keep their weights under ``params_ema``; facexlib's are plain)."""
-    stem = Path(name).stem
-    return (
-        f"{name}: pickled face model files are refused (unpickling can run code); convert it once with "
-        f"PyTorch's restricted loader: python -c \"import torch, safetensors.torch as st; "
-        f"d = torch.load('{name}', map_location='cpu', weights_only=True); "
-        f"d = d.get('params_ema', d.get('params', d)); "
-        f"st.save_file({{k: v.contiguous() for k, v in d.items()}}, '{stem}.safetensors')\""
-    )
+    return pth_refusal_message(name, "face model files", select=SELECT_PARAMS)
 
 
 def face_folders(folders: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:

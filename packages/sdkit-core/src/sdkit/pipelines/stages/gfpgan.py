@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
 from sdkit.families.gfpgan import GFPGANFile, find_graph
-from sdkit.model import Model
-from sdkit.pipelines.stages.phases import report
+from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
 
 F32 = NDArray[np.float32]
 NOISE_MODES = ("random", "stored")
@@ -56,17 +55,12 @@ class GFPGANRestorer:
     ) -> None:
         if noise not in NOISE_MODES:
             raise InputError(f"GFPGAN noise must be one of {', '.join(NOISE_MODES)}; got {noise!r}")
-        file = GFPGANFile(path)
-        try:
+        with closing(GFPGANFile(path)) as file:
             self.config = file.config
-            graph = find_graph(file.config, graphs)
-            weights = file.weights(graph)
+            model = file_model(file, find_graph, graphs, path)
             self._stored = file.stored_noise() if noise == "stored" else None
-        finally:
-            file.close()
         self.path, self.noise, self.seed = Path(path), noise, int(seed)
-        report("compile", "gfpgan")
-        self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
+        self.compiled = compile_network(model, "gfpgan", backend, device, options)
 
     @property
     def size(self) -> int:
@@ -75,7 +69,7 @@ class GFPGANRestorer:
 
     @property
     def backend(self) -> str:
-        return str(getattr(self.compiled, "backend_name", "") or type(self.compiled).__name__)
+        return backend_name(self.compiled)
 
     def noise_maps(self) -> list[F32]:
         """The decoder's noise maps for one call (module docstring)."""

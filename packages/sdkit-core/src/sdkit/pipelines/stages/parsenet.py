@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
 from sdkit.families.parsenet import ParseNetFile, find_graph
 from sdkit.limits import check_bytes
-from sdkit.model import Model
-from sdkit.pipelines.stages.phases import report
+from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
 
 F32 = NDArray[np.float32]
 
@@ -44,20 +43,15 @@ class ParseNetParser:
         graphs: Iterable[str | os.PathLike[str]] = (),
         **options: Any,
     ) -> None:
-        file = ParseNetFile(path)
-        try:
+        with closing(ParseNetFile(path)) as file:
             self.config = file.config
-            graph = find_graph(file.config, graphs)
-            weights = file.weights(graph)
-        finally:
-            file.close()
+            model = file_model(file, find_graph, graphs, path)
         self.path = Path(path)
-        report("compile", "face parser")
-        self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
+        self.compiled = compile_network(model, "face parser", backend, device, options)
 
     @property
     def backend(self) -> str:
-        return str(getattr(self.compiled, "backend_name", "") or type(self.compiled).__name__)
+        return backend_name(self.compiled)
 
     def logits(self, face: F32) -> F32:
         """The class logits [classes, H, W] of an (H, W, 3) RGB face in [0, 1]; H and W multiples

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
 from sdkit.families.retinaface import RetinaFaceFile, find_graph
 from sdkit.limits import check_bytes
-from sdkit.model import Model
-from sdkit.pipelines.stages.phases import report
+from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
 
 F32 = NDArray[np.float32]
 MEAN_BGR = np.array([104.0, 117.0, 123.0], dtype=np.float32)
@@ -159,20 +158,15 @@ class RetinaFaceDetector:
         graphs: Iterable[str | os.PathLike[str]] = (),
         **options: Any,
     ) -> None:
-        file = RetinaFaceFile(path)
-        try:
+        with closing(RetinaFaceFile(path)) as file:
             self.config = file.config
-            graph = find_graph(file.config, graphs)
-            weights = file.weights(graph)
-        finally:
-            file.close()
+            model = file_model(file, find_graph, graphs, path)
         self.path = Path(path)
-        report("compile", "face detector")
-        self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
+        self.compiled = compile_network(model, "face detector", backend, device, options)
 
     @property
     def backend(self) -> str:
-        return str(getattr(self.compiled, "backend_name", "") or type(self.compiled).__name__)
+        return backend_name(self.compiled)
 
     def raw_outputs(self, image: np.ndarray) -> tuple[F32, F32, F32]:
         """The network's (loc [P, 4], conf [P, 2], landmarks [P, 10]) for an (H, W, 3) uint8 RGB

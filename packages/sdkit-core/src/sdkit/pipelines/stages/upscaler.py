@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sdkit.api import compile as compile_model
 from sdkit.errors import InputError
 from sdkit.families.upscalers import (
     UPSCALER_DIR_ENV,
@@ -43,8 +43,7 @@ from sdkit.families.upscalers import (
     upscaler_folders,
 )
 from sdkit.limits import check_bytes
-from sdkit.model import Model
-from sdkit.pipelines.stages.phases import report
+from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
 from sdkit.pipelines.stages.tiling import tiled_map
 
 F32 = NDArray[np.float32]
@@ -67,17 +66,12 @@ class ModelUpscaler:
         graphs: Iterable[str | os.PathLike[str]] = (),
         **options: Any,
     ) -> None:
-        file = UpscalerFile(path)
-        try:
+        with closing(UpscalerFile(path)) as file:
             self.config = file.config
-            graph = find_graph(file.config, graphs)
-            weights = file.weights(graph)
-        finally:
-            file.close()
+            model = file_model(file, find_graph, graphs, path)
         self.path, self.layout = Path(path), file.layout
         self.tile, self.overlap = aligned_tiles(tile, overlap, self.config.multiple_of)
-        report("compile", "upscaler")
-        self.compiled = compile_model(Model(graph, weights, self.path), backend=backend, device=device, **options)
+        self.compiled = compile_network(model, "upscaler", backend, device, options)
 
     @property
     def scale(self) -> int:
@@ -85,7 +79,7 @@ class ModelUpscaler:
 
     @property
     def backend(self) -> str:
-        return str(getattr(self.compiled, "backend_name", "") or type(self.compiled).__name__)
+        return backend_name(self.compiled)
 
     def _run(self, x: F32) -> F32:
         return np.asarray(self.compiled.run({"image": np.ascontiguousarray(x)})["upscaled"], dtype=np.float32)
