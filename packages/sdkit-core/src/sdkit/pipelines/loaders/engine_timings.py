@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sdkit.cache import cache_root
 from sdkit.cpu_features import cpu_info
 from sdkit.device import Device
 from sdkit.loaders import loaders_by_priority
-from sdkit.timings import TimingsRecord, timings_key
-from sdkit.tuning import accelerators, backend_versions, options_key, timings_store
+from sdkit.timings import TimingsRecord, TimingsStore, timings_key
 
 SDKIT = "sdkit"  # sdkit's own pipeline, in a record's results
 WHOLE_IMAGE = "whole image"
@@ -90,7 +90,10 @@ def engine_key(
     steps: int = 0,
 ) -> dict[str, Any]:
     """The timings key of a whole-image measurement of ``path`` (``width``/``height``/``steps``
-    0: the key's other fields, for ``measured_engine``)."""
+    0: the key's other fields, for ``measured_engine``). ``sdkit.tuning`` is imported here, not at
+    module level: a plain load with no stored timings never imports the tuning code."""
+    from sdkit.tuning import accelerators, backend_versions, options_key
+
     return timings_key(
         graph_hash=file_identity(path),
         input_shapes={"image": [height, width]},
@@ -137,7 +140,7 @@ class EngineChoice:
 
 def measured_engine(path: Path, device: Any, options: Mapping[str, Any]) -> EngineChoice | None:
     """The engine stored whole-image timings pick for ``path`` here (None: no matching record)."""
-    store = timings_store()
+    store = TimingsStore(cache_root())  # sdkit.tuning.timings_store(), without importing the tuning code
     if not store.folder.is_dir():
         return None
     records = [r for _, r in store.entries() if r is not None and str(r.key.get("graph", "")).startswith(_PREFIX)]
