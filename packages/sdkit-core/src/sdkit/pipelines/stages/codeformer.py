@@ -18,16 +18,15 @@ import math
 import os
 from collections.abc import Iterable
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
-from sdkit.families.codeformer import CodeFormerFile, find_graph
+from sdkit.families.codeformer import CodeFormerConfig, CodeFormerFile, find_graph
 from sdkit.pipelines.stages.execution import check_finite
-from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
+from sdkit.pipelines.stages.shipped_net import ShippedNetwork, compile_network
 
 F32 = NDArray[np.float32]
 DEFAULT_FIDELITY = 0.5  # A1111's code_former_weight
@@ -45,7 +44,7 @@ def fidelity_value(fidelity: float | None) -> float:
     return value
 
 
-class CodeFormerRestorer:
+class CodeFormerRestorer(ShippedNetwork[CodeFormerConfig]):
     """A CodeFormer file compiled on a backend, restoring aligned face crops."""
 
     name = "CodeFormer"
@@ -61,15 +60,9 @@ class CodeFormerRestorer:
         **options: Any,
     ) -> None:
         with closing(CodeFormerFile(path)) as file:
-            self.config = file.config
-            model = file_model(file, find_graph, graphs, path)
-        self.path = Path(path)
+            model = self.fill(file, find_graph, graphs, path)
         self.size = self.config.size
         self.compiled = compile_network(model, "codeformer", backend, device, options)
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.compiled)
 
     def _checked_face(self, face: Any) -> F32:
         array = np.asarray(face)

@@ -545,6 +545,24 @@ def _helper_file(
     return found
 
 
+def _open_helper(
+    path: str | os.PathLike[str] | None,
+    stem: str,
+    what: tuple[str, str],
+    family: str,
+    cls: str,
+    backend: str,
+    device: Any,
+    folders: Iterable[str | os.PathLike[str]],
+) -> Any:
+    """The detector or parser stage ``cls`` of ``sdkit.pipelines.stages.<family>`` on ``path`` or
+    ``<stem>.safetensors`` in the face folders, its tensors checked first (``what``: the short
+    and the full description, for the errors)."""
+    file = _helper_file(path, stem, what[0], folders)
+    _check_kind(file, family, what[1])
+    return _stage(family, cls)(file, backend=backend, device=device)
+
+
 def open_face_detector(
     path: str | os.PathLike[str] | None = None,
     backend: str = "auto",
@@ -552,9 +570,10 @@ def open_face_detector(
     folders: Iterable[str | os.PathLike[str]] = (),
 ) -> FaceDetector:
     """RetinaFace (ResNet-50) from ``path`` or ``detection_Resnet50_Final.safetensors`` in the face folders."""
-    file = _helper_file(path, DETECTOR_STEM, "face detector", folders)
-    _check_kind(file, "retinaface", "a RetinaFace (detection_Resnet50_Final) face detector")
-    detector: FaceDetector = _stage("retinaface", "RetinaFaceDetector")(file, backend=backend, device=device)
+    what = ("face detector", "a RetinaFace (detection_Resnet50_Final) face detector")
+    detector: FaceDetector = _open_helper(
+        path, DETECTOR_STEM, what, "retinaface", "RetinaFaceDetector", backend, device, folders
+    )
     return detector
 
 
@@ -565,9 +584,8 @@ def open_face_parser(
     folders: Iterable[str | os.PathLike[str]] = (),
 ) -> FaceParser:
     """ParseNet from ``path`` or ``parsing_parsenet.safetensors`` in the face folders."""
-    file = _helper_file(path, PARSER_STEM, "face parser", folders)
-    _check_kind(file, "parsenet", "a ParseNet (parsing_parsenet) face parser")
-    parser: FaceParser = _stage("parsenet", "ParseNetParser")(file, backend=backend, device=device)
+    what = ("face parser", "a ParseNet (parsing_parsenet) face parser")
+    parser: FaceParser = _open_helper(path, PARSER_STEM, what, "parsenet", "ParseNetParser", backend, device, folders)
     return parser
 
 

@@ -22,21 +22,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
-from sdkit.families.gfpgan import GFPGANFile, find_graph
-from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
+from sdkit.families.gfpgan import GFPGANConfig, GFPGANFile, find_graph
+from sdkit.pipelines.stages.shipped_net import ShippedNetwork, compile_network
 
 F32 = NDArray[np.float32]
 NOISE_MODES = ("random", "stored")
 
 
-class GFPGANRestorer:
+class GFPGANRestorer(ShippedNetwork[GFPGANConfig]):
     """A GFPGAN file compiled on a backend, restoring aligned face crops."""
 
     name = "GFPGAN"  # A1111's label
@@ -56,20 +55,15 @@ class GFPGANRestorer:
         if noise not in NOISE_MODES:
             raise InputError(f"GFPGAN noise must be one of {', '.join(NOISE_MODES)}; got {noise!r}")
         with closing(GFPGANFile(path)) as file:
-            self.config = file.config
-            model = file_model(file, find_graph, graphs, path)
+            model = self.fill(file, find_graph, graphs, path)
             self._stored = file.stored_noise() if noise == "stored" else None
-        self.path, self.noise, self.seed = Path(path), noise, int(seed)
+        self.noise, self.seed = noise, int(seed)
         self.compiled = compile_network(model, "gfpgan", backend, device, options)
 
     @property
     def size(self) -> int:
         """The face crop's side the network takes (512 for v1.4)."""
         return self.config.size
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.compiled)
 
     def noise_maps(self) -> list[F32]:
         """The decoder's noise maps for one call (module docstring)."""

@@ -15,21 +15,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
-from sdkit.families.parsenet import ParseNetFile, find_graph
+from sdkit.families.parsenet import ParseNetConfig, ParseNetFile, find_graph
 from sdkit.limits import check_bytes
-from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
+from sdkit.pipelines.stages.shipped_net import ShippedNetwork, compile_network
 
 F32 = NDArray[np.float32]
 
 
-class ParseNetParser:
+class ParseNetParser(ShippedNetwork[ParseNetConfig]):
     """A ParseNet file compiled on a backend (module docstring)."""
 
     size = 512
@@ -44,14 +43,8 @@ class ParseNetParser:
         **options: Any,
     ) -> None:
         with closing(ParseNetFile(path)) as file:
-            self.config = file.config
-            model = file_model(file, find_graph, graphs, path)
-        self.path = Path(path)
+            model = self.fill(file, find_graph, graphs, path)
         self.compiled = compile_network(model, "face parser", backend, device, options)
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.compiled)
 
     def logits(self, face: F32) -> F32:
         """The class logits [classes, H, W] of an (H, W, 3) RGB face in [0, 1]; H and W multiples

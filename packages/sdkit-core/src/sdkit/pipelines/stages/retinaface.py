@@ -29,16 +29,15 @@ import os
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sdkit.errors import InputError
-from sdkit.families.retinaface import RetinaFaceFile, find_graph
+from sdkit.families.retinaface import RetinaFaceConfig, RetinaFaceFile, find_graph
 from sdkit.limits import check_bytes
-from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
+from sdkit.pipelines.stages.shipped_net import ShippedNetwork, compile_network
 
 F32 = NDArray[np.float32]
 MEAN_BGR = np.array([104.0, 117.0, 123.0], dtype=np.float32)
@@ -146,7 +145,7 @@ def faces_from_rows(rows: F32) -> list[DetectedFace]:
     ]
 
 
-class RetinaFaceDetector:
+class RetinaFaceDetector(ShippedNetwork[RetinaFaceConfig]):
     """A RetinaFace file compiled on a backend, ready to find faces (module docstring)."""
 
     def __init__(
@@ -159,14 +158,8 @@ class RetinaFaceDetector:
         **options: Any,
     ) -> None:
         with closing(RetinaFaceFile(path)) as file:
-            self.config = file.config
-            model = file_model(file, find_graph, graphs, path)
-        self.path = Path(path)
+            model = self.fill(file, find_graph, graphs, path)
         self.compiled = compile_network(model, "face detector", backend, device, options)
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.compiled)
 
     def raw_outputs(self, image: np.ndarray) -> tuple[F32, F32, F32]:
         """The network's (loc [P, 4], conf [P, 2], landmarks [P, 10]) for an (H, W, 3) uint8 RGB

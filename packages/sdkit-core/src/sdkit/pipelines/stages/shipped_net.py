@@ -2,10 +2,11 @@
 share: a file's weights filling the shipped weightless graph of its configuration, then that
 model compiled on a backend.
 
-    with closing(ParseNetFile(path)) as file:
-        config = file.config
-        model = file_model(file, find_graph, graphs, path)
-    compiled = compile_network(model, "face parser", backend, device, options)
+    class ParseNetParser(ShippedNetwork):
+        def __init__(self, path, backend="auto", device=None, *, graphs=(), **options):
+            with closing(ParseNetFile(path)) as file:
+                model = self.fill(file, find_graph, graphs, path)   # sets .config and .path
+            self.compiled = compile_network(model, "face parser", backend, device, options)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from sdkit.api import compile as compile_model
 from sdkit.backend import CompiledModel
@@ -21,6 +22,7 @@ from sdkit.model import Graph, Model, WeightSet
 from sdkit.pipelines.stages.phases import report
 
 Graphs = Iterable[str | os.PathLike[str]]
+C = TypeVar("C")
 
 
 class NetworkFile(Protocol):
@@ -52,3 +54,28 @@ def compile_network(
 def backend_name(compiled: CompiledModel) -> str:
     """The backend a network was compiled on."""
     return str(getattr(compiled, "backend_name", "") or type(compiled).__name__)
+
+
+class ShippedNetwork(Generic[C]):
+    """Base of a stage that runs one file's network: ``fill`` keeps the file's configuration and
+    path and gives its model, the subclass compiles it into ``compiled``; ``backend`` names where
+    it runs; ``C``, the family's configuration type."""
+
+    config: C
+    path: Path
+    compiled: CompiledModel
+
+    def fill(
+        self,
+        file: NetworkFile,
+        find_graph: Callable[[Any, Graphs], Graph],
+        graphs: Graphs,
+        path: str | os.PathLike[str],
+    ) -> Model:
+        """``file_model`` of the open ``file``, its configuration and path kept on the stage."""
+        self.config, self.path = file.config, Path(path)  # a family file's config is a C
+        return file_model(file, find_graph, graphs, path)
+
+    @property
+    def backend(self) -> str:
+        return backend_name(self.compiled)

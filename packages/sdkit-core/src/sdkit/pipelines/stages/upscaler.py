@@ -36,6 +36,8 @@ from numpy.typing import NDArray
 from sdkit.errors import InputError
 from sdkit.families.upscalers import (
     UPSCALER_DIR_ENV,
+    SwinIRConfig,
+    UpscalerConfig,
     UpscalerFile,
     available_upscalers,
     find_graph,
@@ -43,7 +45,7 @@ from sdkit.families.upscalers import (
     upscaler_folders,
 )
 from sdkit.limits import check_bytes
-from sdkit.pipelines.stages.shipped_net import backend_name, compile_network, file_model
+from sdkit.pipelines.stages.shipped_net import ShippedNetwork, compile_network
 from sdkit.pipelines.stages.tiling import tiled_map
 
 F32 = NDArray[np.float32]
@@ -52,7 +54,7 @@ DEFAULT_OVERLAP = 16
 MAX_PASSES = 3  # A1111 runs a model at most 3 times to reach a scale
 
 
-class ModelUpscaler:
+class ModelUpscaler(ShippedNetwork[UpscalerConfig | SwinIRConfig]):
     """An upscaler file compiled on a backend, ready to upscale images."""
 
     def __init__(
@@ -67,19 +69,14 @@ class ModelUpscaler:
         **options: Any,
     ) -> None:
         with closing(UpscalerFile(path)) as file:
-            self.config = file.config
-            model = file_model(file, find_graph, graphs, path)
-        self.path, self.layout = Path(path), file.layout
+            model = self.fill(file, find_graph, graphs, path)
+        self.layout = file.layout
         self.tile, self.overlap = aligned_tiles(tile, overlap, self.config.multiple_of)
         self.compiled = compile_network(model, "upscaler", backend, device, options)
 
     @property
     def scale(self) -> int:
         return self.config.scale
-
-    @property
-    def backend(self) -> str:
-        return backend_name(self.compiled)
 
     def _run(self, x: F32) -> F32:
         return np.asarray(self.compiled.run({"image": np.ascontiguousarray(x)})["upscaled"], dtype=np.float32)
