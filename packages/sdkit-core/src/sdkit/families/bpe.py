@@ -25,6 +25,7 @@ import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from sdkit.errors import ModelFormatError
 
@@ -104,12 +105,18 @@ def normalize_clip(text: str) -> str:
     return "".join(c.lower() for c in text)
 
 
+@lru_cache(maxsize=64)
+def _alternation(tokens: frozenset[str]) -> re.Pattern[str] | None:
+    """One pattern matching any of ``tokens``, longest first (leftmost-longest), built once per set."""
+    alternatives = sorted((t for t in tokens if t), key=lambda t: (-len(t), t))
+    return re.compile("|".join(re.escape(t) for t in alternatives)) if alternatives else None
+
+
 def split_on(text: str, tokens: Iterable[str]) -> list[tuple[str, bool]]:
     """``text`` cut at every leftmost-longest occurrence of ``tokens``: (part, is_token) pairs."""
-    alternatives = sorted({t for t in tokens if t}, key=len, reverse=True)
-    if not alternatives:
+    pattern = _alternation(frozenset(tokens))
+    if pattern is None:
         return [(text, False)] if text else []
-    pattern = re.compile("|".join(re.escape(t) for t in alternatives))
     parts: list[tuple[str, bool]] = []
     start = 0
     for match in pattern.finditer(text):
