@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdkit.cache import cache_root
+from sdkit.api import timings_stored
 from sdkit.cpu_features import cpu_info
 from sdkit.device import Device
 from sdkit.loaders import loaders_by_priority
-from sdkit.timings import TimingsRecord, TimingsStore, timings_key
+from sdkit.timings import TimingsRecord, timings_key
 
 SDKIT = "sdkit"  # sdkit's own pipeline, in a record's results
 WHOLE_IMAGE = "whole image"
@@ -140,9 +140,11 @@ class EngineChoice:
 
 def measured_engine(path: Path, device: Any, options: Mapping[str, Any]) -> EngineChoice | None:
     """The engine stored whole-image timings pick for ``path`` here (None: no matching record)."""
-    store = TimingsStore(cache_root())  # sdkit.tuning.timings_store(), without importing the tuning code
-    if not store.folder.is_dir():
+    if not timings_stored():  # before importing the tuning code, as sdkit.compile does
         return None
+    from sdkit.tuning import timings_store
+
+    store = timings_store()
     records = [r for _, r in store.entries() if r is not None and str(r.key.get("graph", "")).startswith(_PREFIX)]
     if not records or (device is not None and not isinstance(device, (str, Device))):
         return None
